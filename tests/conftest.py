@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+LLAMACPP = FIXTURES / "llamacpp"
+
+
+def http_body(text: str) -> str:
+    """Strip the status line and headers of a raw HTTP capture."""
+    if text.startswith("HTTP/"):
+        for sep in ("\r\n\r\n", "\n\n"):
+            if sep in text:
+                return text.split(sep, 1)[1]
+    return text
+
+
+@pytest.fixture
+def llamacpp_fixtures() -> Path:
+    return LLAMACPP

@@ -1,0 +1,105 @@
+"""Scenario validation: every error names the file, the line and the field; nothing starts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from engines.llamacpp import LlamaCpp
+from harness.errors import ScenarioError
+from harness.scenario import load_scenario
+
+GOOD = """\
+name: t
+server:
+  model: model.gguf
+configurations:
+  - name: baseline
+    algorithm: none
+  - name: draft
+    algorithm: draft-simple
+    draft: draft.gguf
+    k: 3
+measurement:
+  streams: [4, 1]
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "model.gguf").write_bytes(b"GGUF")
+    (tmp_path / "draft.gguf").write_bytes(b"GGUF")
+    p = tmp_path / "s.yaml"
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def test_good_scenario_resolves_models_relative_to_file(tmp_path: Path) -> None:
+    loaded = load_scenario(write(tmp_path, GOOD), LlamaCpp.methods)
+    assert loaded.scenario.measurement.streams == [1, 4]
+    assert loaded.model_path("draft.gguf") == tmp_path / "draft.gguf"
+    assert loaded.scenario.baseline() is not None
+
+
+def test_package_model_reference_resolves_the_pypi_model() -> None:
+    loaded = load_scenario(Path(__file__).parents[2] / "scenarios" / "quick.yaml", LlamaCpp.methods)
+    path = loaded.target_of(loaded.scenario.configurations[0])
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.stat().st_size > 50 * 2**20
+
+
+BAD = [
+    ("unknown field", GOOD.replace("    k: 3", "    k: 3\n    kk: 4"), ":11: configurations[1].kk: unknown field 'kk'; allowed here: name, algorithm"),
+    ("k out of range", GOOD.replace("k: 3", "k: 99"), "configurations[1].k: Input should be less than or equal to 64 (got 99)"),
+    ("k zero", GOOD.replace("k: 3", "k: 0"), "configurations[1].k: Input should be greater than or equal to 1"),
+    ("missing draft file", GOOD.replace("draft: draft.gguf", "draft: nope.gguf"), ":9: configurations[1].draft: no such model file"),
+    ("missing model package", GOOD.replace("model: model.gguf", "model: package:no-such-dist/x.gguf"), "server.model: PyPI package 'no-such-dist' is not installed"),
+    ("draft without draft model", GOOD.replace("    draft: draft.gguf\n", ""), "algorithm 'draft-simple' needs a 'draft' model"),
+    ("unknown algorithm", GOOD.replace("algorithm: draft-simple", "algorithm: medusa"), ":8: configurations[1].algorithm: unknown algorithm 'medusa'; known: draft-dflash"),
+    ("method the engine lacks", GOOD.replace("    algorithm: draft-simple\n    draft: draft.gguf\n", "    algorithm: suffix\n"), ":8: configurations[1].algorithm: engine 'llamacpp' has no method 'suffix'; it has: draft-dflash"),
+    ("unknown engine", GOOD.replace("server:\n", "server:\n  engine: tgi-x\n"), "server.engine: Input should be 'llamacpp'"),
+    ("duplicate names", GOOD.replace("name: draft\n", "name: baseline\n"), "configuration name 'baseline' is used twice"),
+    ("negative count", GOOD.replace("streams: [4, 1]", "streams: [4, -1]"), "measurement.streams[1]: Input should be greater than or equal to 1"),
+    ("wrong type", GOOD.replace("streams: [4, 1]", "streams: four"), "measurement.streams: Input should be a valid list"),
+    ("yaml syntax", GOOD.replace("  - name: baseline", "  - name: [baseline"), "YAML syntax error"),
+    ("synthetic length above k+1", GOOD.replace("    k: 3", "    k: 3\n    synthetic: {length: 5}"), "synthetic.length must be within [1, k+1] = [1, 4], got 5"),
+    ("synthetic rates count", GOOD.replace("    k: 3", "    k: 3\n    synthetic: {rates: [0.9, 0.5]}"), "synthetic.rates must have k = 3 values, got 2"),
+    ("synthetic rates rising", GOOD.replace("    k: 3", "    k: 3\n    synthetic: {rates: [0.5, 0.9, 0.1]}"), "rates must be non-increasing"),
+    ("synthetic on baseline", GOOD.replace("    algorithm: none", "    algorithm: none\n    synthetic: {length: 2}"), "synthetic acceptance needs a speculative algorithm"),
+    ("absurd max_tokens", GOOD.replace("  streams: [4, 1]", "  streams: [4, 1]\n  max_tokens: 99999999"), "measurement.max_tokens: Input should be less than or equal to 131072"),
+    ("not a mapping", "- just\n- a list\n", "a scenario is a YAML mapping"),
+    ("missing server", "name: t\nconfigurations: [{name: a}]\n", "server: required field is missing"),
+]
+
+
+@pytest.mark.parametrize(("label", "text", "expected"), BAD, ids=[b[0] for b in BAD])
+def test_bad_scenarios_name_file_field_and_cause(tmp_path: Path, label: str, text: str, expected: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path, LlamaCpp.methods)
+    msg = str(info.value)
+    assert msg.startswith(str(path)), msg
+    assert expected in msg, msg
+    assert "\n" not in msg
+
+
+def test_missing_scenario_file(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError, match="scenario file not found"):
+        load_scenario(tmp_path / "nope.yaml")
+
+
+def test_cli_validate_exit_code_2_one_line_no_traceback(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD.replace("k: 3", "k: 99"))
+    p = subprocess.run([sys.executable, "-m", "harness.cli", "validate", str(path)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("specsoak: error: ") and "configurations[1].k" in lines[0]
+    assert "Traceback" not in p.stderr
+
+
+def test_cli_validate_ok(tmp_path: Path) -> None:
+    p = subprocess.run([sys.executable, "-m", "harness.cli", "validate", str(write(tmp_path, GOOD))], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "ok: 2 configurations" in p.stdout
