@@ -52,6 +52,7 @@ SPEC_TYPES = {
     "ngram-map-k": "ngram-map-k",
     "ngram-map-k4v": "ngram-map-k4v",
     "ngram-mod": "ngram-mod",
+    "ngram-cache": "ngram-cache",
 }
 
 _METRICS = {

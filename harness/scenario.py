@@ -31,6 +31,7 @@ ALGORITHMS = frozenset(
         "ngram-map-k",
         "ngram-map-k4v",
         "ngram-mod",
+        "ngram-cache",
         "suffix",
     }
 )

