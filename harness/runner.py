@@ -26,7 +26,8 @@ from engines.base import Engine, EngineCounters, LaunchSpec, counters_delta
 from harness import __version__
 from harness.client import RequestParams, run_streams
 from harness.cpu import CpuMeter
-from harness.errors import EngineCrashed, EngineError, HarnessError, ResultsError, ScenarioError
+from harness.errors import EngineCrashed, EngineError, ResultsError, ScenarioError
+from harness.observe import Observers, RunObserver
 from harness.prompts import PromptError, load_prompts
 from harness.records import FAILURES, PHASES, REQUESTS, JsonlWriter, RequestRecord, write_json_atomic
 from harness.scenario import Configuration, LoadedScenario, safe_name
@@ -124,11 +125,18 @@ def acceptance_figures(delta: EngineCounters) -> dict[str, Any]:
 
 
 class Runner:
-    def __init__(self, loaded: LoadedScenario, results_root: Path, console: Console | None = None):
+    def __init__(
+        self,
+        loaded: LoadedScenario,
+        results_root: Path,
+        console: Console | None = None,
+        observers: list[RunObserver] | None = None,
+    ):
         self.loaded = loaded
         self.sc = loaded.scenario
         self.results_root = results_root
         self.console = console or Console(stderr=True)
+        self.obs = Observers(observers, lambda msg: self.console.print(f"[yellow]specsoak: {msg}[/]"))
         try:
             self.prompts = load_prompts(self.sc.measurement.prompts, loaded.path.parent)
         except PromptError as exc:
@@ -170,6 +178,7 @@ class Runner:
             "configurations": {c.name: {"status": "pending", "algorithm": c.algorithm, "synthetic": c.is_synthetic} for c in self.sc.configurations},
         }
         self._write_manifest()
+        self.obs.on_run_start(self.manifest)
 
     def _finish(self, status: str, reason: str) -> None:
         self.manifest["status"] = status
@@ -179,6 +188,7 @@ class Runner:
             self._write_manifest()
         except ResultsError as exc:
             self.console.print(f"[red]specsoak: could not write the stop reason: {exc}[/]")
+        self.obs.on_run_end(status, reason)
 
     # ---- the run ---------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -196,9 +206,9 @@ class Runner:
 
         for s in old:
             signal.signal(s, on_signal)
-        requests = JsonlWriter(self.run_dir / REQUESTS)
-        phases = JsonlWriter(self.run_dir / PHASES)
-        failures = JsonlWriter(self.run_dir / FAILURES)
+        requests = _Tee(JsonlWriter(self.run_dir / REQUESTS), self.obs.on_request)
+        phases = _Tee(JsonlWriter(self.run_dir / PHASES), self.obs.on_phase)
+        failures = _Tee(JsonlWriter(self.run_dir / FAILURES), self.obs.on_failure)
         try:
             for cfg in self.sc.configurations:
                 ok = self._run_config(cfg, requests, phases, failures)
@@ -211,11 +221,8 @@ class Runner:
         except RunInterrupted as exc:
             self._finish("interrupted", f"{exc.signame} received; records written before it are kept")
             raise
-        except ResultsError as exc:
-            self._finish("failed", str(exc))
-            raise
         except BaseException as exc:
-            self._finish("failed", f"{type(exc).__name__}: {exc}")
+            self._finish("failed", str(exc) if isinstance(exc, ResultsError) else f"{type(exc).__name__}: {exc}")
             raise
         finally:
             for w in (requests, phases, failures):
@@ -226,8 +233,10 @@ class Runner:
     def _set_config_status(self, name: str, **fields: Any) -> None:
         self.manifest["configurations"][name].update(fields)
         self._write_manifest()
+        if "status" in fields and fields["status"] in ("done", "failed"):
+            self.obs.on_config_end(name, fields["status"])
 
-    def _run_config(self, cfg: Configuration, requests: JsonlWriter, phases: JsonlWriter, failures: JsonlWriter) -> bool:
+    def _run_config(self, cfg: Configuration, requests: _Tee, phases: _Tee, failures: _Tee) -> bool:
         assert self.run_dir is not None
         name = safe_name(cfg.name)
         spec = launch_spec(self.loaded, cfg, free_port())
@@ -237,11 +246,14 @@ class Runner:
         stage = "start"
         try:
             engine.start()
+            self.obs.on_config_start(cfg.name, cfg.algorithm, cfg.is_synthetic, self.engine_cls.name, engine.base_url, engine.pid)
             ready_s = engine.wait_ready(self.sc.server.start_timeout_s)
             stage = "speculation"
             engine.check_speculation()
             capacity = engine.capacity()
-            write_json_atomic(self.run_dir / "capacity" / f"{name}.json", {"config": cfg.name, "ready_s": ready_s, **capacity.to_dict()})
+            cap_record = {"config": cfg.name, "ready_s": ready_s, **capacity.to_dict()}
+            write_json_atomic(self.run_dir / "capacity" / f"{name}.json", cap_record)
+            self.obs.on_capacity(cfg.name, cap_record)
             self.console.print(
                 f"  ready in {ready_s:.1f} s: {capacity.slots} slots x {capacity.ctx_per_slot} ctx, "
                 f"KV {capacity.target.kv_mib} MiB" + (f", draft KV {capacity.draft.kv_mib} MiB" if capacity.draft else "")
@@ -262,9 +274,8 @@ class Runner:
             self.manifest["configurations"][cfg.name]["engine_exit"] = code
             self._write_manifest()
 
-    def _measure(self, cfg: Configuration, engine: Engine, requests: JsonlWriter, phases: JsonlWriter) -> None:
+    def _measure(self, cfg: Configuration, engine: Engine, requests: _Tee, phases: _Tee) -> None:
         m = self.sc.measurement
-        base = {"config": cfg.name}
         if m.warmup_requests:
             self._phase(cfg, engine, requests, None, "warmup", streams=1, repetition=0, n=m.warmup_requests)
         offset = 0
@@ -280,14 +291,13 @@ class Runner:
                     + f", errors {rec['errors']}, other CPU {rec['cpu']['other_cores']:.3f} cores"
                     + (" [yellow](contaminated)[/]" if rec["contaminated"] else "")
                 )
-        del base
 
     def _phase(
         self,
         cfg: Configuration,
         engine: Engine,
-        requests: JsonlWriter,
-        phases: JsonlWriter | None,
+        requests: _Tee,
+        phases: _Tee | None,
         phase: str,
         streams: int,
         repetition: int,
@@ -346,8 +356,16 @@ class Runner:
         return rec
 
 
-def run_scenario(loaded: LoadedScenario, results_root: Path, console: Console | None = None) -> RunResult:
-    try:
-        return Runner(loaded, results_root, console).run()
-    except HarnessError:
-        raise
+class _Tee:
+    """Write a record durably, then tell the observers (the disk always comes first)."""
+
+    def __init__(self, writer: JsonlWriter, notify: Any):
+        self.writer = writer
+        self.notify = notify
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.writer.write(record)
+        self.notify(record)
+
+    def close(self) -> None:
+        self.writer.close()
