@@ -87,6 +87,12 @@ class Capacity:
     threads: int | None = None
     fatal: tuple[str, ...] = ()
     memory_lines_seen: bool = False
+    # paged-KV engines (vLLM, SGLang, TRT-LLM, TGI): ctx_total is the KV pool in tokens, shared by all
+    # requests; max_concurrency is the engine's own "requests of ctx_per_slot tokens that fit" figure
+    max_concurrency: float | None = None
+    kv_blocks: int | None = None
+    kv_block_tokens: int | None = None
+    notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -96,7 +102,7 @@ class Capacity:
         d = dict(d)
         d["target"] = MemoryUse(**d.get("target") or {})
         d["draft"] = MemoryUse(**d["draft"]) if d.get("draft") else None
-        for key in ("spec_types", "cpu_features", "fatal"):
+        for key in ("spec_types", "cpu_features", "fatal", "notes"):
             d[key] = tuple(d.get(key) or ())
         return cls(**d)
 
@@ -163,6 +169,7 @@ class Engine(ABC):
     health_path: ClassVar[str] = "/health"
     metrics_path: ClassVar[str] = "/metrics"
     chat_path: ClassVar[str] = "/v1/chat/completions"
+    model_folders: ClassVar[bool] = False  # True: a model may be a folder (a Hugging Face checkpoint)
 
     def __init__(self, spec: LaunchSpec, log_path: Path):
         self.spec = spec
@@ -202,6 +209,16 @@ class Engine(ABC):
 
     @classmethod
     def installed_version(cls) -> str | None:
+        return None
+
+    @classmethod
+    def validate_warnings(cls, configuration: Any, server: Any) -> list[str]:
+        """Capacity traps and surprises of this configuration on this engine, shown by ``specsoak validate``."""
+        return []
+
+    @classmethod
+    def classify_error(cls, status: int, body: str) -> str | None:
+        """The harness's error kind for an engine-specific error answer, or None for the generic rules."""
         return None
 
     # ---- shared process handling -----------------------------------------------------

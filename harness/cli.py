@@ -19,7 +19,7 @@ out = Console()
 err = Console(stderr=True)
 
 
-def _load(path: Path):  # type: ignore[no-untyped-def]
+def _load(path: Path, check_model_files: bool = True):  # type: ignore[no-untyped-def]
     from engines import ENGINES
     from harness.scenario import load_scenario
 
@@ -29,8 +29,10 @@ def _load(path: Path):  # type: ignore[no-untyped-def]
         engine_name = (yaml.safe_load(path.read_text()) or {}).get("server", {}).get("engine", "llamacpp")
     except Exception:  # noqa: BLE001 - load_scenario reports the real problem
         engine_name = "llamacpp"
-    known = ENGINES[engine_name].methods if isinstance(engine_name, str) and engine_name in ENGINES else None
-    return load_scenario(path, known)
+    cls = ENGINES[engine_name] if isinstance(engine_name, str) and engine_name in ENGINES else None
+    known = cls.methods if cls is not None else None
+    folders = bool(cls is not None and cls.model_folders)
+    return load_scenario(path, known, check_model_files=check_model_files, model_folders=folders)
 
 
 @app.command()
@@ -38,17 +40,71 @@ def run(
     scenario: Annotated[Path, typer.Argument(help="scenario YAML file")],
     results: Annotated[Path, typer.Option(help="folder that receives the run folder")] = Path("results"),
     report: Annotated[bool, typer.Option(help="build the report when the run ends")] = True,
+    metrics_port: Annotated[Optional[int], typer.Option(help="serve Prometheus /metrics on this port while the run goes (0 = any free port)")] = None,
+    metrics_host: Annotated[str, typer.Option(help="address the /metrics server binds (anything but loopback is your explicit choice)")] = "127.0.0.1",
+    metrics_linger: Annotated[float, typer.Option(help="seconds /metrics keeps serving after the run, for the last scrape")] = 10.0,
 ) -> None:
     """Run a scenario on the real engine, write a run folder, print the verdict table."""
-    from harness.runner import Runner
-
     loaded = _load(scenario)
-    result = Runner(loaded, results, err).run()
+    result = _run_observed(loaded, results, metrics_port, metrics_host, metrics_linger)
     if report:
         _report([result.run_dir], None)
     if result.failed_configs:
         err.print(f"specsoak: configurations failed: {', '.join(result.failed_configs)} (see {result.run_dir}/failures.jsonl)")
         raise typer.Exit(EXIT_ENGINE)
+
+
+@app.command()
+def resume(
+    run_dir: Annotated[Path, typer.Argument(help="a run folder cut short (harness killed, power loss, SIGTERM)")],
+    report: Annotated[bool, typer.Option(help="build the report when the run ends")] = True,
+) -> None:
+    """Finish a run that was cut short: measured phases and soak time are kept, the rest is run."""
+    from harness.report.load import read_manifest
+    from harness.runner import Runner
+
+    manifest = read_manifest(run_dir)
+    copy = run_dir / "scenario.yaml"
+    original = Path(str(manifest.get("scenario_file") or ""))
+    # the original file resolves relative model paths; the copy is what was run
+    same = original.is_file() and copy.is_file() and original.read_text() == copy.read_text()
+    loaded = _load(original if same else copy)
+    if manifest.get("status") == "completed":
+        err.print(f"specsoak: {run_dir} is already complete; nothing to resume")
+    else:
+        result = Runner(loaded, run_dir.parent, err).run(resume_dir=run_dir)
+        if result.failed_configs:
+            err.print(f"specsoak: configurations failed: {', '.join(result.failed_configs)} (see {run_dir}/failures.jsonl)")
+    if report:
+        _report([run_dir], None)
+
+
+def _run_observed(loaded, results: Path, metrics_port: Optional[int], metrics_host: str, linger_s: float):  # type: ignore[no-untyped-def]
+    """The run with its observers: the engines' file_sd targets file always, the exporter when asked."""
+    import time
+
+    from harness.metrics.targets import EngineTargetsFile
+    from harness.runner import Runner
+
+    observers: list = [EngineTargetsFile(results)]
+    exporter = None
+    if metrics_port is not None:
+        from harness.metrics.exporter import MetricsExporter
+
+        try:
+            exporter = MetricsExporter(metrics_host, metrics_port).start()
+        except OSError as exc:
+            raise ScenarioError(f"--metrics-port {metrics_port}: cannot serve on {metrics_host}: {exc.strerror}") from None
+        err.print(f"specsoak: Prometheus metrics at {exporter.url}")
+        observers.append(exporter)
+    try:
+        result = Runner(loaded, results, err, observers=observers).run()
+        if exporter is not None and linger_s > 0:
+            time.sleep(linger_s)
+        return result
+    finally:
+        if exporter is not None:
+            exporter.close()
 
 
 def _report(run_dirs: list[Path], out_dir: Optional[Path]) -> None:
@@ -75,12 +131,22 @@ def report_cmd(
 
 
 @app.command()
-def validate(scenarios: Annotated[list[Path], typer.Argument(help="scenario YAML files")]) -> None:
+def validate(
+    scenarios: Annotated[list[Path], typer.Argument(help="scenario YAML files")],
+    no_model_files: Annotated[
+        bool, typer.Option("--no-model-files", help="check everything but the existence of model files (GPU scenarios)")
+    ] = False,
+) -> None:
     """Check scenario files (fields, ranges, engine methods, model files) without starting anything."""
+    from engines import ENGINES
+
     for path in scenarios:
-        loaded = _load(path)
+        loaded = _load(path, check_model_files=not no_model_files)
         sc = loaded.scenario
         out.print(f"{path}: ok: {len(sc.configurations)} configurations ({', '.join(c.name for c in sc.configurations)})")
+        for cfg in sc.configurations:
+            for warning in ENGINES[sc.server.engine].validate_warnings(cfg, sc.server):
+                err.print(f"{path}: warning: {cfg.name}: {warning}", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command("inspect-log")
@@ -124,10 +190,57 @@ def inspect_log(
     t.add_row("draft n_max", str(cap.spec_n_max))
     if cap.synthetic:
         t.add_row("synthetic acceptance", cap.synthetic)
+    if cap.max_concurrency is not None:
+        t.add_row("max concurrency at ctx/slot", f"{cap.max_concurrency:g}")
+    if cap.kv_blocks is not None:
+        t.add_row("KV blocks x tokens", f"{cap.kv_blocks} x {cap.kv_block_tokens}")
     if not cap.memory_lines_seen:
-        t.add_row("memory", "no memory lines: start llama-server with -lv 4 to see them")
+        hint = "start llama-server with -lv 4 to see them" if engine == "llamacpp" else "this log has none"
+        t.add_row("memory", f"no memory lines: {hint}")
     t.add_row("fatal errors", "\n".join(cap.fatal) or "none")
+    for note in cap.notes:
+        t.add_row("note", note)
     out.print(t)
+
+
+@app.command()
+def dashboards(
+    out_dir: Annotated[Path, typer.Option("--out", help="where to write (default: dashboards/)")] = Path("dashboards"),
+) -> None:
+    """Regenerate the Grafana dashboards, provisioning, prometheus.yml, rules, rule tests, docker-compose.yml."""
+    from harness.metrics.dashboards import DATASOURCE_UID, DASHBOARDS, build_dashboard, write_all
+    from harness.metrics.schema import check_dashboard
+
+    problems = [p for spec in DASHBOARDS for p in check_dashboard(build_dashboard(spec), {DATASOURCE_UID})]
+    if problems:
+        raise HarnessError("generated dashboards fail dashboards/schema: " + "; ".join(problems))
+    for path in write_all(out_dir):
+        out.print(str(path))
+
+
+@app.command("export")
+def export_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="a run folder")],
+    openmetrics: Annotated[bool, typer.Option("--openmetrics", help="OpenMetrics text for `promtool tsdb create-blocks-from openmetrics` (the only format)")] = False,
+    out_file: Annotated[Optional[Path], typer.Option("--out", help="file to write (default: stdout)")] = None,
+    step: Annotated[float, typer.Option(help="also repeat every series each STEP seconds (0: only when it changes)")] = 15.0,
+) -> None:
+    """Write a finished run's series, timestamped, for Prometheus backfill."""
+    from harness.metrics.openmetrics import export_openmetrics
+
+    if not openmetrics:
+        raise ScenarioError("export: say the format: --openmetrics")
+    if not (run_dir / "manifest.json").is_file():
+        raise ScenarioError(f"{run_dir}: not a run folder (no manifest.json)")
+    text = export_openmetrics(run_dir, step)
+    if out_file is None:
+        sys.stdout.write(text)
+        return
+    try:
+        out_file.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"--out {out_file}: cannot write ({exc.strerror})") from None
+    err.print(f"specsoak: wrote {out_file}; load it with: promtool tsdb create-blocks-from openmetrics {out_file} DATA_DIR")
 
 
 @app.command()

@@ -1,14 +1,17 @@
 """The streaming client: OpenAI-compatible chat completions, every chunk timestamped.
 
-One fresh connection per request: llama-server advertises keep-alive on streamed answers
-and then closes the connection, so pooled clients fail requests at random. Failed requests
-are records with ``status="error"`` and an ``error_kind``, never exceptions.
+``StreamParser`` turns SSE lines (with their arrival times) into a ``RequestRecord``; it has no
+I/O, so the asyncio client here and the Locust user (harness/load/locustfile.py) share it.
+One fresh connection per request: llama-server advertises keep-alive on streamed answers and
+then closes the connection, so pooled clients fail requests at random. Failed requests are
+records with ``status="error"`` and an ``error_kind``, never exceptions.
 Timing definitions: docs/metrics.md#per-request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -46,7 +49,20 @@ class RequestParams:
     keep_text: bool = True
 
 
-def _classify_http(status: int, body: str) -> str:
+def request_body(messages: list[dict[str, str]], params: RequestParams, extras: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "messages": messages,
+        "max_tokens": params.max_tokens,
+        "temperature": params.temperature,
+        "seed": params.seed,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": params.ignore_eos,
+        **extras,
+    }
+
+
+def classify_http(status: int, body: str) -> str:
     low = body.lower()
     if status in (429, 503):
         return "overload"
@@ -55,6 +71,97 @@ def _classify_http(status: int, body: str) -> str:
     if status >= 500:
         return "server_error"
     return "http_error"
+
+
+class StreamParser:
+    """Accumulates one streamed answer; ``record()`` builds its RequestRecord."""
+
+    def __init__(self, engine: type[Engine] | Engine, keep_text: bool, t0_ns: int):
+        self.engine = engine
+        self.keep_text = keep_text
+        self.t0 = t0_ns
+        self.chunk_times: list[int] = []
+        self.parts: list[str] = []
+        self.usage: dict[str, Any] = {}
+        self.final: dict[str, Any] = {}
+        self.finish: str | None = None
+        self.done = False
+        self.kind: str | None = None
+        self.err: str | None = None
+
+    def fail(self, kind: str, err: str) -> None:
+        if self.kind is None:
+            self.kind, self.err = kind, err
+
+    def feed(self, raw: bytes, now_ns: int) -> bool:
+        """One line of the SSE stream; returns False when the stream is over (done or failed)."""
+        line = raw.strip()
+        if not line.startswith(b"data:"):
+            return True
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            self.done = True
+            return False
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            self.fail("malformed", f"chunk is not JSON: {data[:80]!r}")
+            return False
+        if not isinstance(chunk, dict):
+            self.fail("malformed", f"chunk is not an object: {data[:80]!r}")
+            return False
+        if "error" in chunk and not chunk.get("choices"):
+            e = chunk["error"]
+            msg = e.get("message", str(e)) if isinstance(e, dict) else str(e)
+            code = int(e.get("code", 500)) if isinstance(e, dict) and str(e.get("code", "")).isdigit() else 500
+            self.fail(self.engine.classify_error(code, msg) or classify_http(code, msg), msg)
+            return False
+        for choice in chunk.get("choices") or ():
+            content = (choice.get("delta") or {}).get("content")
+            if content:
+                self.chunk_times.append(now_ns)
+                if self.keep_text:
+                    self.parts.append(content)
+            if choice.get("finish_reason"):
+                self.finish = choice["finish_reason"]
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+            self.final = chunk
+        return True
+
+    def end_of_stream(self) -> None:
+        if self.kind is None and not self.done and self.finish is None:
+            self.fail("truncated", f"stream ended after {len(self.chunk_times)} chunks without a finish")
+
+    def record(self, meta: dict[str, Any], prompt_id: str, start_unix: float, t_end_ns: int) -> RequestRecord:
+        ct = self.chunk_times
+        ok = self.kind is None and bool(ct)
+        if self.kind is None and not ct:
+            self.fail("empty", "finished without a token")
+        n_tokens = int(self.usage.get("completion_tokens") or len(ct)) if ct else 0
+        decode_s = (ct[-1] - ct[0]) / 1e9 if len(ct) > 1 else None
+        e2e = (t_end_ns - self.t0) / 1e9
+        stats = self.engine.request_spec_stats(self.final) if self.final else None
+        return RequestRecord(
+            **meta,
+            prompt_id=prompt_id,
+            status="ok" if ok else "error",
+            start_unix_s=round(start_unix, 6),
+            ttft_s=(ct[0] - self.t0) / 1e9 if ct else None,
+            e2e_s=e2e,
+            output_tokens=n_tokens if ct else None,
+            chunks=len(ct),
+            prompt_tokens=self.usage.get("prompt_tokens"),
+            decode_tps=(n_tokens - 1) / decode_s if decode_s else None,
+            e2e_tps=n_tokens / e2e if ok and e2e > 0 else None,
+            itl_s=[round((b - a) / 1e9, 7) for a, b in zip(ct, ct[1:])],
+            draft_tokens=stats.draft_tokens if stats else None,
+            accepted_tokens=stats.accepted_tokens if stats else None,
+            finish_reason=self.finish,
+            error_kind=self.kind,
+            error=self.err,
+            text="".join(self.parts) if self.keep_text else None,
+        )
 
 
 async def stream_one(
@@ -68,108 +175,34 @@ async def stream_one(
     wall_anchor: tuple[float, int],
 ) -> RequestRecord:
     """Send one streamed chat request and build its record. Never raises for request failures."""
-    body = {
-        "messages": prompt.messages,
-        "max_tokens": params.max_tokens,
-        "temperature": params.temperature,
-        "seed": params.seed,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "ignore_eos": params.ignore_eos,
-        **extras,
-    }
+    body = request_body(prompt.messages, params, extras)
     anchor_unix, anchor_ns = wall_anchor
     t0 = time.perf_counter_ns()
-    start_unix = anchor_unix + (t0 - anchor_ns) / 1e9
-    chunk_times: list[int] = []
-    parts: list[str] = []
-    usage: dict[str, Any] = {}
-    final: dict[str, Any] = {}
-    finish = None
-    done = False
-    kind = err = None
-    status_ok = False
+    parser = StreamParser(engine, params.keep_text, t0)
     try:
         timeout = aiohttp.ClientTimeout(total=params.timeout_s, sock_read=params.stall_s)
         async with session.post(url, json=body, timeout=timeout) as resp:
             if resp.status != 200:
                 text = (await resp.text())[:500]
-                kind, err = _classify_http(resp.status, text), f"HTTP {resp.status}: {text.strip()}"
+                parser.fail(
+                    engine.classify_error(resp.status, text) or classify_http(resp.status, text),
+                    f"HTTP {resp.status}: {text.strip()}",
+                )
             else:
                 async for raw in resp.content:
-                    now = time.perf_counter_ns()
-                    line = raw.strip()
-                    if not line.startswith(b"data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == b"[DONE]":
-                        done = True
+                    if not parser.feed(raw, time.perf_counter_ns()):
                         break
-                    try:
-                        chunk = json.loads(data)
-                    except ValueError:
-                        kind, err = "malformed", f"chunk is not JSON: {data[:80]!r}"
-                        break
-                    if "error" in chunk and not chunk.get("choices"):
-                        e = chunk["error"]
-                        msg = e.get("message", str(e)) if isinstance(e, dict) else str(e)
-                        kind, err = _classify_http(int(e.get("code", 500)) if isinstance(e, dict) else 500, msg), msg
-                        break
-                    for choice in chunk.get("choices") or ():
-                        content = (choice.get("delta") or {}).get("content")
-                        if content:
-                            chunk_times.append(now)
-                            if params.keep_text:
-                                parts.append(content)
-                        if choice.get("finish_reason"):
-                            finish = choice["finish_reason"]
-                    if chunk.get("usage"):
-                        usage = chunk["usage"]
-                        final = chunk
-                if kind is None:
-                    if not done and finish is None:
-                        kind, err = "truncated", f"stream ended after {len(chunk_times)} chunks without a finish"
-                    elif not chunk_times:
-                        kind, err = "empty", "finished without a token"
-                    else:
-                        status_ok = True
+                parser.end_of_stream()
     except asyncio.TimeoutError:
-        if chunk_times or time.perf_counter_ns() - t0 < params.timeout_s * 1e9 * 0.99:
-            kind, err = "stall", f"no chunk for {params.stall_s:g} s after {len(chunk_times)} chunks"
+        if time.perf_counter_ns() - t0 < params.timeout_s * 1e9 * 0.99:
+            parser.fail("stall", f"no chunk for {params.stall_s:g} s after {len(parser.chunk_times)} chunks")
         else:
-            kind, err = "timeout", f"no complete answer within {params.timeout_s:g} s"
+            parser.fail("timeout", f"no complete answer within {params.timeout_s:g} s")
     except aiohttp.ClientPayloadError as exc:
-        kind, err = "truncated", f"stream broken after {len(chunk_times)} chunks: {exc}"
+        parser.fail("truncated", f"stream broken after {len(parser.chunk_times)} chunks: {exc}")
     except (aiohttp.ClientError, OSError) as exc:
-        kind, err = "connection", f"{type(exc).__name__}: {exc}"
-
-    t_end = time.perf_counter_ns()
-    n_tokens = int(usage.get("completion_tokens") or len(chunk_times)) if chunk_times else 0
-    ttft = (chunk_times[0] - t0) / 1e9 if chunk_times else None
-    itl = [(b - a) / 1e9 for a, b in zip(chunk_times, chunk_times[1:])]
-    decode_s = (chunk_times[-1] - chunk_times[0]) / 1e9 if len(chunk_times) > 1 else None
-    e2e = (t_end - t0) / 1e9
-    stats = engine.request_spec_stats(final) if final else None
-    return RequestRecord(
-        **meta,
-        prompt_id=prompt.id,
-        status="ok" if status_ok else "error",
-        start_unix_s=round(start_unix, 6),
-        ttft_s=ttft,
-        e2e_s=e2e,
-        output_tokens=n_tokens if chunk_times else None,
-        chunks=len(chunk_times),
-        prompt_tokens=usage.get("prompt_tokens"),
-        decode_tps=(n_tokens - 1) / decode_s if decode_s else None,
-        e2e_tps=n_tokens / e2e if status_ok and e2e > 0 else None,
-        itl_s=[round(x, 7) for x in itl],
-        draft_tokens=stats.draft_tokens if stats else None,
-        accepted_tokens=stats.accepted_tokens if stats else None,
-        finish_reason=finish,
-        error_kind=kind,
-        error=err,
-        text="".join(parts) if params.keep_text else None,
-    )
+        parser.fail("connection", f"{type(exc).__name__}: {exc}")
+    return parser.record(meta, prompt.id, anchor_unix + (t0 - anchor_ns) / 1e9, time.perf_counter_ns())
 
 
 async def run_streams(
@@ -196,6 +229,8 @@ async def run_streams(
                 rec = await stream_one(
                     session, engine, url, prompt, params, extras, {**meta, "stream": s, "index": i}, wall_anchor
                 )
+                if rec.attempt:
+                    rec = dataclasses.replace(rec, id=f"{rec.attempt}/{s}/{i}")
                 records.append(rec)
                 on_record(rec)
 

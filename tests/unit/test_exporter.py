@@ -1,0 +1,172 @@
+"""The exporter, the engines' targets file and the OpenMetrics export, without an engine."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+import prometheus_client
+import pytest
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+from prometheus_client.parser import text_string_to_metric_families
+
+from harness.metrics.exporter import CONFIG_LABELS, MAX_POSITIONS, MetricsExporter
+from harness.metrics.openmetrics import export_openmetrics
+from harness.metrics.targets import EngineTargetsFile
+
+RUN_QUICK = Path(__file__).resolve().parents[1] / "fixtures" / "run_quick"
+MANIFEST = {"run_id": "r1", "scenario": "t", "engine": "llamacpp", "engine_version": "11434", "specsoak_version": "0.1.0", "started_unix": 1000.0}
+ALLOWED_LABELS = set(CONFIG_LABELS) | {"phase", "streams", "status", "error_kind", "position", "role", "buffer", "kind", "stage", "verdict", "le", "scenario", "engine_version", "specsoak_version"}
+
+
+def _request(status: str = "ok", **kw: object) -> dict[str, object]:
+    rec: dict[str, object] = {"config": "spec", "phase": "measure", "streams": 1, "repetition": 1, "stream": 0, "index": 0, "prompt_id": "p", "status": status, "start_unix_s": 1001.0}
+    if status == "ok":
+        rec.update(ttft_s=0.2, e2e_s=0.5, output_tokens=16, decode_tps=50.0, itl_s=[0.02, 0.03])
+    rec.update(kw)
+    return rec
+
+
+PHASE = {
+    "config": "spec", "phase": "measure", "streams": 1, "repetition": 1, "start_unix_s": 1001.0, "end_unix_s": 1003.0,
+    "total_tps": 40.0, "median_decode_tps": 50.0, "cpu": {"other_cores": 0.01, "engine_cores": 1.9},
+    "counters": {"draft_tokens": 40, "accepted_tokens": 30, "verify_steps": 10, "accepted_per_position": [10, 9, 8] + [1] * 30},
+    "acceptance": 0.75, "mean_accept_len": 4.0, "per_position": [1.0, 0.9, 0.8],
+}
+
+
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        text = r.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def value(samples: dict, name: str, **labels: str) -> float:
+    hits = [v for (n, lab), v in samples.items() if n == name and all(dict(lab).get(k) == want for k, want in labels.items())]
+    assert len(hits) == 1, f"{name}{labels}: {len(hits)} samples"
+    return hits[0]
+
+
+def test_exporter_serves_every_figure_on_loopback() -> None:
+    rss = {123: 200 * 1024 * 1024}
+    exp = MetricsExporter(port=0, process_reader=lambda pid: rss.get(pid), clock=lambda: 1234.0)
+    with exp:
+        assert exp.host == "127.0.0.1" and exp.port > 0
+        exp.on_run_start(MANIFEST)
+        exp.on_config_start("spec", "draft-simple", False, "llamacpp", "http://127.0.0.1:9", 123)
+        exp.on_capacity("spec", {"config": "spec", "ready_s": 1.5, "slots": 4, "ctx_per_slot": 2048, "ctx_total": 8192, "target": {"model_mib": 92.0, "kv_mib": 180.0, "compute_mib": 44.0}, "draft": {"model_mib": 92.0, "kv_mib": 180.0, "compute_mib": 10.0}})
+        exp.on_request(_request())
+        exp.on_request(_request("error", error_kind="timeout"))
+        exp.on_phase(PHASE)
+        exp.on_failure({"config": "spec", "stage": "measure", "kind": "EngineCrashed", "message": "x", "unix_s": 1005.0})
+        exp.record_verdict("spec", "warn")
+        s = scrape(exp.url)
+        assert value(s, "specsoak_requests_total", status="ok", error_kind="", phase="measure") == 1
+        assert value(s, "specsoak_requests_total", status="error", error_kind="timeout") == 1
+        assert value(s, "specsoak_output_tokens_total", phase="measure") == 16
+        assert value(s, "specsoak_request_ttft_seconds_count", phase="measure") == 1
+        assert value(s, "specsoak_request_inter_token_seconds_count", phase="measure") == 2
+        assert value(s, "specsoak_cumulative_acceptance_ratio", config="spec") == pytest.approx(0.75)
+        assert value(s, "specsoak_cumulative_mean_acceptance_length", config="spec") == pytest.approx(4.0)
+        assert value(s, "specsoak_phase_position_acceptance_ratio", position="1") == pytest.approx(0.9)
+        assert value(s, "specsoak_accepted_tokens_per_position_total", position="0") == 10
+        assert sum(1 for (n, _l) in s if n == "specsoak_accepted_tokens_per_position_total") == MAX_POSITIONS
+        assert value(s, "specsoak_total_tokens_per_second", streams="1") == 40.0
+        assert value(s, "specsoak_solo_decode_tokens_per_second", config="spec") == 50.0
+        assert value(s, "specsoak_servable_context_tokens", config="spec") == 2048
+        assert value(s, "specsoak_engine_slots", config="spec") == 4
+        assert value(s, "specsoak_engine_buffer_bytes", role="draft", buffer="kv") == 180 * 1024 * 1024
+        assert value(s, "specsoak_engine_up", config="spec") == 1
+        assert value(s, "specsoak_engine_resident_memory_bytes", config="spec") == 200 * 1024 * 1024
+        assert value(s, "specsoak_config_failures_total", kind="EngineCrashed", stage="measure") == 1
+        assert value(s, "specsoak_watchdog_verdicts_total", verdict="warn") == 1
+        assert value(s, "specsoak_engine_start_time_seconds", config="spec") == 1234.0
+        assert value(s, "specsoak_run_info", run="r1", engine_version="11434") == 1
+        for (name, labels) in s:
+            if name.startswith("specsoak_"):
+                assert {k for k, _ in labels} <= ALLOWED_LABELS, f"{name} has an unbounded label: {labels}"
+        rss.clear()  # the engine died: up 0, no RSS
+        s = scrape(exp.url)
+        assert value(s, "specsoak_engine_up", config="spec") == 0
+        assert not [k for k in s if k[0] == "specsoak_engine_resident_memory_bytes"]
+        exp.on_config_end("spec", "done")
+        s = scrape(exp.url)
+        assert not [k for k in s if k[0] == "specsoak_engine_up"], "a stopped configuration is not 'down'"
+    with pytest.raises(OSError):
+        urllib.request.urlopen(exp.url if exp._server else "http://127.0.0.1:1/metrics", timeout=2)
+
+
+def test_exporter_keeps_out_of_the_global_registry() -> None:
+    exp = MetricsExporter(process_reader=None)
+    exp.on_run_start(MANIFEST)
+    names = {m.name for m in prometheus_client.REGISTRY.collect()}
+    assert not [n for n in names if n.startswith("specsoak")]
+    assert exp.registry is not prometheus_client.REGISTRY
+
+
+def test_verdicts_are_a_fixed_set() -> None:
+    exp = MetricsExporter(process_reader=None)
+    exp.on_run_start(MANIFEST)
+    with pytest.raises(ValueError, match="verdict"):
+        exp.record_verdict("spec", "soso")
+
+
+def test_targets_file_lists_the_engine_serving_now(tmp_path: Path) -> None:
+    t = EngineTargetsFile(tmp_path)
+    t.on_run_start(MANIFEST)
+    run_file = tmp_path / "r1" / "prometheus" / "engines.json"
+    shared = tmp_path / "prometheus-targets" / "r1.json"
+    assert json.loads(run_file.read_text()) == [] == json.loads(shared.read_text())
+    t.on_config_start("spec", "draft-simple", True, "llamacpp", "http://127.0.0.1:8123", 1)
+    groups = json.loads(run_file.read_text())
+    assert groups == [{"targets": ["127.0.0.1:8123"], "labels": {"run": "r1", "config": "spec", "engine": "llamacpp", "algorithm": "draft-simple", "synthetic": "true"}}]
+    assert json.loads(shared.read_text()) == groups
+    t.on_config_end("spec", "done")
+    assert json.loads(run_file.read_text()) == []
+
+
+def test_openmetrics_export_of_a_real_run() -> None:
+    text = export_openmetrics(RUN_QUICK)
+    assert text.endswith("# EOF\n")
+    # prometheus_client's parser rejects a histogram with more than one timestamped point (promtool,
+    # the consumer, reads them: tests/integration/test_prometheus_backfill.py), so histograms are
+    # checked here by hand and everything else by the parser.
+    hist = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE") and line.endswith(" histogram")}
+    assert {"specsoak_request_ttft_seconds", "specsoak_request_inter_token_seconds", "specsoak_request_e2e_seconds"} <= hist
+    kept = [line for line in text.splitlines() if not any(line.startswith(h + "_") or line.startswith(f"# TYPE {h} ") or line.startswith(f"# HELP {h} ") for h in hist)]
+    inf = [line for line in text.splitlines() if line.startswith("specsoak_request_ttft_seconds_bucket") and 'le="+Inf"' in line]
+    count = [line for line in text.splitlines() if line.startswith("specsoak_request_ttft_seconds_count")]
+    assert len(inf) == len(count) > 0 and [x.split()[-2:] for x in inf] == [x.split()[-2:] for x in count]
+    families = {f.name: f for f in parse_openmetrics("\n".join(kept) + "\n")}
+    for name in ("specsoak_requests", "specsoak_total_tokens_per_second", "specsoak_cumulative_acceptance_ratio", "specsoak_engine_buffer_bytes", "specsoak_run"):
+        assert name in families, name
+    last: dict[tuple, float] = {}
+    for fam in families.values():
+        for s in fam.samples:
+            assert s.timestamp is not None, s
+            key = (s.name, tuple(sorted(s.labels.items())))
+            t = float(s.timestamp)
+            assert t > last.get(key, 0.0), f"{key}: timestamps must increase"
+            last[key] = t
+    # the export's figures are the run's: 1 stream solo decode = median of measured requests at 1 stream
+    reqs = [json.loads(line) for line in (RUN_QUICK / "requests.jsonl").read_text().splitlines()]
+    solo = sorted(r["decode_tps"] for r in reqs if r["config"] == "baseline" and r["phase"] == "measure" and r["streams"] == 1 and r["status"] == "ok")
+    final = [s for s in families["specsoak_solo_decode_tokens_per_second"].samples if s.labels["config"] == "baseline"][-1]
+    mid = len(solo) // 2
+    assert final.value == pytest.approx(solo[mid] if len(solo) % 2 else (solo[mid - 1] + solo[mid]) / 2)
+    total = [s for s in families["specsoak_requests"].samples if s.labels["config"] == "ngram-map-k" and s.labels["phase"] == "measure"][-1]
+    assert total.value == sum(1 for r in reqs if r["config"] == "ngram-map-k" and r["phase"] == "measure")
+
+
+def test_cli_export_writes_openmetrics(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "run.om"
+    cli = [sys.executable, "-c", "from harness.cli import main; main()"]
+    proc = subprocess.run([*cli, "export", str(RUN_QUICK), "--openmetrics", "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text() == export_openmetrics(RUN_QUICK)
+    proc = subprocess.run([*cli, "export", str(tmp_path), "--openmetrics"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "not a run folder" in proc.stderr
