@@ -58,10 +58,12 @@ def run(
 def resume(
     run_dir: Annotated[Path, typer.Argument(help="a run folder cut short (harness killed, power loss, SIGTERM)")],
     report: Annotated[bool, typer.Option(help="build the report when the run ends")] = True,
+    metrics_port: Annotated[Optional[int], typer.Option(help="serve Prometheus /metrics on this port while the run goes (0 = any free port)")] = None,
+    metrics_host: Annotated[str, typer.Option(help="address /metrics binds to; anything but loopback exposes it")] = "127.0.0.1",
+    metrics_linger: Annotated[float, typer.Option(help="seconds /metrics keeps serving after the run, for the last scrape")] = 10.0,
 ) -> None:
     """Finish a run that was cut short: measured phases and soak time are kept, the rest is run."""
     from harness.report.load import read_manifest
-    from harness.runner import Runner
 
     manifest = read_manifest(run_dir)
     copy = run_dir / "scenario.yaml"
@@ -72,14 +74,14 @@ def resume(
     if manifest.get("status") == "completed":
         err.print(f"specsoak: {run_dir} is already complete; nothing to resume")
     else:
-        result = Runner(loaded, run_dir.parent, err).run(resume_dir=run_dir)
+        result = _run_observed(loaded, run_dir.parent, metrics_port, metrics_host, metrics_linger, resume_dir=run_dir)
         if result.failed_configs:
             err.print(f"specsoak: configurations failed: {', '.join(result.failed_configs)} (see {run_dir}/failures.jsonl)")
     if report:
         _report([run_dir], None)
 
 
-def _run_observed(loaded, results: Path, metrics_port: Optional[int], metrics_host: str, linger_s: float):  # type: ignore[no-untyped-def]
+def _run_observed(loaded, results: Path, metrics_port: Optional[int], metrics_host: str, linger_s: float, resume_dir: Optional[Path] = None):  # type: ignore[no-untyped-def]
     """The run with its observers: the engines' file_sd targets file always, the exporter when asked."""
     import time
 
@@ -98,7 +100,7 @@ def _run_observed(loaded, results: Path, metrics_port: Optional[int], metrics_ho
         err.print(f"specsoak: Prometheus metrics at {exporter.url}")
         observers.append(exporter)
     try:
-        result = Runner(loaded, results, err, observers=observers).run()
+        result = Runner(loaded, results, err, observers=observers).run(resume_dir=resume_dir)
         if exporter is not None and linger_s > 0:
             time.sleep(linger_s)
         return result

@@ -22,6 +22,8 @@ class RunObserver(Protocol):
 
     def on_failure(self, record: dict[str, Any]) -> None: ...
 
+    def on_verdict(self, record: dict[str, Any]) -> None: ...
+
     def on_config_end(self, config: str, status: str) -> None: ...
 
     def on_run_end(self, status: str, reason: str) -> None: ...
@@ -46,6 +48,9 @@ class BaseObserver:
         pass
 
     def on_failure(self, record: dict[str, Any]) -> None:
+        pass
+
+    def on_verdict(self, record: dict[str, Any]) -> None:
         pass
 
     def on_config_end(self, config: str, status: str) -> None:

@@ -139,6 +139,7 @@ class SoakSlice:
                "message": message, "evidence": evidence, "action": action}
         self.verdicts.write(rec)
         self.verdict_count += 1
+        self.runner.obs.on_verdict(rec)
         if kind in FAILURE_KINDS:
             self.runner.obs.on_failure({**rec, "stage": "soak"})
         self.runner.console.print(f"  [yellow]watchdog: {kind}{f' ({metric})' if metric else ''}: {message} -> {action}[/]")

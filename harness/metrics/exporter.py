@@ -307,6 +307,12 @@ class MetricsExporter(BaseObserver):
                 cfg.active = False
 
     # ---- for the soak watchdog ---------------------------------------------------------
+    # watchdog kinds (harness/soak.py) -> the exporter's bounded verdict label
+    VERDICT_OF_KIND = {"crash": "fail", "hang": "fail", "restart_failed": "fail", "gave_up": "fail", "error_rate": "warn", "drift": "warn"}
+
+    def on_verdict(self, record: dict[str, Any]) -> None:
+        self.record_verdict(str(record["config"]), self.VERDICT_OF_KIND.get(str(record.get("kind")), "warn"))
+
     def record_verdict(self, config: str, verdict: str) -> None:
         """A watchdog verdict about ``config`` (one of VERDICTS): counted and timestamped."""
         if verdict not in VERDICTS:
