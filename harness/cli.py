@@ -145,8 +145,8 @@ def validate(
     for path in scenarios:
         loaded = _load(path, check_model_files=not no_model_files)
         sc = loaded.scenario
-        out.print(f"{path}: ok: {len(sc.configurations)} configurations ({', '.join(c.name for c in sc.configurations)})")
-        for cfg in sc.configurations:
+        out.print(f"{path}: ok: {len(sc.runs())} configurations ({', '.join(c.name for c in sc.runs())})")
+        for cfg in sc.runs():
             for warning in ENGINES[sc.server.engine].validate_warnings(cfg, sc.server):
                 err.print(f"{path}: warning: {cfg.name}: {warning}", markup=False, highlight=False, soft_wrap=True)
 

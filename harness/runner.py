@@ -70,6 +70,13 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
+def _bandwidth() -> dict[str, Any]:
+    """Memory bandwidth, once per run, before any engine starts (the report's roofline)."""
+    from harness.bandwidth import measure_bandwidth
+
+    return measure_bandwidth()
+
+
 def new_run_dir(results_root: Path, scenario_name: str) -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     try:
@@ -166,12 +173,15 @@ class Runner:
             "engine": self.sc.server.engine,
             "engine_version": self.engine_cls.installed_version(),
             "engine_build": engine_build_record(),
-            "machine": machine_info(),
+            "machine": {**machine_info(), "memory_bandwidth": _bandwidth()},
             "started_unix": time.time(),
             "stopped_unix": None,
             "status": "running",
             "stop_reason": None,
-            "configurations": {c.name: {"status": "pending", "algorithm": c.algorithm, "synthetic": c.is_synthetic} for c in self.sc.configurations},
+            "configurations": {
+                c.name: {"status": "pending", "algorithm": c.algorithm, "synthetic": c.is_synthetic, "k": c.k, "sweep_of": c.sweep_of}
+                for c in self.sc.runs()
+            },
         }
         self._write_manifest()
         self.obs.on_run_start(self.manifest)
@@ -212,7 +222,7 @@ class Runner:
         phases = _Tee(JsonlWriter(self.run_dir / PHASES), self.obs.on_phase)
         failures = _Tee(JsonlWriter(self.run_dir / FAILURES), self.obs.on_failure)
         try:
-            for cfg in self.sc.configurations:
+            for cfg in self.sc.runs():
                 if cfg.name in self.failed_before or self._config_done(cfg):
                     continue
                 ok = self._run_config(cfg, requests, phases, failures)

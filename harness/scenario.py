@@ -65,6 +65,22 @@ class Synthetic(_Strict):
         return self
 
 
+class Sweep(_Strict):
+    """Run one configuration at several draft lengths (and synthetic lengths): the K sweep."""
+
+    k: list[Annotated[int, Field(ge=1, le=64)]] = Field(min_length=1, max_length=64)
+    synthetic_length: list[Annotated[float, Field(ge=1.0)]] | None = Field(
+        None, description="with k: every combination is run; each length must be within [1, k+1]"
+    )
+
+    @field_validator("k")
+    @classmethod
+    def _distinct_k(cls, v: list[int]) -> list[int]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"k values must be distinct, got {v}")
+        return sorted(v)
+
+
 class Configuration(_Strict):
     name: str = Field(pattern=NAME_PATTERN)
     algorithm: str = "none"
@@ -74,6 +90,8 @@ class Configuration(_Strict):
     k_min: int | None = Field(None, ge=0, le=64)
     synthetic: Synthetic | None = None
     engine_args: list[str] = Field(default_factory=list, description="extra engine arguments, as a list")
+    sweep: Sweep | None = Field(None, description="expand into one configuration per k (and synthetic length)")
+    sweep_of: str | None = Field(None, description="set by the sweep expansion: the configuration this one came from")
 
     @field_validator("algorithm")
     @classmethod
@@ -100,7 +118,30 @@ class Configuration(_Strict):
                 raise ValueError(f"synthetic.rates must have k = {self.k} values, got {len(s.rates)}")
         if self.k_min is not None and self.k is not None and self.k_min > self.k:
             raise ValueError(f"k_min ({self.k_min}) must not exceed k ({self.k})")
+        if self.sweep is not None:
+            if self.algorithm == "none":
+                raise ValueError("a sweep needs a speculative algorithm, not 'none'")
+            if self.synthetic is not None and self.synthetic.rates is not None:
+                raise ValueError("sweep.k cannot be combined with synthetic.rates (their count is k); use synthetic.length")
+            for k in self.sweep.k:
+                for length in self.sweep.synthetic_length or ([self.synthetic.length] if self.synthetic else []):
+                    if length is not None and not 1.0 <= length <= k + 1:
+                        raise ValueError(f"sweep: synthetic length {length:g} is outside [1, k+1] = [1, {k + 1}] for k = {k}")
         return self
+
+    def expand(self) -> list[Configuration]:
+        """The configurations a sweep stands for (itself when it has no sweep)."""
+        if self.sweep is None:
+            return [self]
+        out = []
+        lengths: list[float | None] = list(self.sweep.synthetic_length) if self.sweep.synthetic_length else [None]
+        for k in self.sweep.k:
+            for length in lengths:
+                synthetic = Synthetic(length=length) if length is not None else self.synthetic
+                name = f"{self.name}-k{k}" + (f"-L{length:g}" if length is not None else "")
+                data = self.model_dump(exclude={"sweep", "synthetic", "name", "k", "sweep_of"})
+                out.append(Configuration(**data, name=name, k=k, synthetic=synthetic, sweep_of=self.name))
+        return out
 
     @property
     def speculative(self) -> bool:
@@ -192,6 +233,17 @@ class Soak(_Strict):
     watchdog: Watchdog = Field(default_factory=Watchdog)
 
 
+class Slo(_Strict):
+    """What one stream must get for a stream count to count as served (the report's max streams)."""
+
+    per_stream_tps_min: float | None = Field(None, gt=0, description="median decode t/s of a request at N streams, at least")
+    ttft_p95_s_max: float | None = Field(None, gt=0, description="95th percentile TTFT at N streams, at most")
+
+
+class ReportOptions(_Strict):
+    memory_budget_mib: float | None = Field(None, gt=0, le=16_777_216, description="memory for weights + KV + buffers: the report's servable context")
+
+
 class Scenario(_Strict):
     name: str = Field(pattern=NAME_PATTERN)
     description: str = ""
@@ -199,34 +251,41 @@ class Scenario(_Strict):
     configurations: list[Configuration] = Field(min_length=1, max_length=256)
     measurement: Measurement = Field(default_factory=Measurement)
     soak: Soak | None = None
+    slo: Slo | None = None
+    report: ReportOptions = Field(default_factory=ReportOptions)
 
     @model_validator(mode="after")
     def _soak_configs(self) -> Scenario:
         if self.soak and self.soak.configurations:
-            names = {c.name for c in self.configurations}
+            names = {c.name for c in self.configurations} | {c.name for c in self.runs()}
             for n in self.soak.configurations:
                 if n not in names:
                     raise ValueError(f"soak.configurations: no configuration named '{n}'; configurations: {', '.join(sorted(names))}")
         return self
 
+    def runs(self) -> list[Configuration]:
+        """The configurations to run, sweeps expanded (one per k and synthetic length)."""
+        return [x for c in self.configurations for x in c.expand()]
+
     def soak_configurations(self) -> list[Configuration]:
         if not self.soak:
             return []
         wanted = self.soak.configurations
-        return [c for c in self.configurations if wanted is None or c.name in wanted]
+        return [c for c in self.runs() if wanted is None or c.name in wanted or c.sweep_of in wanted]
 
     @field_validator("configurations")
     @classmethod
     def _unique_names(cls, v: list[Configuration]) -> list[Configuration]:
         seen: set[str] = set()
         for c in v:
-            if c.name in seen:
-                raise ValueError(f"configuration name '{c.name}' is used twice")
-            seen.add(c.name)
+            for x in c.expand():
+                if x.name in seen:
+                    raise ValueError(f"configuration name '{x.name}' is used twice" + (f" (from the sweep of '{c.name}')" if x.sweep_of else ""))
+                seen.add(x.name)
         return v
 
     def baseline(self) -> Configuration | None:
-        return next((c for c in self.configurations if c.algorithm == "none"), None)
+        return next((c for c in self.runs() if c.algorithm == "none"), None)
 
 
 class LoadedScenario:

@@ -1,0 +1,60 @@
+"""The K sweep: one configuration expanded into one run per k (and synthetic length)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from engines.llamacpp import LlamaCpp
+from harness.errors import ScenarioError
+from harness.scenario import load_scenario
+
+
+def _write(tmp_path: Path, cfg: dict) -> Path:
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    data = {"name": "s", "server": {"model": "m.gguf"}, "configurations": [{"name": "base"}, cfg]}
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def test_sweep_expands_k_and_synthetic_length(tmp_path: Path) -> None:
+    p = _write(tmp_path, {"name": "d", "algorithm": "draft-simple", "draft": "m.gguf", "sweep": {"k": [6, 2, 3], "synthetic_length": [1.5, 2.5]}})
+    sc = load_scenario(p, LlamaCpp.methods).scenario
+    runs = sc.runs()
+    assert [r.name for r in runs] == ["base", "d-k2-L1.5", "d-k2-L2.5", "d-k3-L1.5", "d-k3-L2.5", "d-k6-L1.5", "d-k6-L2.5"]
+    assert all(r.sweep_of == "d" and r.sweep is None for r in runs[1:])
+    assert runs[3].k == 3 and runs[3].synthetic is not None and runs[3].synthetic.length == 1.5 and runs[3].is_synthetic
+
+
+def test_sweep_of_k_alone_keeps_real_acceptance(tmp_path: Path) -> None:
+    p = _write(tmp_path, {"name": "ng", "algorithm": "ngram-map-k", "sweep": {"k": [4, 8]}})
+    runs = load_scenario(p, LlamaCpp.methods).scenario.runs()
+    assert [(r.name, r.k, r.is_synthetic) for r in runs[1:]] == [("ng-k4", 4, False), ("ng-k8", 8, False)]
+
+
+@pytest.mark.parametrize(
+    ("sweep", "extra", "message"),
+    [
+        ({"k": [1, 2], "synthetic_length": [2.5]}, {}, "synthetic length 2.5 is outside [1, k+1] = [1, 2] for k = 1"),
+        ({"k": [2, 2]}, {}, "k values must be distinct"),
+        ({"k": [0]}, {}, "greater than or equal to 1"),
+        ({"k": [2, 3]}, {"synthetic": {"rates": [0.5, 0.4]}, "k": 2}, "cannot be combined with synthetic.rates"),
+    ],
+)
+def test_bad_sweeps_are_input_errors(tmp_path: Path, sweep: dict, extra: dict, message: str) -> None:
+    p = _write(tmp_path, {"name": "d", "algorithm": "draft-simple", "draft": "m.gguf", "sweep": sweep, **extra})
+    with pytest.raises(ScenarioError, match=message.replace("[", r"\[").replace("]", r"\]").replace("+", r"\+")):
+        load_scenario(p, LlamaCpp.methods)
+
+
+def test_sweep_names_must_not_clash(tmp_path: Path) -> None:
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    data = {"name": "s", "server": {"model": "m.gguf"},
+            "configurations": [{"name": "d-k2", "algorithm": "ngram-mod"}, {"name": "d", "algorithm": "ngram-mod", "sweep": {"k": [2]}}]}
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(data))
+    with pytest.raises(ScenarioError, match="'d-k2' is used twice \\(from the sweep of 'd'\\)"):
+        load_scenario(p, LlamaCpp.methods)
