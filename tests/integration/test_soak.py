@@ -189,4 +189,6 @@ def test_distributed_locust_master_and_two_workers_write_the_same_record_schema(
     assert records and all(set(r) == schema for r in records)
     assert (run_dir / "logs").glob("locust-*-worker0.log")
     slices = [e for e in read_jsonl(run_dir / "soak_slices.jsonl") if e["event"] == "end"]
-    assert sum(e["locust_stats"]["requests"] for e in slices) == len(records)
+    # the master's final statistics are a snapshot of what the workers had reported when it quit;
+    # requests finishing during the stop timeout reach the records but may miss that snapshot
+    assert 0 < sum(e["locust_stats"]["requests"] for e in slices) <= len(records)
