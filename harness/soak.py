@@ -130,6 +130,7 @@ class SoakSlice:
         self.window: list[dict[str, Any]] = []
         self.window_t0 = 0.0
         self.window_counters: EngineCounters | None = None
+        self.t_load = time.time()
         self.verdicts = JsonlWriter(self.run_dir / VERDICTS)
         self.windows = JsonlWriter(self.run_dir / WINDOWS)
 
@@ -193,12 +194,12 @@ class SoakSlice:
         self.engine = self._start_engine()
         locust = LocustProcess(self._locust_config(), self.run_dir / SOAK_DIR, self.run_dir / "logs", self.soak.workers)
         gave_up = False
-        t_load = time.time()
+        t_load = self.t_load = time.time()
         try:
             self.window_t0 = time.time()
             self.window_counters = self._scrape()
             last_ok = time.monotonic()
-            t_load = time.time()
+            t_load = self.t_load = time.time()
             locust.start()
             hard_stop = time.monotonic() + self.slice_s + 120
             while locust.alive() and time.monotonic() < hard_stop:
@@ -316,6 +317,15 @@ class SoakSlice:
         }
         self.windows.write(win)
         self.history.setdefault(self.cfg.name, []).append(win)
+        done = self.offset_s + (now - self.t_load)
+        self.runner.console.print(
+            f"  soak {self.cfg.name} {done:,.0f}/{self.soak.duration_s:,.0f} s: {len(recs)} requests, {errors} failed"
+            + (f", decode {win['decode_tps']:.1f} t/s" if win["decode_tps"] else "")
+            + (f", TTFT p95 {win['ttft_p95_s']:.2f} s" if win["ttft_p95_s"] is not None else "")
+            + (f", acceptance {acceptance:.2f}" if acceptance is not None else "")
+            + (f", engine RSS {win['engine_rss_mib']:.0f} MiB" if win["engine_rss_mib"] else ""),
+            highlight=False,
+        )
         self.window, self.window_t0, self.window_counters = [], now, counters
         if len(recs) >= self.wd.min_requests and errors / len(recs) >= self.wd.error_rate:
             self.verdict("error_rate", f"{errors} of {len(recs)} requests failed in the last window", {"window": win}, "none")
