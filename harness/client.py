@@ -35,6 +35,8 @@ ERROR_KINDS = (
     "malformed",  # a chunk that is not JSON
     "truncated",  # stream ended without a finish
     "empty",  # finished without a single token
+    "duplicate",  # more text chunks than the engine's usage.completion_tokens: chunks repeated
+    "interrupted",  # cut by the harness stopping (SIGTERM/SIGINT, or a records write that failed)
 )
 
 
@@ -49,12 +51,15 @@ class RequestParams:
     keep_text: bool = True
 
 
-def request_body(messages: list[dict[str, str]], params: RequestParams, extras: dict[str, Any]) -> dict[str, Any]:
+def request_body(messages: list[dict[str, str]], params: RequestParams, extras: dict[str, Any], seq: int = 0) -> dict[str, Any]:
+    """The chat request. ``seq`` (the request's position in its phase) varies the seed, so that
+    sampled decoding and the engine's synthetic acceptance draw afresh for every request while
+    the same position gets the same seed in every configuration (paired comparisons)."""
     return {
         "messages": messages,
         "max_tokens": params.max_tokens,
         "temperature": params.temperature,
-        "seed": params.seed,
+        "seed": params.seed + seq,
         "stream": True,
         "stream_options": {"include_usage": True},
         "ignore_eos": params.ignore_eos,
@@ -73,6 +78,9 @@ def classify_http(status: int, body: str) -> str:
     return "http_error"
 
 
+_decode = json.JSONDecoder().decode
+
+
 class StreamParser:
     """Accumulates one streamed answer; ``record()`` builds its RequestRecord."""
 
@@ -88,10 +96,31 @@ class StreamParser:
         self.done = False
         self.kind: str | None = None
         self.err: str | None = None
+        self._partial = b""
 
     def fail(self, kind: str, err: str) -> None:
         if self.kind is None:
             self.kind, self.err = kind, err
+
+    def feed_block(self, block: bytes, now_ns: int) -> bool:
+        """Bytes as they arrived (any number of lines, the last one possibly cut): every complete
+        line is fed with the arrival time of the block; returns False when the stream is over.
+        One call per network read, not per line: no per-line awaits or buffers."""
+        if self._partial:
+            block = self._partial + block
+        lines = block.split(b"\n")
+        self._partial = lines.pop()
+        for line in lines:
+            if len(line) > 4 and not self.feed(line, now_ns):  # blank separators skipped without a call
+                return False
+        return True
+
+    def end_of_block_stream(self, now_ns: int) -> None:
+        """The stream ended: feed a last line that came without a newline, then check the end."""
+        partial, self._partial = self._partial, b""
+        if partial.strip():
+            self.feed(partial, now_ns)
+        self.end_of_stream()
 
     def feed(self, raw: bytes, now_ns: int) -> bool:
         """One line of the SSE stream; returns False when the stream is over (done or failed)."""
@@ -103,7 +132,7 @@ class StreamParser:
             self.done = True
             return False
         try:
-            chunk = json.loads(data)
+            chunk = _decode(data.decode("utf-8"))  # strict UTF-8, as json.loads on bytes
         except ValueError:
             self.fail("malformed", f"chunk is not JSON: {data[:80]!r}")
             return False
@@ -138,6 +167,11 @@ class StreamParser:
         ok = self.kind is None and bool(ct)
         if self.kind is None and not ct:
             self.fail("empty", "finished without a token")
+        reported = self.usage.get("completion_tokens")
+        if self.kind is None and isinstance(reported, int) and len(ct) > reported:
+            # one chunk carries at least one token: more chunks than tokens means chunks were repeated
+            self.fail("duplicate", f"{len(ct)} text chunks but usage.completion_tokens = {reported}")
+            ok = False
         n_tokens = int(self.usage.get("completion_tokens") or len(ct)) if ct else 0
         decode_s = (ct[-1] - ct[0]) / 1e9 if len(ct) > 1 else None
         e2e = (t_end_ns - self.t0) / 1e9
@@ -173,15 +207,20 @@ async def stream_one(
     extras: dict[str, Any],
     meta: dict[str, Any],
     wall_anchor: tuple[float, int],
+    headers: dict[str, str] | None = None,
+    seq: int = 0,
 ) -> RequestRecord:
-    """Send one streamed chat request and build its record. Never raises for request failures."""
-    body = request_body(prompt.messages, params, extras)
+    """Send one streamed chat request and build its record. Never raises for request failures.
+
+    Cancelled (the harness stopping), it returns the request as failed with kind 'interrupted'.
+    """
+    body = request_body(prompt.messages, params, extras, seq)
     anchor_unix, anchor_ns = wall_anchor
     t0 = time.perf_counter_ns()
     parser = StreamParser(engine, params.keep_text, t0)
     try:
         timeout = aiohttp.ClientTimeout(total=params.timeout_s, sock_read=params.stall_s)
-        async with session.post(url, json=body, timeout=timeout) as resp:
+        async with session.post(url, json=body, timeout=timeout, headers=headers) as resp:
             if resp.status != 200:
                 text = (await resp.text())[:500]
                 parser.fail(
@@ -189,10 +228,13 @@ async def stream_one(
                     f"HTTP {resp.status}: {text.strip()}",
                 )
             else:
-                async for raw in resp.content:
-                    if not parser.feed(raw, time.perf_counter_ns()):
+                more = True
+                async for block in resp.content.iter_any():  # one await per network read
+                    if not parser.feed_block(block, time.perf_counter_ns()):
+                        more = False
                         break
-                parser.end_of_stream()
+                if more:
+                    parser.end_of_block_stream(time.perf_counter_ns())
     except asyncio.TimeoutError:
         if time.perf_counter_ns() - t0 < params.timeout_s * 1e9 * 0.99:
             parser.fail("stall", f"no chunk for {params.stall_s:g} s after {len(parser.chunk_times)} chunks")
@@ -202,6 +244,8 @@ async def stream_one(
         parser.fail("truncated", f"stream broken after {len(parser.chunk_times)} chunks: {exc}")
     except (aiohttp.ClientError, OSError) as exc:
         parser.fail("connection", f"{type(exc).__name__}: {exc}")
+    except asyncio.CancelledError:
+        parser.fail("interrupted", f"harness stopping: request cut after {len(parser.chunk_times)} chunks")
     return parser.record(meta, prompt.id, anchor_unix + (t0 - anchor_ns) / 1e9, time.perf_counter_ns())
 
 
@@ -215,24 +259,53 @@ async def run_streams(
     on_record: Callable[[RequestRecord], None],
     wall_anchor: tuple[float, int],
     prompt_offset: int = 0,
+    stop: asyncio.Event | None = None,
 ) -> list[RequestRecord]:
-    """``streams`` closed-loop streams, each sending ``requests_per_stream`` requests in turn."""
-    url = engine.base_url + engine.chat_path
+    """``streams`` closed-loop streams, each sending ``requests_per_stream`` requests in turn.
+
+    When ``stop`` is set (or ``on_record`` fails, e.g. a full disk), no new request starts and the
+    requests in flight are cut and recorded with error_kind 'interrupted'; then the first error
+    of ``on_record``, if any, is raised.
+    """
+    url = engine.request_url + engine.chat_path
     extras = engine.request_extras()
+    headers = engine.request_headers()
+    stop = stop if stop is not None else asyncio.Event()
     records: list[RequestRecord] = []
     connector = aiohttp.TCPConnector(force_close=True, limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
 
-        async def one_stream(s: int) -> None:
-            for i in range(requests_per_stream):
-                prompt = prompts[(prompt_offset + s * requests_per_stream + i) % len(prompts)]
-                rec = await stream_one(
-                    session, engine, url, prompt, params, extras, {**meta, "stream": s, "index": i}, wall_anchor
-                )
-                if rec.attempt:
-                    rec = dataclasses.replace(rec, id=f"{rec.attempt}/{s}/{i}")
-                records.append(rec)
-                on_record(rec)
+        async def until_stopped(request: Any) -> RequestRecord:
+            task = asyncio.ensure_future(request)
+            waiter = asyncio.ensure_future(stop.wait())
+            try:
+                await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
+            if not task.done():
+                task.cancel()  # stream_one records it as 'interrupted'
+            return await task
 
-        await asyncio.gather(*(one_stream(s) for s in range(streams)))
+        async def one_stream(s: int) -> None:
+            try:
+                for i in range(requests_per_stream):
+                    if stop.is_set():
+                        return
+                    seq = prompt_offset + s * requests_per_stream + i
+                    prompt = prompts[seq % len(prompts)]
+                    rec = await until_stopped(
+                        stream_one(session, engine, url, prompt, params, extras, {**meta, "stream": s, "index": i}, wall_anchor, headers, seq)
+                    )
+                    if rec.attempt:
+                        rec = dataclasses.replace(rec, id=f"{rec.attempt}/{s}/{i}")
+                    records.append(rec)
+                    on_record(rec)
+            except BaseException:
+                stop.set()
+                raise
+
+        outcomes = await asyncio.gather(*(one_stream(s) for s in range(streams)), return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
     return records

@@ -6,6 +6,7 @@ Every error names the file, the line where YAML can tell it, the field, and what
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -14,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from harness.errors import ScenarioError
-from harness.models_ref import ModelNotFound, resolve_model
+from harness.models_ref import WORKSHOP_PREFIX, ModelNotFound, resolve_model
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
@@ -163,6 +164,13 @@ class Server(_Strict):
     start_timeout_s: float = Field(180.0, gt=0, le=3600)
     request_timeout_s: float = Field(300.0, gt=0, le=86_400)
     stop_grace_s: float = Field(10.0, ge=0, le=600)
+    port: int | None = Field(None, ge=1024, le=65535, description="engine port (default: a free ephemeral one per start)")
+    request_base_url: str | None = Field(
+        None, pattern=r"^https?://[^\s/]+(:\d+)?/?$", description="send requests here instead of to the engine (a proxy in between)"
+    )
+    api_key_env: str | None = Field(
+        None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="environment variable holding the engine's API key"
+    )
 
 
 class Measurement(_Strict):
@@ -325,7 +333,7 @@ def load_scenario(
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError(f"{p}: cannot read scenario file ({exc})") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
@@ -339,6 +347,10 @@ def load_scenario(
         raise ScenarioError(_format_validation(p, text, exc)) from None
 
     lines = _line_finder(text)
+    key_env = scenario.server.api_key_env
+    if key_env and not os.environ.get(key_env):
+        loc = ("server", "api_key_env")
+        raise ScenarioError(f"{p}{lines(loc)}: {_dotted(loc)}: environment variable '{key_env}' is not set (the API key is read from it)")
     if known_algorithms is not None:
         for i, cfg in enumerate(scenario.configurations):
             if cfg.algorithm not in known_algorithms:
@@ -358,13 +370,55 @@ def load_scenario(
         if ref in models:
             continue
         if not check_model_files:
-            models[ref] = Path(ref) if Path(ref).is_absolute() else p.parent / ref
+            if ref.startswith(WORKSHOP_PREFIX):
+                from harness.models import WorkshopError, path_for  # checks the name, builds nothing
+
+                try:
+                    models[ref] = path_for(ref[len(WORKSHOP_PREFIX) :])
+                except WorkshopError as exc:
+                    raise ScenarioError(f"{p}{lines(loc)}: {_dotted(loc)}: {exc}") from None
+            else:
+                models[ref] = Path(ref) if Path(ref).is_absolute() else p.parent / ref
             continue
         try:
             models[ref] = resolve_model(ref, p.parent, allow_folder=model_folders)
         except ModelNotFound as exc:
             raise ScenarioError(f"{p}{lines(loc)}: {_dotted(loc)}: {exc}") from None
+    _check_files(p, scenario, lines)
     return LoadedScenario(p, text, scenario, models)
+
+
+def _check_files(p: Path, scenario: Scenario, lines: Any) -> None:
+    """The prompt and trace files a run would read: missing or broken is bad input, found before anything starts."""
+    from harness.prompts import PromptError, load_prompts
+
+    refs: list[tuple[tuple[Any, ...], str]] = [(("measurement", "prompts"), scenario.measurement.prompts)]
+    if scenario.soak is not None and scenario.soak.prompts:
+        refs.append((("soak", "prompts"), scenario.soak.prompts))
+    for loc, ref in refs:
+        try:
+            load_prompts(ref, p.parent)
+        except PromptError as exc:
+            raise ScenarioError(f"{p}{lines(loc)}: {_dotted(loc)}: {exc}") from None
+    trace = scenario.soak.shape.trace if scenario.soak is not None else None
+    if trace and not (Path(trace) if Path(trace).is_absolute() else p.parent / trace).is_file():
+        loc = ("soak", "shape", "trace")
+        raise ScenarioError(f"{p}{lines(loc)}: {_dotted(loc)}: no such trace file: {trace}")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"found duplicate key '{key}'", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def _dotted(loc: tuple[Any, ...]) -> str:
