@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -12,7 +13,7 @@ from typer.exceptions import TyperException
 from rich.console import Console
 from rich.table import Table
 
-from harness.errors import EXIT_ENGINE, EXIT_INPUT, EXIT_OK, HarnessError, ScenarioError
+from harness.errors import EXIT_ENGINE, EXIT_INPUT, EXIT_OK, EXIT_VERDICT, HarnessError, ScenarioError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Is speculative decoding worth it on your box? Measure it.")
 out = Console()
@@ -109,10 +110,10 @@ def _run_observed(loaded, results: Path, metrics_port: Optional[int], metrics_ho
             exporter.close()
 
 
-def _report(run_dirs: list[Path], out_dir: Optional[Path]) -> None:
+def _report(run_dirs: list[Path], out_dir: Optional[Path], slo: Optional[dict] = None, memory_budget_mib: Optional[float] = None) -> None:
     from harness.report.build import build_report
 
-    rep = build_report(run_dirs, out_dir)
+    rep = build_report(run_dirs, out_dir, slo=slo, memory_budget_mib=memory_budget_mib)
     if not rep.display.empty:
         table = Table(title="specsoak verdict", show_lines=False)
         for col in rep.display.columns:
@@ -121,15 +122,51 @@ def _report(run_dirs: list[Path], out_dir: Optional[Path]) -> None:
             table.add_row(*[str(v) for v in row])
         out.print(table)
     out.print(f"report: {rep.markdown}")
+    if rep.html is not None:
+        out.print(f"report: {rep.html}")
 
 
 @app.command("report")
 def report_cmd(
     run_dirs: Annotated[list[Path], typer.Argument(help="one or more run folders")],
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="where to write (default: the run folder)")] = None,
+    slo_tps: Annotated[Optional[float], typer.Option(help="SLO: per-stream decode t/s at least (instead of the scenario's slo:)")] = None,
+    slo_ttft_p95: Annotated[Optional[float], typer.Option(help="SLO: TTFT p95 in seconds at most (instead of the scenario's slo:)")] = None,
+    memory_budget_mib: Annotated[Optional[float], typer.Option(help="memory budget for the servable context (instead of the scenario's report.memory_budget_mib)")] = None,
 ) -> None:
-    """Rebuild the report from run folders alone."""
-    _report(run_dirs, out_dir)
+    """Rebuild the report (md, html, tables, plots) from run folders alone."""
+    for d in run_dirs:
+        if not (d / "manifest.json").is_file():
+            raise ScenarioError(f"{d}: not a run folder (no manifest.json)")
+    slo = {"per_stream_tps_min": slo_tps, "ttft_p95_s_max": slo_ttft_p95} if slo_tps or slo_ttft_p95 else None
+    _report(run_dirs, out_dir, slo, memory_budget_mib)
+
+
+@app.command()
+def verify(
+    scenario: Annotated[Path, typer.Argument(help="scenario YAML file (its baseline and speculative configurations)")],
+    results: Annotated[Path, typer.Option(help="folder that receives the verify run folder")] = Path("results"),
+    into: Annotated[Optional[Path], typer.Option(help="write into this existing run folder instead of a new one")] = None,
+    streams: Annotated[Optional[int], typer.Option(help="the concurrent stream count (default: the scenario's largest)", min=1)] = None,
+    prompts: Annotated[int, typer.Option(help="how many of the scenario's prompts", min=1)] = 4,
+    max_tokens: Annotated[Optional[int], typer.Option(help="tokens per answer (default: the scenario's max_tokens)", min=1)] = None,
+    samples: Annotated[int, typer.Option(help="sampled answers per configuration for the distribution test (0: none)", min=0)] = 0,
+    temperature: Annotated[float, typer.Option(help="temperature of the distribution test's samples", min=0.01)] = 0.8,
+    config: Annotated[Optional[list[str]], typer.Option(help="only these configurations (repeatable)")] = None,
+    report: Annotated[bool, typer.Option(help="build the report of the folder afterwards")] = True,
+) -> None:
+    """Compare speculative outputs with the baseline's: greedy token by token, sampled by a chi-square test."""
+    from harness.verify import Verifier, VerifyOptions
+
+    loaded = _load(scenario)
+    opts = VerifyOptions(streams=streams, prompts=prompts, max_tokens=max_tokens, samples=samples, temperature=temperature,
+                         configurations=list(config or []))
+    run_dir, identical = Verifier(loaded, results, opts, err, into=into).run()
+    if report:
+        _report([run_dir], None)
+    out.print(f"verify: {'every configuration gave the baseline' + chr(39) + 's outputs' if identical else 'outputs DIFFER from the baseline (see verify.jsonl)'}")
+    if not identical:
+        raise typer.Exit(EXIT_VERDICT)
 
 
 @app.command()
@@ -263,6 +300,8 @@ def doctor() -> None:
 
 
 def main() -> None:
+    # the user's umask, but never group- or world-writable: run folders, logs and records (docs/reliability.md)
+    os.umask(os.umask(0o022) | 0o022)
     try:
         rv = app(standalone_mode=False)
         code = rv if isinstance(rv, int) else EXIT_OK

@@ -31,8 +31,12 @@ from harness.errors import EngineCrashed, EngineError, ResultsError, ScenarioErr
 from harness.observe import Observers, RunObserver
 from harness.prompts import PromptError, load_prompts
 from harness.runner_util import free_port
-from harness.records import FAILURES, MANIFEST, PHASES, REQUESTS, JsonlWriter, read_jsonl, write_json_atomic
+from harness.records import FAILURES, MANIFEST, PHASES, REQUESTS, BatchedJsonlWriter, JsonlWriter, RequestRecord, read_jsonl, write_json_atomic
 from harness.scenario import Configuration, LoadedScenario, safe_name
+
+
+RESERVE = ".reserve"  # freed when the disk is full, so the manifest's stop reason can still be written
+RESERVE_BYTES = 64 * 1024
 
 
 class RunInterrupted(BaseException):
@@ -109,7 +113,9 @@ def launch_spec(loaded: LoadedScenario, cfg: Configuration, port: int) -> Launch
         threads=srv.threads,
         extra_args=tuple(srv.extra_args) + tuple(cfg.engine_args),
         binary=Path(srv.binary) if srv.binary else None,
-        port=port,
+        port=srv.port or port,
+        request_base_url=srv.request_base_url,
+        api_key=os.environ.get(srv.api_key_env) if srv.api_key_env else None,
     )
 
 
@@ -155,6 +161,10 @@ class Runner:
         self.manifest: dict[str, Any] = {}
         self.done_phases: set[tuple[str, int, int]] = set()
         self.failed_before: list[str] = []
+        # SIGTERM/SIGINT during a phase: the phase's loop and stop event (see run(), docs/reliability.md)
+        self._phase_loop: asyncio.AbstractEventLoop | None = None
+        self._phase_stop: asyncio.Event | None = None
+        self._interrupted: str | None = None
 
     # ---- manifest --------------------------------------------------------------------
     def _write_manifest(self) -> None:
@@ -191,7 +201,13 @@ class Runner:
         self.manifest["stop_reason"] = reason
         self.manifest["stopped_unix"] = time.time()
         try:
-            self._write_manifest()
+            try:
+                self._write_manifest()
+            except ResultsError:
+                # a full disk: give back the reserve made at the start so the stop reason fits
+                if self.run_dir is not None:
+                    (self.run_dir / RESERVE).unlink(missing_ok=True)
+                self._write_manifest()
         except ResultsError as exc:
             self.console.print(f"[red]specsoak: could not write the stop reason: {exc}[/]")
         self.obs.on_run_end(status, reason)
@@ -201,9 +217,14 @@ class Runner:
         """Run the scenario into a new folder, or (``resume_dir``) finish what a cut run left undone."""
         if resume_dir is None:
             self.run_dir = new_run_dir(self.results_root, self.sc.name)
-            (self.run_dir / "scenario.yaml").write_text(self.loaded.text, encoding="utf-8")
-            for sub in ("logs", "capacity"):
-                (self.run_dir / sub).mkdir()
+            try:
+                (self.run_dir / "scenario.yaml").write_text(self.loaded.text, encoding="utf-8")
+                for sub in ("logs", "capacity"):
+                    (self.run_dir / sub).mkdir()
+                # room for the final manifest on a disk that fills up during the run (freed by _finish)
+                (self.run_dir / RESERVE).write_bytes(b"\0" * RESERVE_BYTES)
+            except OSError as exc:
+                raise ResultsError(f"cannot write the run folder {self.run_dir}: {exc.strerror}") from None
             self._start_manifest()
             self.console.print(f"specsoak: run folder {self.run_dir}")
         else:
@@ -214,11 +235,20 @@ class Runner:
         old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
 
         def on_signal(signum: int, _frame: Any) -> None:
-            raise RunInterrupted(signal.Signals(signum).name)
+            name = signal.Signals(signum).name
+            loop, stop = self._phase_loop, self._phase_stop
+            if loop is not None and stop is not None and self._interrupted is None:
+                # during a phase: cut the requests in flight (recorded as 'interrupted'), then stop
+                self._interrupted = name
+                loop.call_soon_threadsafe(stop.set)
+                return
+            raise RunInterrupted(name)  # between phases, or a second signal
 
         for s in old:
             signal.signal(s, on_signal)
-        requests = _Tee(JsonlWriter(self.run_dir / REQUESTS), self.obs.on_request)
+        # request records go to disk in batches from a writer thread, observers hear of them once on disk;
+        # _phase flushes before the phase record (docs/performance.md#records-on-disk)
+        requests = _Tee(BatchedJsonlWriter(self.run_dir / REQUESTS, on_durable=self.obs.on_request), None)
         phases = _Tee(JsonlWriter(self.run_dir / PHASES), self.obs.on_phase)
         failures = _Tee(JsonlWriter(self.run_dir / FAILURES), self.obs.on_failure)
         try:
@@ -233,9 +263,10 @@ class Runner:
             status = "completed" if not failed else "completed_with_failures"
             reason = "all configurations measured" if not failed else f"configurations failed: {', '.join(failed)}"
             self._finish(status, reason)
+            (self.run_dir / RESERVE).unlink(missing_ok=True)
             return RunResult(self.run_dir, status, failed)
         except RunInterrupted as exc:
-            self._finish("interrupted", f"{exc.signame} received; records written before it are kept")
+            self._finish("interrupted", f"{exc.signame} received; records written before it are kept, requests in flight recorded as 'interrupted'")
             raise
         except BaseException as exc:
             self._finish("failed", str(exc) if isinstance(exc, ResultsError) else f"{type(exc).__name__}: {exc}")
@@ -312,7 +343,7 @@ class Runner:
         spec = launch_spec(self.loaded, cfg, free_port())
         engine = self.engine_cls(spec, self.run_dir / "logs" / f"{name}.server.log")
         self.console.print(f"[bold]{cfg.name}[/] ({cfg.algorithm}{', synthetic' if cfg.is_synthetic else ''}): starting {self.engine_cls.name}")
-        self._set_config_status(cfg.name, status="starting", command=engine.command())
+        self._set_config_status(cfg.name, status="starting", command=engine.display_command())
         stage = "start"
         try:
             engine.start()
@@ -382,9 +413,22 @@ class Runner:
         before = engine.scrape()
         meter = CpuMeter(engine.pid).start()
         t0 = time.time()
-        records = asyncio.run(
-            run_streams(engine, self.prompts, self.params, streams, n, meta, lambda r: requests.write(r.to_dict()), self.wall_anchor, offset)
-        )
+
+        async def measured() -> list[RequestRecord]:
+            self._phase_stop = asyncio.Event()
+            self._phase_loop = asyncio.get_running_loop()
+            try:
+                return await run_streams(
+                    engine, self.prompts, self.params, streams, n, meta, lambda r: requests.write(r.to_dict()), self.wall_anchor, offset,
+                    stop=self._phase_stop,
+                )
+            finally:
+                self._phase_loop = None
+
+        records = asyncio.run(measured())
+        requests.flush()  # every request record on disk before its phase closes
+        if self._interrupted is not None:
+            raise RunInterrupted(self._interrupted)  # the phase is incomplete: no phase record, resume measures it again
         cpu = meter.stop()
         t1 = time.time()
         if not engine.alive():
@@ -439,7 +483,12 @@ class _Tee:
 
     def write(self, record: dict[str, Any]) -> None:
         self.writer.write(record)
-        self.notify(record)
+        if self.notify is not None:  # None: the writer notifies once the record is on disk
+            self.notify(record)
+
+    def flush(self) -> None:
+        if isinstance(self.writer, BatchedJsonlWriter):
+            self.writer.flush()
 
     def close(self) -> None:
         self.writer.close()

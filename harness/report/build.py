@@ -1,19 +1,35 @@
-"""``specsoak report``: report.md, verdict.csv/.parquet and plots, from run folders alone."""
+"""``specsoak report``: report.md, a self-contained report.html, every table as CSV and Parquet,
+and the plots, from run folders alone (several runs combine: one row per run and configuration)."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import numbers
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+from harness.report import plots
+from harness.report.load import RunData, load_run
+from harness.report.render import Block, h, img, p, table, to_html, to_markdown, ul
+from harness.report.stats import isnum
+from harness.report.tables import (
+    breakeven_table,
+    explain_table,
+    max_streams_table,
+    memory_table,
+    roofline_table,
+    soak_table,
+    verify_distribution_table,
+    verify_table,
+)
+from harness.report.verdict import display_table, stream_counts, verdict_table
 
-from harness.report.load import RunData, load_run  # noqa: E402
-from harness.report.verdict import display_table, stream_counts, verdict_table  # noqa: E402
+TABLES = ("verdict", "memory", "max_streams", "break_even", "explanation", "roofline", "soak", "verify", "verify_distribution")
+PLOTS = ("tps_vs_streams.png", "acceptance_over_time.png", "latency.png", "memory.png", "k_sweep.png")
 
 
 @dataclass(frozen=True)
@@ -22,99 +38,260 @@ class Report:
     markdown: Path
     verdict: pd.DataFrame
     display: pd.DataFrame
+    html: Path | None = None
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    images: tuple[Path, ...] = ()
 
 
-def build_report(run_dirs: list[Path], out_dir: Path | None = None) -> Report:
+def build_report(
+    run_dirs: list[Path],
+    out_dir: Path | None = None,
+    slo: dict[str, float] | None = None,
+    memory_budget_mib: float | None = None,
+) -> Report:
     runs = [load_run(d) for d in run_dirs]
+    multi = len(runs) > 1
     out = out_dir or (run_dirs[0] if len(run_dirs) == 1 else run_dirs[0].parent / ("combined-" + "-".join(r.run_id for r in runs))[:200])
     out.mkdir(parents=True, exist_ok=True)
-    table = verdict_table(runs)
     counts = stream_counts(runs)
-    shown = display_table(table, counts, multi_run=len(runs) > 1) if not table.empty else pd.DataFrame()
-    table.to_csv(out / "verdict.csv", index=False)
-    table.to_parquet(out / "verdict.parquet", index=False)
-    plot = out / "tps_vs_streams.png"
-    plot_tps_vs_streams(table, counts, plot)
+    verdict = verdict_table(runs)
+    tables: dict[str, pd.DataFrame] = {"verdict": verdict}
+    tables["max_streams"] = max_streams_table(runs, slo)
+    if not verdict.empty and not tables["max_streams"].empty:
+        ms = tables["max_streams"][["run", "config", "max_streams", "max_streams_is_lower_bound"]]
+        verdict = verdict.merge(ms, on=["run", "config"], how="left")
+        tables["verdict"] = verdict
+    tables["memory"] = memory_table(runs, memory_budget_mib)
+    tables["break_even"] = breakeven_table(verdict, counts) if not verdict.empty else pd.DataFrame()
+    tables["explanation"] = explain_table(runs, verdict) if not verdict.empty else pd.DataFrame()
+    tables["roofline"] = roofline_table(runs, verdict) if not verdict.empty else pd.DataFrame()
+    tables["soak"] = soak_table(runs)
+    tables["verify"] = verify_table(runs)
+    tables["verify_distribution"] = verify_distribution_table(runs)
+    for name in TABLES:
+        df = tables[name]
+        for ext in ("csv", "parquet"):
+            (out / f"{name}.{ext}").unlink(missing_ok=True)  # a table that has no rows now leaves no stale file
+        if name == "verdict" or not df.empty:
+            df.to_csv(out / f"{name}.csv", index=False)
+            df.to_parquet(out / f"{name}.parquet", index=False)
+
+    for name in PLOTS:
+        (out / name).unlink(missing_ok=True)
+    images: dict[str, Path | None] = {
+        "tps": plots.tps_vs_streams(verdict, counts, tables["break_even"], out / "tps_vs_streams.png", multi) if not verdict.empty else None,
+        "acc": plots.acceptance_over_time(runs, out / "acceptance_over_time.png"),
+        "lat": plots.latency_distributions(runs, out / "latency.png"),
+        "mem": plots.memory_bars(tables["memory"], out / "memory.png", multi),
+        "k": plots.k_sweep(verdict, runs, counts, out / "k_sweep.png") if not verdict.empty else None,
+    }
+    shown = display_table(verdict, counts, multi_run=multi) if not verdict.empty else pd.DataFrame()
+    if not shown.empty:
+        shown.insert(len(shown.columns) - 1, "max streams (SLO)", [_max_streams(v, lb) for v, lb in
+                                                                   zip(verdict.get("max_streams", [None] * len(verdict)),
+                                                                       verdict.get("max_streams_is_lower_bound", [False] * len(verdict)))])
+    blocks = _blocks(runs, tables, shown, images, multi)
     md = out / "report.md"
-    md.write_text(render_markdown(runs, table, shown, plot.name), encoding="utf-8")
-    return Report(out, md, table, shown)
+    md.write_text(to_markdown(blocks), encoding="utf-8")
+    page = out / "report.html"
+    page.write_text(to_html(blocks, "specsoak report: " + ", ".join(r.run_id for r in runs)), encoding="utf-8")
+    return Report(out, md, verdict, shown, page, tables, tuple(i for i in images.values() if i is not None))
 
 
-def plot_tps_vs_streams(table: pd.DataFrame, counts: list[int], path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
-    for _, row in table.iterrows():
-        xs, ys = [], []
-        for n in counts:
-            v = row.get(f"total_tps_{n}")
-            if v is not None and not (isinstance(v, float) and math.isnan(v)):
-                xs.append(n)
-                ys.append(v)
-        if not xs:
-            continue
-        label = str(row["config"]) + (" [synthetic]" if row["synthetic"] else "")
-        style = "--" if row["algorithm"] == "none" else "-"
-        ax.plot(xs, ys, style, marker="o", label=label, linewidth=2 if row["algorithm"] == "none" else 1.5)
-    ax.set_xlabel("concurrent streams")
-    ax.set_ylabel("total output tokens/s (wall)")
-    ax.set_xticks(counts)
-    ax.set_title("Throughput against concurrency")
-    ax.grid(alpha=0.3)
-    if ax.lines:
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, metadata={"Software": None})
-    plt.close(fig)
-
-
-def render_markdown(runs: list[RunData], table: pd.DataFrame, shown: pd.DataFrame, plot_name: str) -> str:
-    lines = ["# specsoak report", ""]
+# ---- the document ---------------------------------------------------------------------------------
+def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame, images: dict[str, Path | None], multi: bool) -> list[Block]:
+    b: list[Block] = [h(1, "specsoak report")]
+    items = []
     for run in runs:
         m = run.manifest
         mach = m.get("machine", {})
-        lines += [
-            f"- run `{run.run_id}`: scenario **{m.get('scenario')}**, engine {m.get('engine')} {m.get('engine_version') or ''}, "
-            f"status **{m.get('status')}** ({m.get('stop_reason')})",
-            f"  - machine: {mach.get('cpu_model', '?')}, {mach.get('cores', '?')} cores, {mach.get('mem_total_mib', '?')} MiB",
-        ]
-    lines += ["", "## Verdict", ""]
+        bw = (mach.get("memory_bandwidth") or {}).get("gb_per_s")
+        items.append(
+            f"run `{run.run_id}`: scenario **{m.get('scenario')}**, engine {m.get('engine')} {m.get('engine_version') or ''}, "
+            f"status **{m.get('status')}** ({m.get('stop_reason')}); machine: {mach.get('cpu_model', '?')}, {mach.get('cores', '?')} cores, "
+            f"{mach.get('mem_total_mib', '?')} MiB" + (f", memory bandwidth {bw:.1f} GB/s" if isnum(bw) else "")
+        )
+    b.append(ul(items))
+
+    b.append(h(2, "Verdict"))
     if shown.empty:
-        lines += ["No configuration was measured.", ""]
+        b.append(p("No configuration was measured."))
     else:
-        lines += [shown.to_markdown(index=False), ""]
-        lines += [
-            "Solo decode t/s: median per-request decode rate at 1 stream. Total t/s @N: all output tokens of the",
-            "phase over its wall time. Acceptance = accepted / drafted tokens; mean length = 1 + accepted / verify",
-            "steps (the bonus token counted), both from the engine's own /metrics deltas. Slots, ctx and memory come",
-            "from the engine's start-up log. Definitions: docs/metrics.md. `[synthetic]` rows use the engine's",
-            "synthetic acceptance: their speed is a cost measurement and their output is not valid.",
-            "",
-        ]
-    lines += [f"![total t/s against streams]({plot_name})", ""]
-    notes = _notes(runs, table)
+        b += [table(shown), p(
+            "Solo decode t/s: median per-request decode rate at 1 stream. Total t/s @N: all output tokens of the phase over its",
+            "wall time. `vs baseline`: ratio of medians to the run's `algorithm: none` configuration; the bracket is the 95% Student-t",
+            "interval of the per-repetition ratios (repetition r of a configuration paired with repetition r of the baseline;",
+            "`[–]` with fewer than two repetitions). Acceptance = accepted / drafted tokens; mean length = 1 + accepted / verify steps",
+            "(bonus token counted), from the engine's /metrics deltas. Max streams: the largest measured N meeting the SLO (see below;",
+            "`≥` when every measured N met it). Slots, ctx and memory: the engine's start-up log. `[synthetic]` rows use synthetic",
+            "acceptance: their speed is a cost measurement, their output is not valid. Definitions: docs/metrics.md.",
+        )]
+    if images["tps"]:
+        b.append(img(images["tps"], "total t/s against streams"))
+
+    b.append(h(2, "Break-even concurrency"))
+    be = t["break_even"]
+    if be.empty:
+        b.append(p("No speculative configuration was measured against a baseline."))
+    else:
+        b += [table(_show(be, ["run"] * multi + ["config", "algorithm", "break_even"], {"break_even": "stops beating the baseline at"})), p(
+            "The stream count from which a configuration's total t/s no longer exceeds the baseline's, linearly interpolated",
+            "between the last measured N where it wins and the first where it does not (the two points in brackets).",
+        )]
+
+    b.append(h(2, "Max streams under the SLO"))
+    ms = t["max_streams"]
+    if not ms.empty:
+        src = ms["slo_source"].iloc[0]
+        limits = [f"per-stream decode t/s ≥ {_g(v)}" for v in ms["slo_per_stream_tps_min"].iloc[:1] if isnum(v)]
+        limits += [f"TTFT p95 ≤ {_g(v)} s" for v in ms["slo_ttft_p95_s_max"].iloc[:1] if isnum(v)]
+        slo_text = (f"SLO ({src}): " + ", ".join(limits) + ", and no failed request." if src != "none: no failed request" else
+                    "The scenario has no `slo:` section: a stream count counts as served when none of its requests failed.")
+        shown_ms = ms.assign(max_streams=[_max_streams(v, lb) for v, lb in zip(ms["max_streams"], ms["max_streams_is_lower_bound"])])
+        b += [p(slo_text), table(_show(shown_ms, ["run"] * multi + ["config", "max_streams", "slots", "first_failing", "evidence"],
+                                       {"max_streams": "max streams", "slots": "slots (engine log)", "first_failing": "first N that failed"})), p(
+            "Slots are what the engine reported at start-up; a setting that raises slots but not max streams fixes nothing.",
+        )]
+
+    b.append(h(2, "Memory"))
+    mem = t["memory"]
+    if mem.empty or "target_weights_mib" not in mem:
+        b.append(p("No capacity was recorded."))
+    else:
+        cols = {"drafter_weights_mib": "drafter weights MiB", "target_kv_kib_per_token": "target KV KiB/token",
+                "draft_kv_kib_per_token": "draft KV KiB/token", "compute_mib": "compute/verify buffers MiB",
+                "recurrent_mib": "recurrent state MiB", "recurrent_cells": "state slots", "total_mib": "total MiB",
+                "memory_budget_mib": "budget MiB", "servable_ctx_total": "servable ctx (all slots)",
+                "servable_ctx_per_slot": "servable ctx/slot", "servable_ctx_vs_baseline": "vs baseline"}
+        b += [table(_show(mem, ["run"] * multi + ["config"] + list(cols), cols)), p(
+            "From the start-up log (capacity/*.json). KV per token = the KV buffer over the context it holds (ctx total);",
+            "servable context = (budget − weights − compute buffers − recurrent state) / (target + draft KV per token),",
+            "the budget from the scenario's `report.memory_budget_mib` (– when none is given). Computed, not probed: the engine",
+            "was not restarted at that context.",
+        )]
+        if images["mem"]:
+            b.append(img(images["mem"], "memory per configuration"))
+
+    b.append(h(2, "Why: acceptance, step cost and the roofline"))
+    ex = t["explanation"]
+    if ex.empty:
+        b.append(p("No speculative configuration to explain."))
+    else:
+        cols = {"acceptance": "α", "k": "K", "k_source": "K from", "expected_tokens_per_step": "E[tokens/step] from α,K",
+                "mean_accept_len": "measured tokens/step", "step_cost_in_baseline_tokens": "step cost (baseline tokens)",
+                "predicted_solo_speedup": "predicted solo speedup", "measured_solo_speedup": "measured solo speedup"}
+        b += [table(_show(ex, ["run"] * multi + ["config"] + list(cols), cols)), p(
+            "E[tokens/step] = (1 − α^(K+1)) / (1 − α): the tokens one verification step yields if each drafted token is accepted",
+            "independently with probability α (bonus token included). Step cost: the solo requests' decode time, minus the steps",
+            "that verified no draft priced at the baseline's time per token, over the engine's verify steps, in units of the",
+            "baseline's time per token: it is the drafting and verification cost together. Predicted speedup =",
+            "(steps × E + plain steps) / (steps × cost + plain steps). A speedup needs E above the step cost.",
+        )]
+    rf = t["roofline"]
+    if not rf.empty:
+        cols = {"bandwidth_gb_per_s": "bandwidth GB/s", "bytes_per_token_mib": "MiB read per token", "roofline_tps": "roofline t/s",
+                "solo_decode_tps": "baseline solo t/s", "roofline_pct": "% of roofline", "bandwidth_method": "bandwidth measured by"}
+        b += [table(_show(rf, ["run"] * multi + ["config"] + list(cols), cols)), p(
+            "Roofline t/s = memory bandwidth / model file size: decoding one token reads every weight once. The bandwidth is a",
+            "single-threaded numpy copy measured once at the start of the run (manifest.json, machine.memory_bandwidth).",
+        )]
+
+    if images["lat"]:
+        b += [h(2, "Latency distributions"), img(images["lat"], "TTFT and ITL distributions")]
+
+    b.append(h(2, "Soak"))
+    sk = t["soak"]
+    if sk.empty:
+        b.append(p("No soak in these runs."))
+    else:
+        cols = {"duration_s": "duration s", "requests": "requests", "failures": "failures", "failures_by_kind": "by kind",
+                "time_to_first_failure_s": "first failure after s", "failures_per_hour": "failures/h", "restarts": "restarts",
+                "drift": "drift verdicts", "engine_cores": "engine cores", "harness_cores": "harness cores (incl. Locust)",
+                "contaminated_windows": "contaminated windows"}
+        b.append(table(_show(sk, ["run"] * multi + ["config"] + list(cols), cols)))
+        if images["acc"]:
+            b.append(img(images["acc"], "acceptance over time"))
+
+    b.append(h(2, "Losslessness"))
+    vt = t["verify"]
+    if vt.empty:
+        b.append(p("Not verified in these runs: `specsoak verify SCENARIO` compares each speculative configuration's greedy",
+                   "outputs with the baseline's, token by token."))
+    else:
+        cols = {"algorithm": "algorithm", "streams": "streams", "reference": "compared with", "method": "compared by",
+                "prompts": "prompts", "identical": "identical", "diverged": "diverged", "drafted_tokens": "drafted tokens",
+                "divergences": "first diverging token (prompt@index)", "verdict": "verdict"}
+        b += [table(_show(vt, ["run"] * multi + ["config"] + list(cols), cols)), p(
+            "Greedy decoding (temperature 0, fixed seed, no prompt cache). `tokens`: the engine's generated token ids compared one by",
+            "one; `text`: the texts compared and the index is approximate. Synthetic configurations are never counted as lossless.",
+        )]
+    vd = t["verify_distribution"]
+    if not vd.empty:
+        cols = {"config": "configuration", "temperature": "temperature", "samples": "samples each", "categories": "categories",
+                "statistic": "chi²", "dof": "dof", "p_value": "p-value", "verdict": "verdict"}
+        b += [table(_show(vd, ["run"] * multi + list(cols), cols)), p(
+            "Sampling at temperature > 0: the first two generated tokens of many samples, configuration against baseline,",
+            "chi-square test of homogeneity (categories with an expected count below 5 pooled). A small p-value says the",
+            "distributions differ; a large one only says this sample size could not tell them apart.",
+        )]
+
+    if images["k"]:
+        b += [h(2, "K sweep"), img(images["k"], "K sweep")]
+    notes = _notes(runs, t["verdict"])
     if notes:
-        lines += ["## Notes", "", *notes, ""]
-    return "\n".join(lines)
+        b += [h(2, "Notes"), ul(notes)]
+    return b
 
 
-def _notes(runs: list[RunData], table: pd.DataFrame) -> list[str]:
-    out: list[str] = []
-    for _, row in table.iterrows():
-        if isinstance(row.get("failure"), str) and row["failure"]:
-            out.append(f"- **{row['config']}** failed: {row['failure']}")
-        if row.get("contaminated_phases"):
-            out.append(
-                f"- **{row['config']}**: {int(row['contaminated_phases'])} phase(s) contaminated: other processes used up to "
-                f"{row['other_cores_max']:.3f} cores while it was measured; treat its figures with care."
-            )
-        drafted, client = row.get("drafted_tokens"), row.get("client_drafted_tokens")
-        if _num(drafted) and _num(client) and drafted != client:
-            out.append(f"- **{row['config']}**: engine counted {drafted:.0f} drafted tokens, responses summed to {client:.0f}.")
-    for run in runs:
-        hc = [c.get("harness_cores") for c in run.phases["cpu"]] if not run.phases.empty else []
-        if hc:
-            out.append(f"- Harness CPU during measurement (run {run.run_id}): median {pd.Series(hc).median():.3f} cores, max {max(hc):.3f}.")
+def _show(df: pd.DataFrame, cols: list[str], names: dict[str, str]) -> pd.DataFrame:
+    out = pd.DataFrame()
+    for c in cols:
+        if c in df:
+            out[names.get(c, c)] = [_fmt(v) for v in df[c]]
     return out
 
 
-def _num(v: object) -> bool:
-    return isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v))
+def _fmt(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    if isinstance(v, numbers.Integral):
+        return f"{int(v):,}"
+    if isinstance(v, numbers.Real):
+        v = float(v)
+        a = abs(v)
+        return f"{v:,.0f}" if a >= 1000 else f"{v:.1f}" if a >= 100 else f"{v:.2f}" if a >= 1 else f"{v:.3f}" if a > 0 else "0"
+    return str(v)
+
+
+def _g(v: Any) -> str:
+    return f"{v:g}" if isnum(v) else "–"
+
+
+def _max_streams(v: Any, lower_bound: Any) -> str:
+    if not isnum(v):
+        return "–"
+    return ("≥" if str(lower_bound) == "True" else "") + f"{int(v)}"
+
+
+def _notes(runs: list[RunData], table_: pd.DataFrame) -> list[str]:
+    out: list[str] = []
+    for _, row in table_.iterrows():
+        if isinstance(row.get("failure"), str) and row["failure"]:
+            out.append(f"**{row['config']}** failed: {row['failure']}")
+        if row.get("contaminated_phases"):
+            out.append(
+                f"**{row['config']}**: {int(row['contaminated_phases'])} phase(s) contaminated: other processes used up to "
+                f"{row['other_cores_max']:.3f} cores while it was measured; treat its figures with care."
+            )
+        drafted, client = row.get("drafted_tokens"), row.get("client_drafted_tokens")
+        if isnum(drafted) and isnum(client) and drafted != client:
+            out.append(f"**{row['config']}**: engine counted {drafted:.0f} drafted tokens, responses summed to {client:.0f}.")
+    for run in runs:
+        hc = [c.get("harness_cores") for c in run.phases["cpu"]] if not run.phases.empty else []
+        if hc:
+            ec = [c.get("engine_cores") for c in run.phases["cpu"] if c.get("engine_cores") is not None]
+            beside = f", beside the engine's median {pd.Series(ec).median():.2f} cores" if ec else ""
+            out.append(f"Harness CPU during measurement (run {run.run_id}): median {pd.Series(hc).median():.3f} cores, max {max(hc):.3f}{beside}.")
+    return out

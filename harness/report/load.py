@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +11,16 @@ import pandas as pd
 
 from harness.errors import ResultsError
 from harness.records import FAILURES, MANIFEST, PHASES, REQUESTS, read_jsonl
+from harness.report.scale import soak_requests_frame
+
+# file names of the soak (harness/soak.py) and of `specsoak verify` (harness/verify.py); repeated
+# here so that reading a folder imports neither Locust nor an engine
+SOAK_DIR = "soak"
+SLICES = "soak_slices.jsonl"
+VERDICTS = "verdicts.jsonl"
+WINDOWS = "windows.jsonl"
+VERIFY = "verify.jsonl"
+VERIFY_DIST = "verify_distribution.jsonl"
 
 
 @dataclass
@@ -21,6 +31,12 @@ class RunData:
     requests: pd.DataFrame
     capacity: dict[str, dict[str, Any]]
     failures: list[dict[str, Any]]
+    soak_windows: list[dict[str, Any]] = field(default_factory=list)
+    soak_verdicts: list[dict[str, Any]] = field(default_factory=list)
+    soak_slices: list[dict[str, Any]] = field(default_factory=list)
+    soak_requests: pd.DataFrame = field(default_factory=pd.DataFrame)
+    verify: list[dict[str, Any]] = field(default_factory=list)
+    verify_dist: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def run_id(self) -> str:
@@ -29,6 +45,10 @@ class RunData:
     @property
     def config_names(self) -> list[str]:
         return list(self.manifest.get("configurations", {}))
+
+    @property
+    def scenario(self) -> dict[str, Any]:
+        return self.manifest.get("scenario_parsed") or {}
 
 
 def read_manifest(run_dir: Path) -> dict[str, Any]:
@@ -56,4 +76,14 @@ def load_run(run_dir: Path) -> RunData:
         except ValueError:
             continue
     failures = list(read_jsonl(run_dir / FAILURES))
-    return RunData(run_dir, manifest, phases, requests, capacity, failures)
+    # columnar and cached, in bounded memory: a soak holds ~1M records (harness/report/scale.py)
+    soak_requests = soak_requests_frame(run_dir / SOAK_DIR)
+    return RunData(
+        run_dir, manifest, phases, requests, capacity, failures,
+        soak_windows=list(read_jsonl(run_dir / WINDOWS)),
+        soak_verdicts=list(read_jsonl(run_dir / VERDICTS)),
+        soak_slices=list(read_jsonl(run_dir / SLICES)),
+        soak_requests=soak_requests,
+        verify=list(read_jsonl(run_dir / VERIFY)),
+        verify_dist=list(read_jsonl(run_dir / VERIFY_DIST)),
+    )

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from harness.report.load import RunData
+from harness.report.stats import t_interval
 
 
 def _median(values: Any) -> float | None:
@@ -88,11 +89,43 @@ def verdict_table(runs: list[RunData]) -> pd.DataFrame:
         base = next((x for x in run_rows if x["algorithm"] == "none" and x["status"] == "done"), None)
         for row in run_rows:
             row["solo_speedup"] = _ratio(row["solo_decode_tps"], base["solo_decode_tps"]) if base else None
+            solo_ratios = _rep_ratios(_solo_by_rep(rq, row["config"]), _solo_by_rep(rq, base["config"])) if base else []
+            row["solo_speedup_ci_low"], row["solo_speedup_ci_high"] = t_interval(solo_ratios)
+            row["solo_speedup_reps"] = len(solo_ratios)
             for n in counts:
                 row[f"speedup_{n}"] = _ratio(row.get(f"total_tps_{n}"), base.get(f"total_tps_{n}")) if base else None
+                ratios = _rep_ratios(_tps_by_rep(ph, row["config"], n), _tps_by_rep(ph, base["config"], n)) if base else []
+                row[f"speedup_{n}_ci_low"], row[f"speedup_{n}_ci_high"] = t_interval(ratios)
+                row[f"speedup_{n}_reps"] = len(ratios)
             row["memory_vs_baseline"] = _ratio(row["memory_mib"], base["memory_mib"]) if base else None
         rows.extend(run_rows)
     return pd.DataFrame(rows)
+
+
+def _tps_by_rep(ph: pd.DataFrame, config: str, n: int) -> dict[int, float]:
+    """Total t/s of each repetition at N streams (the last record of a repetition measured twice)."""
+    if ph.empty:
+        return {}
+    p = ph[(ph["config"] == config) & (ph["streams"] == n)]
+    return {int(r): float(t) for r, t in zip(p["repetition"], p["total_tps"])}
+
+
+def _solo_by_rep(rq: pd.DataFrame, config: str) -> dict[int, float]:
+    """Median decode t/s of each repetition's successful requests at 1 stream."""
+    if rq.empty:
+        return {}
+    r = rq[(rq["config"] == config) & (rq["phase"] == "measure") & (rq["streams"] == 1) & (rq["status"] == "ok")]
+    out: dict[int, float] = {}
+    for rep, grp in r.groupby("repetition", sort=True):
+        m = _median(grp["decode_tps"])
+        if m is not None:
+            out[int(rep)] = m
+    return out
+
+
+def _rep_ratios(a: dict[int, float], b: dict[int, float]) -> list[float]:
+    """Per-repetition ratios a/b over the repetitions both have (repetition r of both is paired)."""
+    return [a[r] / b[r] for r in sorted(a) if r in b and b[r]]
 
 
 def _add(a: float | None, b: float | None) -> float | None:
@@ -115,10 +148,12 @@ def display_table(df: pd.DataFrame, counts: list[int], multi_run: bool) -> pd.Da
     out["configuration"] = [f"{c} [synthetic]" if s else c for c, s in zip(df["config"], df["synthetic"])]
     out["algorithm"] = df["algorithm"]
     out["solo decode t/s"] = df["solo_decode_tps"].map(_fmt1)
-    out["solo vs baseline"] = df["solo_speedup"].map(_fmtx)
+    out["solo vs baseline [95% CI]"] = [_fmtci(v, lo, hi) for v, lo, hi in zip(df["solo_speedup"], df["solo_speedup_ci_low"], df["solo_speedup_ci_high"])]
     for n in counts:
         out[f"total t/s @{n}"] = df[f"total_tps_{n}"].map(_fmt1)
-        out[f"@{n} vs baseline"] = df[f"speedup_{n}"].map(_fmtx)
+        out[f"@{n} vs baseline [95% CI]"] = [
+            _fmtci(v, lo, hi) for v, lo, hi in zip(df[f"speedup_{n}"], df[f"speedup_{n}_ci_low"], df[f"speedup_{n}_ci_high"])
+        ]
     out["acceptance"] = df["acceptance"].map(_fmt2)
     out["mean length"] = df["mean_accept_len"].map(_fmt2)
     out["ctx/slot"] = df["ctx_per_slot"].map(_fmt0)
@@ -153,3 +188,9 @@ def _fmt2(v: Any) -> str:
 
 def _fmtx(v: Any) -> str:
     return f"{v:.2f}×" if _isnum(v) else "–"
+
+
+def _fmtci(v: Any, lo: Any, hi: Any) -> str:
+    if not _isnum(v):
+        return "–"
+    return f"{v:.2f}× [{lo:.2f}, {hi:.2f}]" if _isnum(lo) and _isnum(hi) else f"{v:.2f}× [–]"

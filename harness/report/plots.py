@@ -1,0 +1,213 @@
+"""The report's plots (matplotlib, Agg), written as PNG without a timestamp so rebuilds are identical."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from harness.report.load import RunData  # noqa: E402
+from harness.report.stats import isnum  # noqa: E402
+
+_COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+
+
+def _label(run: str, config: str, synthetic: bool, multi: bool) -> str:
+    return (f"{run} / " if multi else "") + config + (" [synthetic]" if synthetic else "")
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
+def tps_vs_streams(verdict: pd.DataFrame, counts: list[int], breakeven: pd.DataFrame, path: Path, multi: bool) -> Path:
+    fig, ax = plt.subplots(figsize=(7.5, 4.4), dpi=110)
+    for i, (_, row) in enumerate(verdict.iterrows()):
+        pts = [(n, row.get(f"total_tps_{n}")) for n in counts if isnum(row.get(f"total_tps_{n}"))]
+        if not pts:
+            continue
+        color = _COLORS[i % len(_COLORS)]
+        base = row["algorithm"] == "none"
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "--" if base else "-", marker="o", color=color,
+                linewidth=2 if base else 1.5, label=_label(row["run"], row["config"], bool(row["synthetic"]), multi))
+        if not breakeven.empty:
+            be = breakeven[(breakeven["run"] == row["run"]) & (breakeven["config"] == row["config"])]
+            if not be.empty and be["break_even_kind"].iloc[0] == "crosses":
+                x = float(be["break_even_streams"].iloc[0])
+                ax.axvline(x, color=color, linestyle=":", linewidth=1.2)
+                ax.annotate(f"break-even {x:.1f}", (x, ax.get_ylim()[1]), textcoords="offset points", xytext=(3, -12 - 10 * (i % 3)),
+                            fontsize=7, color=color)
+    ax.set_xlabel("concurrent streams")
+    ax.set_ylabel("total output tokens/s (wall)")
+    if counts:
+        ax.set_xticks(counts)
+    ax.set_title("Throughput against concurrency (dotted: break-even with the baseline)")
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def acceptance_over_time(runs: list[RunData], path: Path) -> Path | None:
+    series = []
+    for run in runs:
+        by_cfg: dict[str, list[dict[str, Any]]] = {}
+        for w in run.soak_windows:
+            by_cfg.setdefault(w["config"], []).append(w)
+        for cfg, wins in sorted(by_cfg.items()):
+            pts = sorted((float(w["t_unix"]), w.get("acceptance"), w.get("decode_tps")) for w in wins)
+            series.append((run.run_id, cfg, pts))
+    if not series:
+        return None
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7.5, 5.2), dpi=110, sharex=True)
+    multi = len(runs) > 1
+    for i, (run_id, cfg, pts) in enumerate(series):
+        t0 = pts[0][0]
+        label = _label(run_id, cfg, False, multi)
+        acc = [((t - t0) / 3600, a) for t, a, _ in pts if isnum(a)]
+        dec = [((t - t0) / 3600, d) for t, _, d in pts if isnum(d)]
+        if acc:
+            ax1.plot([p[0] for p in acc], [p[1] for p in acc], marker=".", color=_COLORS[i % len(_COLORS)], label=label)
+        if dec:
+            ax2.plot([p[0] for p in dec], [p[1] for p in dec], marker=".", color=_COLORS[i % len(_COLORS)], label=label)
+    ax1.set_ylabel("acceptance (per window)")
+    ax1.set_title("Soak: acceptance and decode speed over time")
+    ax2.set_ylabel("median decode t/s")
+    ax2.set_xlabel("hours since the configuration's first soak window (wall clock)")
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def latency_distributions(runs: list[RunData], path: Path) -> Path | None:
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.5, 4.0), dpi=110)
+    multi = len(runs) > 1
+    i = 0
+    drawn = False
+    for run in runs:
+        rq = run.requests
+        if rq.empty:
+            continue
+        ok = rq[(rq["phase"] == "measure") & (rq["status"] == "ok")]
+        counts = sorted(int(n) for n in ok["streams"].unique())
+        for name in run.config_names:
+            mine = ok[ok["config"] == name]
+            if mine.empty:
+                continue
+            color = _COLORS[i % len(_COLORS)]
+            i += 1
+            for n, style in ((counts[0], "-"), (counts[-1], "--")) if len(counts) > 1 else ((counts[0], "-"),):
+                at = mine[mine["streams"] == n]
+                ttft = np.sort(at["ttft_s"].dropna().to_numpy(dtype=float))
+                itl = np.sort(np.array([x for lst in at["itl_s"] for x in (lst or [])], dtype=float))
+                label = f"{_label(run.run_id, name, False, multi)} @{n}"
+                if len(ttft):
+                    ax1.plot(ttft, np.arange(1, len(ttft) + 1) / len(ttft), style, color=color, label=label, drawstyle="steps-post")
+                    drawn = True
+                if len(itl):
+                    ax2.plot(itl * 1e3, np.arange(1, len(itl) + 1) / len(itl), style, color=color, label=label)
+    if not drawn:
+        plt.close(fig)
+        return None
+    ax1.set_xlabel("TTFT (s)")
+    ax1.set_ylabel("share of requests ≤ x")
+    ax1.set_title("TTFT distribution (solid: fewest streams, dashed: most)")
+    ax2.set_xlabel("inter-token latency (ms, log)")
+    ax2.set_xscale("log")
+    ax2.set_ylabel("share of gaps ≤ x")
+    ax2.set_title("ITL distribution")
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+    ax2.legend(fontsize=7)
+    return _save(fig, path)
+
+
+_MEM_PARTS = (
+    ("target_weights_mib", "target weights"),
+    ("target_kv_mib", "target KV"),
+    ("drafter_weights_mib", "drafter weights"),
+    ("draft_kv_mib", "draft KV"),
+    ("compute_mib", "compute / verification buffers"),
+    ("recurrent_mib", "recurrent state"),
+)
+
+
+def memory_bars(memory: pd.DataFrame, path: Path, multi: bool) -> Path | None:
+    if memory.empty or "target_weights_mib" not in memory:
+        return None
+    mem = memory[memory["target_weights_mib"].notna()]
+    if mem.empty:
+        return None
+    labels = [_label(r, c, bool(s), multi) for r, c, s in zip(mem["run"], mem["config"], mem["synthetic"])]
+    fig, ax = plt.subplots(figsize=(9.0, 1.4 + 0.55 * len(mem)), dpi=110)
+    left = np.zeros(len(mem))
+    for j, (col, name) in enumerate(_MEM_PARTS):
+        vals = mem[col].fillna(0.0).to_numpy(dtype=float)
+        if not vals.any():
+            continue
+        ax.barh(labels, vals, left=left, label=name, color=_COLORS[j % len(_COLORS)])
+        left += vals
+    budgets = sorted({float(b) for b in mem["memory_budget_mib"] if isnum(b)})
+    for b in budgets:
+        ax.axvline(b, color="black", linestyle=":", linewidth=1)
+        ax.annotate(f"budget {b:,.0f} MiB", (b, 0), textcoords="offset points", xytext=(3, -14), fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("MiB (from the engine's start-up log)")
+    ax.set_title("Memory per configuration")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.grid(alpha=0.3, axis="x")
+    return _save(fig, path)
+
+
+def k_sweep(verdict: pd.DataFrame, runs: list[RunData], counts: list[int], path: Path) -> Path | None:
+    ks: dict[tuple[str, str], list[tuple[int, float | None, float | None, float | None]]] = {}
+    for run in runs:
+        for c in run.scenario.get("configurations") or []:
+            if not c.get("k") or c.get("algorithm") == "none" or c.get("synthetic"):
+                continue
+            v = verdict[(verdict["run"] == run.run_id) & (verdict["config"] == c["name"])]
+            if v.empty:
+                continue
+            top = counts[-1] if counts else None
+            ks.setdefault((run.run_id, c["algorithm"]), []).append(
+                (int(c["k"]), _f(v["solo_speedup"].iloc[0]), _f(v[f"speedup_{top}"].iloc[0]) if top else None, _f(v["acceptance"].iloc[0]))
+            )
+    sweeps = {key: sorted(pts) for key, pts in ks.items() if len({p[0] for p in pts}) >= 2}
+    if not sweeps:
+        return None
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.5, 4.0), dpi=110)
+    for i, ((run_id, alg), pts) in enumerate(sorted(sweeps.items())):
+        color = _COLORS[i % len(_COLORS)]
+        label = f"{run_id} / {alg}" if len(runs) > 1 else alg
+        xs = [p[0] for p in pts]
+        ax1.plot(xs, [p[1] for p in pts], "-o", color=color, label=f"{label} solo")
+        if counts:
+            ax1.plot(xs, [p[2] for p in pts], "--s", color=color, label=f"{label} @{counts[-1]}")
+        ax2.plot(xs, [p[3] for p in pts], "-o", color=color, label=label)
+    ax1.axhline(1.0, color="black", linewidth=0.8)
+    ax1.set_xlabel("K (draft length)")
+    ax1.set_ylabel("speedup vs baseline")
+    ax1.set_title("K sweep: speedup")
+    ax2.set_xlabel("K (draft length)")
+    ax2.set_ylabel("acceptance")
+    ax2.set_title("K sweep: acceptance")
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def _f(v: Any) -> float | None:
+    return float(v) if isnum(v) and not math.isinf(float(v)) else None

@@ -1,0 +1,74 @@
+"""Small statistics the report tables share: confidence intervals, interpolation, expected tokens per step.
+
+Pure functions of numbers, no I/O (tests/unit/test_report_stats.py); definitions: docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import stats
+
+CI_LEVEL = 0.95
+
+
+def isnum(v: object) -> bool:
+    """A real number that is not NaN (numpy scalars included, booleans not)."""
+    return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) and not math.isnan(float(v))
+
+
+def t_interval(values: Sequence[float], level: float = CI_LEVEL) -> tuple[float | None, float | None]:
+    """Student-t interval of the mean of ``values``; (None, None) with fewer than two values."""
+    xs = [float(v) for v in values if isnum(v)]
+    n = len(xs)
+    if n < 2:
+        return None, None
+    mean = sum(xs) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
+    return mean - half, mean + half
+
+
+def expected_tokens_per_step(alpha: float, k: int) -> float:
+    """(1 − α^(K+1)) / (1 − α): tokens one verification step yields if each drafted token is
+    accepted with probability α independently, bonus token included; K+1 when α = 1."""
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"acceptance must be within [0, 1], got {alpha}")
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def break_even(points: Sequence[tuple[int, float]]) -> dict[str, object]:
+    """Where a speedup curve stops beating 1.0, from (streams, speedup) points.
+
+    Returns ``kind`` = ``crosses`` (with ``streams`` linearly interpolated between the last
+    winning N and the first losing N, both given as evidence), ``never`` (it beats the baseline at
+    every measured N: no break-even within them), ``always`` (it beats the baseline at no measured
+    N), ``mixed`` (loses first, wins later) or ``unknown`` (no points).
+    """
+    pts = sorted((int(n), float(s)) for n, s in points if isnum(s))
+    if not pts:
+        return {"kind": "unknown", "streams": None, "evidence": []}
+    if all(s > 1.0 for _, s in pts):
+        return {"kind": "never", "streams": None, "evidence": [pts[-1]]}
+    if all(s <= 1.0 for _, s in pts):
+        return {"kind": "always", "streams": float(pts[0][0]), "evidence": [pts[0]]}
+    for (n1, s1), (n2, s2) in zip(pts, pts[1:]):
+        if s2 <= 1.0 < s1:
+            at = n1 + (s1 - 1.0) * (n2 - n1) / (s1 - s2)
+            return {"kind": "crosses", "streams": at, "evidence": [(n1, s1), (n2, s2)]}
+    return {"kind": "mixed", "streams": None, "evidence": pts}  # loses first, wins later: no single break-even
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    xs = sorted(float(v) for v in values if isnum(v))
+    if not xs:
+        return None
+    pos = (len(xs) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)

@@ -1,0 +1,380 @@
+"""The report's tables beside the verdict: memory, max streams, soak, break-even, explanation, losslessness.
+
+Each function takes run data (and the verdict table where it needs it) and returns one data
+frame with unit-carrying column names; ``build.py`` writes each as CSV and Parquet and shows
+it. Every column is defined in docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from typing import Any
+
+import pandas as pd
+
+from harness.report.load import RunData
+from harness.report.stats import break_even, expected_tokens_per_step, isnum, percentile
+
+WATCHDOG_FAILURES = ("crash", "hang", "restart_failed", "gave_up")
+
+
+def _cfg_meta(run: RunData, name: str) -> dict[str, Any]:
+    for c in run.scenario.get("configurations") or []:
+        if c.get("name") == name:
+            return dict(c)
+    return {}
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isnum(v) else None
+
+
+# ---- memory ----------------------------------------------------------------------------------
+def memory_table(runs: list[RunData], budget_override_mib: float | None = None) -> pd.DataFrame:
+    """Seed 000's DFlash table: what each configuration costs in memory, from the start-up log."""
+    rows: list[dict[str, Any]] = []
+    for run in runs:
+        budget = budget_override_mib or _num((run.scenario.get("report") or {}).get("memory_budget_mib"))
+        for name in run.config_names:
+            cap = run.capacity.get(name)
+            meta = run.manifest.get("configurations", {}).get(name, {})
+            row: dict[str, Any] = {"run": run.run_id, "config": name, "algorithm": meta.get("algorithm"),
+                                   "synthetic": bool(meta.get("synthetic")), "memory_budget_mib": budget}
+            if not cap:
+                rows.append(row)
+                continue
+            t = cap.get("target") or {}
+            d = cap.get("draft") or {}
+            ctx = _num(cap.get("ctx_total"))
+            slots = _num(cap.get("slots"))
+            row.update(
+                target_weights_mib=_num(t.get("model_mib")),
+                drafter_weights_mib=_num(d.get("model_mib")) if d else 0.0,
+                target_kv_mib=_num(t.get("kv_mib")),
+                draft_kv_mib=_num(d.get("kv_mib")) if d else 0.0,
+                target_kv_kib_per_token=_per_token(t.get("kv_mib"), ctx),
+                draft_kv_kib_per_token=_per_token(d.get("kv_mib"), ctx) if d else 0.0,
+                compute_mib=(_num(t.get("compute_mib")) or 0.0) + (_num(d.get("compute_mib")) or 0.0),
+                draft_compute_mib=_num(d.get("compute_mib")) if d else 0.0,
+                recurrent_mib=(_num(t.get("recurrent_mib")) or 0.0) + (_num(d.get("recurrent_mib")) or 0.0),
+                recurrent_cells=t.get("recurrent_cells"),
+                slots=cap.get("slots"),
+                ctx_total=cap.get("ctx_total"),
+                ctx_per_slot=cap.get("ctx_per_slot"),
+            )
+            fixed = sum(row[k] or 0.0 for k in ("target_weights_mib", "drafter_weights_mib", "compute_mib", "recurrent_mib"))
+            per_tok_kib = (row["target_kv_kib_per_token"] or 0.0) + (row["draft_kv_kib_per_token"] or 0.0)
+            row["fixed_mib"] = fixed
+            row["kv_kib_per_token"] = per_tok_kib if row["target_kv_kib_per_token"] is not None else None
+            row["total_mib"] = fixed + (row["target_kv_mib"] or 0.0) + (row["draft_kv_mib"] or 0.0)
+            if budget and per_tok_kib > 0:
+                tokens = max(0.0, (budget - fixed) * 1024.0 / per_tok_kib)
+                row["servable_ctx_total"] = math.floor(tokens)
+                row["servable_ctx_per_slot"] = math.floor(tokens / slots) if slots and not cap.get("kv_unified") else math.floor(tokens)
+            else:
+                row["servable_ctx_total"] = row["servable_ctx_per_slot"] = None
+            rows.append(row)
+    df = pd.DataFrame(rows)
+    for run_id in df["run"].unique() if not df.empty else []:
+        sel = df["run"] == run_id
+        base = df[sel & (df["algorithm"] == "none")]
+        if not base.empty and "servable_ctx_total" in df and isnum(base["servable_ctx_total"].iloc[0]):
+            b = float(base["servable_ctx_total"].iloc[0])
+            df.loc[sel, "servable_ctx_vs_baseline"] = df.loc[sel, "servable_ctx_total"].astype("float64") / b if b else None
+    return df
+
+
+def _per_token(kv_mib: Any, ctx_total: float | None) -> float | None:
+    """KiB of KV cache per token of context: the buffer the log reports over the context it holds."""
+    if not isnum(kv_mib) or not ctx_total:
+        return None
+    return float(kv_mib) * 1024.0 / ctx_total
+
+
+# ---- max streams under the SLO ----------------------------------------------------------------
+def max_streams_table(runs: list[RunData], slo_override: dict[str, float] | None = None) -> pd.DataFrame:
+    """The largest measured N at which this and every smaller measured N met the SLO (a ramp)."""
+    rows: list[dict[str, Any]] = []
+    for run in runs:
+        slo = dict(slo_override or run.scenario.get("slo") or {})
+        tps_min = _num(slo.get("per_stream_tps_min"))
+        ttft_max = _num(slo.get("ttft_p95_s_max"))
+        rq = run.requests
+        for name in run.config_names:
+            meta = run.manifest.get("configurations", {}).get(name, {})
+            cap = run.capacity.get(name, {})
+            r = rq[(rq["config"] == name) & (rq["phase"] == "measure")] if not rq.empty else rq
+            counts = sorted(int(n) for n in r["streams"].unique()) if not r.empty else []
+            best: int | None = 0 if counts else None
+            evidence: list[str] = []
+            broke = ""
+            at_best: dict[str, Any] = {}
+            for n in counts:
+                rn = r[r["streams"] == n]
+                ok = rn[rn["status"] == "ok"]
+                tps = _num(ok["decode_tps"].median()) if not ok.empty else None
+                p95 = percentile(list(ok["ttft_s"]), 95) if not ok.empty else None
+                failed = int((rn["status"] != "ok").sum())
+                why = []
+                if failed:
+                    why.append(f"{failed} failed request(s)")
+                if tps_min is not None and (tps is None or tps < tps_min):
+                    why.append(f"per-stream {tps or 0:.1f} t/s < {tps_min:g}")
+                if ttft_max is not None and (p95 is None or p95 > ttft_max):
+                    why.append(f"TTFT p95 {p95 or float('nan'):.2f} s > {ttft_max:g} s")
+                evidence.append(f"N={n}: {tps or float('nan'):.1f} t/s/stream, TTFT p95 {p95 or float('nan'):.2f} s" + (" ✗" if why else " ✓"))
+                if why:
+                    broke = f"N={n}: " + "; ".join(why)
+                    break
+                best = n
+                at_best = {"per_stream_tps_at_max": tps, "ttft_p95_s_at_max": p95}
+            rows.append({
+                "run": run.run_id, "config": name, "algorithm": meta.get("algorithm"), "synthetic": bool(meta.get("synthetic")),
+                "slo_per_stream_tps_min": tps_min, "slo_ttft_p95_s_max": ttft_max,
+                "slo_source": "override" if slo_override else ("scenario" if (tps_min or ttft_max) else "none: no failed request"),
+                "max_streams": best,
+                "max_streams_is_lower_bound": bool(counts) and not broke,  # every measured N passed: the real limit is higher
+                "largest_measured_streams": counts[-1] if counts else None,
+                "per_stream_tps_at_max": at_best.get("per_stream_tps_at_max"),
+                "ttft_p95_s_at_max": at_best.get("ttft_p95_s_at_max"),
+                "first_failing": broke or None,
+                "slots": cap.get("slots"),
+                "evidence": "; ".join(evidence),
+            })
+    return pd.DataFrame(rows)
+
+
+# ---- soak ------------------------------------------------------------------------------------
+def soak_table(runs: list[RunData]) -> pd.DataFrame:
+    """Per soaked configuration: how long, how many requests, what failed and when, what drifted."""
+    rows: list[dict[str, Any]] = []
+    for run in runs:
+        slices = run.soak_slices
+        if not slices and run.soak_requests.empty:
+            continue
+        starts = {e["slice"]: e for e in slices if e.get("event") == "start"}
+        ends = {e["slice"]: e for e in slices if e.get("event") == "end"}
+        sr = run.soak_requests
+        configs = sorted({e["config"] for e in slices} | (set(sr["config"].unique()) if not sr.empty else set()))
+        for name in configs:
+            # each slice's soak time: its recorded elapsed time, or (cut short) up to its last record
+            order = sorted((s for s in starts.values() if s["config"] == name), key=lambda s: (s["t_unix"], s["slice"]))
+            offsets: dict[str, tuple[float, float]] = {}  # slice -> (soak seconds before it, its start)
+            total = 0.0
+            recs = sr[sr["config"] == name] if not sr.empty else sr
+            for s in order:
+                offsets[s["slice"]] = (total, float(s["t_unix"]))
+                if s["slice"] in ends:
+                    total += float(ends[s["slice"]]["elapsed_s"])
+                else:
+                    mine = recs[recs["attempt"] == s["slice"]] if not recs.empty and "attempt" in recs else recs.iloc[0:0]
+                    last = max((float(a) + float(b or 0)) for a, b in zip(mine["start_unix_s"], mine["e2e_s"])) if not mine.empty else s["t_unix"]
+                    total += max(0.0, last - float(s["t_unix"]))
+            kinds: Counter[str] = Counter()
+            fail_times: list[float] = []
+            if not recs.empty:
+                bad = recs[recs["status"] != "ok"]
+                kinds.update(str(k) for k in bad["error_kind"].fillna("unknown"))
+                fail_times += [_soak_time(offsets, sl, float(t)) for sl, t in zip(bad.get("attempt", [""] * len(bad)), bad["start_unix_s"])]
+            verdicts = [v for v in run.soak_verdicts if v.get("config") == name]
+            for v in verdicts:
+                if v.get("kind") in WATCHDOG_FAILURES:
+                    kinds[f"engine {v['kind']}"] += 1
+                    fail_times.append(_soak_time(offsets, v.get("slice", ""), float(v["t_unix"])))
+            failures = sum(kinds.values())
+            ftimes = [t for t in fail_times if t is not None]
+            drift = [f"{v.get('metric')}: {v.get('message')}" for v in verdicts if v.get("kind") == "drift"]
+            rows.append({
+                "run": run.run_id, "config": name, "slices": len(order), "duration_s": total,
+                "requests": int(len(recs)), "requests_ok": int((recs["status"] == "ok").sum()) if not recs.empty else 0,
+                "failures": failures, "failures_by_kind": json.dumps(dict(sorted(kinds.items())), ensure_ascii=False),
+                "time_to_first_failure_s": min(ftimes) if ftimes else None,
+                "failures_per_hour": failures / (total / 3600.0) if total > 0 else None,
+                "error_rate_windows": sum(1 for v in verdicts if v.get("kind") == "error_rate"),
+                "restarts": sum(int(e.get("restarts") or 0) for e in ends.values() if e.get("config") == name),
+                "windows": sum(1 for w in run.soak_windows if w.get("config") == name),
+                "drift_verdicts": len(drift),
+                "drift": " | ".join(drift) if drift else "none",
+                **_soak_cpu([w for w in run.soak_windows if w.get("config") == name]),
+            })
+    return pd.DataFrame(rows)
+
+
+def _soak_cpu(windows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median engine and harness (incl. Locust) cores over the soak's windows, and windows contaminated by others."""
+    cpu = [w["cpu"] for w in windows if isinstance(w.get("cpu"), dict)]
+    med = lambda key: float(pd.Series([c[key] for c in cpu]).median()) if cpu else None  # noqa: E731
+    return {"engine_cores": med("engine_cores"), "harness_cores": med("harness_cores"), "other_cores": med("other_cores"),
+            "contaminated_windows": sum(1 for w in windows if w.get("contaminated")) if cpu else None}
+
+
+def _soak_time(offsets: dict[str, tuple[float, float]], slice_id: str, t_unix: float) -> float | None:
+    """Soak seconds of this configuration before ``t_unix`` (slices of other configurations excluded)."""
+    if slice_id in offsets:
+        before, start = offsets[slice_id]
+        return before + max(0.0, t_unix - start)
+    return None
+
+
+# ---- break-even concurrency -------------------------------------------------------------------
+def breakeven_table(verdict: pd.DataFrame, counts: list[int]) -> pd.DataFrame:
+    rows: list[dict[str, Any]] = []
+    for _, v in verdict.iterrows():
+        if v["algorithm"] in (None, "none") or v.get("status") != "done":
+            continue
+        pts = [(n, float(v[f"speedup_{n}"])) for n in counts if isnum(v.get(f"speedup_{n}"))]
+        be = break_even(pts)
+        ev = be["evidence"]
+        if be["kind"] == "crosses":
+            (n1, s1), (n2, s2) = ev  # type: ignore[misc]
+            text = f"{be['streams']:.1f} streams (N={n1}: {s1:.2f}×, N={n2}: {s2:.2f}×)"
+        elif be["kind"] == "never":
+            text = f"never within measured N (still {ev[0][1]:.2f}× at N={ev[0][0]})"  # type: ignore[index]
+        elif be["kind"] == "always":
+            text = f"always: no gain even at N={ev[0][0]} ({ev[0][1]:.2f}×)"  # type: ignore[index]
+        elif be["kind"] == "mixed":
+            text = "mixed: " + ", ".join(f"N={n}: {s:.2f}×" for n, s in ev)  # type: ignore[misc]
+        else:
+            text = "no measured speedup"
+        rows.append({"run": v["run"], "config": v["config"], "algorithm": v["algorithm"], "synthetic": bool(v["synthetic"]),
+                     "break_even_kind": be["kind"], "break_even_streams": be["streams"],
+                     "evidence": json.dumps([[int(n), round(float(s), 6)] for n, s in ev]), "break_even": text})  # type: ignore[misc]
+    return pd.DataFrame(rows)
+
+
+# ---- explanation: acceptance model and roofline -------------------------------------------------
+def _solo_decode(run: RunData, name: str) -> tuple[float, float, dict[int, dict[str, Any]]]:
+    """(decode seconds, tokens after the first) of the 1-stream measured requests, and their phases by repetition."""
+    rq = run.requests
+    r = rq[(rq["config"] == name) & (rq["phase"] == "measure") & (rq["streams"] == 1) & (rq["status"] == "ok")] if not rq.empty else rq
+    secs = toks = 0.0
+    for out, tps in zip(r.get("output_tokens", []), r.get("decode_tps", [])):
+        if isnum(out) and isnum(tps) and tps > 0 and out > 1:
+            secs += (out - 1) / tps
+            toks += out - 1
+    ph = run.phases
+    p = ph[(ph["config"] == name) & (ph["streams"] == 1)] if not ph.empty else ph
+    by_rep = {int(rep): c for rep, c in zip(p.get("repetition", []), p.get("counters", []))}
+    return secs, toks, by_rep
+
+
+def explain_table(runs: list[RunData], verdict: pd.DataFrame) -> pd.DataFrame:
+    """Predicted solo speedup from α, K and the measured cost of a step, beside the measured one."""
+    rows: list[dict[str, Any]] = []
+    for run in runs:
+        base = next((n for n in run.config_names if run.manifest["configurations"][n].get("algorithm") == "none"
+                     and run.manifest["configurations"][n].get("status") == "done"), None)
+        if base is None:
+            continue
+        b_secs, b_toks, _ = _solo_decode(run, base)
+        t_base = b_secs / b_toks if b_toks else None
+        for name in run.config_names:
+            meta = run.manifest["configurations"][name]
+            if meta.get("algorithm") in (None, "none") or meta.get("status") != "done":
+                continue
+            secs, toks, by_rep = _solo_decode(run, name)
+            steps = sum(float(c.get("verify_steps") or 0) for c in by_rep.values())
+            drafted = sum(float(c.get("draft_tokens") or 0) for c in by_rep.values())
+            accepted = sum(float(c.get("accepted_tokens") or 0) for c in by_rep.values())
+            alpha = accepted / drafted if drafted else None
+            mean_len = 1 + accepted / steps if steps else None
+            k, k_source = _k_of(run, name, drafted, steps)
+            plain = max(0.0, toks - steps - accepted)  # decode steps that verified no draft: one token each
+            row: dict[str, Any] = {"run": run.run_id, "config": name, "algorithm": meta.get("algorithm"),
+                                   "synthetic": bool(meta.get("synthetic")), "acceptance": alpha, "k": k, "k_source": k_source,
+                                   "verify_steps": steps, "plain_steps": plain, "mean_accept_len": mean_len}
+            e_pred = expected_tokens_per_step(min(1.0, alpha), int(k)) if alpha is not None and k else None
+            t_step = (secs - plain * t_base) / steps if steps and t_base else None
+            cost = t_step / t_base if t_step and t_base else None
+            row["expected_tokens_per_step"] = e_pred
+            row["baseline_ms_per_token"] = t_base * 1e3 if t_base else None
+            row["step_ms"] = t_step * 1e3 if t_step else None
+            row["step_cost_in_baseline_tokens"] = cost
+            if cost and e_pred is not None:
+                row["predicted_solo_speedup"] = (steps * e_pred + plain) / (steps * cost + plain)
+            else:
+                row["predicted_solo_speedup"] = None
+            if cost and mean_len is not None:
+                row["modelled_solo_speedup_at_measured_length"] = (steps * mean_len + plain) / (steps * cost + plain)
+            else:
+                row["modelled_solo_speedup_at_measured_length"] = None
+            v = verdict[(verdict["run"] == run.run_id) & (verdict["config"] == name)]
+            row["measured_solo_speedup"] = _num(v["solo_speedup"].iloc[0]) if not v.empty else None
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _k_of(run: RunData, name: str, drafted: float, steps: float) -> tuple[int | None, str]:
+    k = _cfg_meta(run, name).get("k")
+    if k:
+        return int(k), "scenario"
+    n_max = (run.capacity.get(name) or {}).get("spec_n_max")
+    if n_max:
+        return int(n_max), "start-up log n_max"
+    if steps:
+        return max(1, round(drafted / steps)), "drafted / steps (effective)"
+    return None, "unknown"
+
+
+def roofline_table(runs: list[RunData], verdict: pd.DataFrame) -> pd.DataFrame:
+    """The baseline's solo decode t/s against bandwidth / bytes per token (the model file, read once per token)."""
+    rows: list[dict[str, Any]] = []
+    for run in runs:
+        bw = (run.manifest.get("machine") or {}).get("memory_bandwidth") or {}
+        gbs = _num(bw.get("gb_per_s"))
+        for name in run.config_names:
+            if run.manifest["configurations"][name].get("algorithm") != "none":
+                continue
+            cap = run.capacity.get(name, {})
+            mib = _num(cap.get("model_file_mib")) or _num((cap.get("target") or {}).get("model_mib"))
+            v = verdict[(verdict["run"] == run.run_id) & (verdict["config"] == name)]
+            solo = _num(v["solo_decode_tps"].iloc[0]) if not v.empty else None
+            roof = gbs * 1e9 / (mib * 2**20) if gbs and mib else None
+            rows.append({"run": run.run_id, "config": name, "bandwidth_gb_per_s": gbs,
+                         "bandwidth_method": bw.get("method") or "not measured (run made before the measurement existed)",
+                         "bytes_per_token_mib": mib, "roofline_tps": roof, "solo_decode_tps": solo,
+                         "roofline_pct": 100.0 * solo / roof if solo and roof else None})
+    return pd.DataFrame(rows)
+
+
+# ---- losslessness ---------------------------------------------------------------------------------
+def verify_table(runs: list[RunData]) -> pd.DataFrame:
+    """One row per (configuration, streams) of `specsoak verify`: identical prompts, first divergences."""
+    rows: list[dict[str, Any]] = []
+    for run in runs:
+        groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+        for r in run.verify:
+            groups.setdefault((r["config"], int(r["streams"]), r.get("reference", "")), []).append(r)
+        for (cfg, n, ref), recs in sorted(groups.items()):
+            recs = sorted(recs, key=lambda r: str(r.get("prompt_id")))
+            same = sum(1 for r in recs if r.get("identical"))
+            div = [r for r in recs if r.get("identical") is False]
+            err = [r for r in recs if r.get("identical") is None]
+            first = min((int(r["first_diff_token"]) for r in div if r.get("first_diff_token") is not None), default=None)
+            rows.append({
+                "run": run.run_id, "config": cfg, "algorithm": recs[0].get("algorithm"), "synthetic": bool(recs[0].get("synthetic")),
+                "streams": n, "reference": ref, "method": recs[0].get("method"), "prompts": len(recs), "identical": same,
+                "diverged": len(div), "errors": len(err), "earliest_divergence_token": first,
+                "drafted_tokens": sum(int(r.get("draft_tokens") or 0) for r in recs),
+                "divergences": "; ".join(f"{r['prompt_id']}@{r.get('first_diff_token')}" for r in div) or "none",
+                "verdict": _verify_verdict(recs, same, div, err),
+            })
+    return pd.DataFrame(rows)
+
+
+def _verify_verdict(recs: list[dict[str, Any]], same: int, div: list[Any], err: list[Any]) -> str:
+    if recs[0].get("synthetic"):
+        return "synthetic: never lossless"
+    if err:
+        return f"incomplete ({len(err)} failed)"
+    if div:
+        return f"diverged on {len(div)} of {len(recs)} prompts"
+    return f"identical on all {same} prompts"
+
+
+def verify_distribution_table(runs: list[RunData]) -> pd.DataFrame:
+    rows = [dict(run_id=run.run_id, **{k: v for k, v in r.items() if k != "counts"}) for run in runs for r in run.verify_dist]
+    df = pd.DataFrame(rows)
+    return df.rename(columns={"run_id": "run"}) if not df.empty else df

@@ -1,0 +1,264 @@
+"""Reports from the checked-in real run (tests/fixtures/run_quick) and from small hand-written folders."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness.report.build import TABLES, build_report
+from harness.report.stats import break_even, expected_tokens_per_step, percentile, t_interval
+from harness.verify import Answer, chi_square, first_difference
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run_quick"
+
+
+@pytest.fixture()
+def run_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "20261129T102500Z-quick"
+    shutil.copytree(FIXTURE, d)
+    return d
+
+
+def _files(d: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.suffix in (".csv", ".parquet", ".png", ".md", ".html")}
+
+
+# ---- statistics ---------------------------------------------------------------------------------
+def test_t_interval_matches_the_textbook_and_needs_two_values() -> None:
+    lo, hi = t_interval([1.0, 2.0, 3.0])
+    # mean 2, s = 1, t(0.975, 2) = 4.302653
+    assert lo == pytest.approx(2 - 4.302653 / math.sqrt(3), abs=1e-5) and hi == pytest.approx(2 + 4.302653 / math.sqrt(3), abs=1e-5)
+    assert t_interval([1.5]) == (None, None)
+    assert t_interval([]) == (None, None)
+    assert t_interval([0.9, 0.9]) == (pytest.approx(0.9), pytest.approx(0.9))
+
+
+def test_expected_tokens_per_step() -> None:
+    assert expected_tokens_per_step(0.0, 3) == 1.0
+    assert expected_tokens_per_step(1.0, 3) == 4.0
+    assert expected_tokens_per_step(0.5, 3) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    with pytest.raises(ValueError):
+        expected_tokens_per_step(1.2, 3)
+
+
+def test_break_even_kinds_and_interpolation() -> None:
+    be = break_even([(1, 1.4), (4, 0.8), (8, 0.6)])
+    assert be["kind"] == "crosses" and be["streams"] == pytest.approx(1 + 0.4 * 3 / 0.6)
+    assert be["evidence"] == [(1, 1.4), (4, 0.8)]
+    assert break_even([(1, 1.2), (4, 1.1)])["kind"] == "never"
+    assert break_even([(1, 0.5), (4, 0.54)])["kind"] == "always"
+    assert break_even([(1, 0.86), (4, 1.01)])["kind"] == "mixed"
+    assert break_even([])["kind"] == "unknown"
+    assert break_even([(4, 1.0), (1, 2.0)])["streams"] == pytest.approx(4.0)  # exactly 1.0 no longer beats it
+
+
+def test_percentile_is_linear() -> None:
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile([], 95) is None
+
+
+def test_first_difference_tokens_and_text() -> None:
+    ref = Answer("p", "abc", (1, 2, 3))
+    assert first_difference(ref, Answer("p", "abc", (1, 2, 3))) == (True, None, "tokens")
+    assert first_difference(ref, Answer("p", "abd", (1, 2, 4))) == (False, 2, "tokens")
+    assert first_difference(ref, Answer("p", "ab", (1, 2))) == (False, 2, "tokens")
+    assert first_difference(Answer("p", "hello world"), Answer("p", "hello there")) == (False, 6, "text")
+
+
+def test_chi_square_pools_rare_categories() -> None:
+    same = chi_square(Counter({"a": 50, "b": 50}), Counter({"a": 48, "b": 52}))
+    assert same["categories"] == 2 and same["p_value"] > 0.5
+    diff = chi_square(Counter({"a": 90, "b": 10}), Counter({"a": 10, "b": 90}))
+    assert diff["p_value"] < 1e-10
+    one = chi_square(Counter({"a": 3, "b": 1}), Counter({"a": 2, "c": 1}))
+    assert one["p_value"] is None  # everything pooled into one category: no test
+
+
+# ---- the report of the real quick run ---------------------------------------------------------------
+def test_report_of_the_quick_run_has_every_table_and_rebuilds_identically(run_dir: Path) -> None:
+    rep = build_report([run_dir])
+    first = _files(run_dir)
+    for name in ("verdict", "memory", "max_streams", "break_even", "explanation", "roofline"):
+        assert f"{name}.csv" in first and f"{name}.parquet" in first, name
+        assert pd.read_parquet(run_dir / f"{name}.parquet").equals(rep.tables[name].reset_index(drop=True)) or name == "verdict"
+    for absent in ("soak", "verify", "verify_distribution"):  # no soak and no verify in this run: no empty files
+        assert f"{absent}.csv" not in first
+    assert {"tps_vs_streams.png", "latency.png", "memory.png"} <= set(first)
+    build_report([run_dir])
+    assert _files(run_dir) == first
+
+
+def test_verdict_has_per_repetition_confidence_intervals(run_dir: Path) -> None:
+    rep = build_report([run_dir])
+    v = rep.verdict.set_index("config")
+    draft = v.loc["draft-self-k3"]
+    assert draft["speedup_4_reps"] == 3
+    assert draft["speedup_4_ci_low"] < draft["speedup_4"] < draft["speedup_4_ci_high"] < 1.0
+    assert v.loc["baseline", "speedup_4_ci_low"] == pytest.approx(1.0)
+    md = rep.markdown.read_text()
+    assert "0.54× [0.49, 0.57]" in md  # the README's figure, with its interval
+
+
+def test_memory_table_reads_the_log_figures_and_the_budget(run_dir: Path) -> None:
+    rep = build_report([run_dir], memory_budget_mib=1024)
+    m = rep.tables["memory"].set_index("config")
+    assert m.loc["baseline", "target_kv_kib_per_token"] == pytest.approx(22.5)  # 180 MiB / 8192 tokens
+    assert m.loc["draft-self-k3", "draft_kv_kib_per_token"] == pytest.approx(22.5)
+    assert m.loc["draft-self-k3", "drafter_weights_mib"] == pytest.approx(92.1)
+    assert m.loc["baseline", "servable_ctx_total"] == math.floor((1024 - 92.1 - 16.64) * 1024 / 22.5)
+    assert m.loc["draft-self-k3", "servable_ctx_total"] == math.floor((1024 - 2 * 92.1 - 2 * 16.64) * 1024 / 45.0)
+    assert m.loc["draft-self-k3", "servable_ctx_per_slot"] == m.loc["draft-self-k3", "servable_ctx_total"] // 4
+    assert m.loc["draft-self-k3", "servable_ctx_vs_baseline"] < 0.5
+    # without a budget the servable context is not invented
+    assert build_report([run_dir]).tables["memory"]["servable_ctx_total"].isna().all()
+
+
+def test_scenario_budget_and_slo_are_read_from_the_manifest(run_dir: Path) -> None:
+    m = json.loads((run_dir / "manifest.json").read_text())
+    m["scenario_parsed"]["report"] = {"memory_budget_mib": 512}
+    m["scenario_parsed"]["slo"] = {"per_stream_tps_min": 15, "ttft_p95_s_max": None}
+    (run_dir / "manifest.json").write_text(json.dumps(m))
+    rep = build_report([run_dir])
+    assert (rep.tables["memory"]["memory_budget_mib"] == 512).all()
+    ms = rep.tables["max_streams"].set_index("config")
+    assert ms.loc["baseline", "max_streams"] == 4 and bool(ms.loc["baseline", "max_streams_is_lower_bound"])
+    assert ms.loc["draft-self-k3", "max_streams"] == 1  # 11.6 t/s per stream at 4 < 15
+    assert "N=4" in ms.loc["draft-self-k3", "first_failing"] and ms.loc["draft-self-k3", "slots"] == 4
+
+
+def test_break_even_and_explanation_of_the_quick_run(run_dir: Path) -> None:
+    rep = build_report([run_dir])
+    be = rep.tables["break_even"].set_index("config")
+    assert be.loc["draft-self-k3", "break_even_kind"] == "always"
+    assert be.loc["ngram-map-k", "break_even_kind"] == "mixed"
+    ex = rep.tables["explanation"].set_index("config")
+    d = ex.loc["draft-self-k3"]
+    assert d["k"] == 3 and d["k_source"] == "scenario"
+    assert d["expected_tokens_per_step"] == pytest.approx(expected_tokens_per_step(d["acceptance"], 3))
+    assert d["step_cost_in_baseline_tokens"] > d["expected_tokens_per_step"]  # why it loses: a step costs more than it yields
+    assert d["predicted_solo_speedup"] == pytest.approx(d["measured_solo_speedup"], rel=0.15)
+
+
+def test_roofline_needs_the_measured_bandwidth(run_dir: Path) -> None:
+    rf = build_report([run_dir]).tables["roofline"]
+    assert rf["roofline_pct"].isna().all() and "not measured" in rf["bandwidth_method"].iloc[0]
+    m = json.loads((run_dir / "manifest.json").read_text())
+    m["machine"]["memory_bandwidth"] = {"method": "numpy copy, best of repeats", "gb_per_s": 10.0}
+    (run_dir / "manifest.json").write_text(json.dumps(m))
+    rf = build_report([run_dir]).tables["roofline"].iloc[0]
+    assert rf["roofline_tps"] == pytest.approx(10e9 / (92.1 * 2**20))
+    assert rf["roofline_pct"] == pytest.approx(100 * rf["solo_decode_tps"] / rf["roofline_tps"])
+
+
+def test_html_is_self_contained(run_dir: Path) -> None:
+    rep = build_report([run_dir])
+    assert rep.html is not None
+    page = rep.html.read_text()
+    imgs = re.findall(r"<img [^>]*>", page)
+    assert len(imgs) == 3
+    assert all('src="data:image/png;base64,' in i for i in imgs)
+    assert not re.search(r'(src|href)="(?!data:)', page)  # nothing fetched from anywhere
+    assert "<table" in page and "draft-self-k3" in page
+
+
+def test_combined_runs_have_a_run_column(run_dir: Path, tmp_path: Path) -> None:
+    other = tmp_path / "20261129T110000Z-quick"
+    shutil.copytree(FIXTURE, other)
+    m = json.loads((other / "manifest.json").read_text())
+    m["run_id"] = other.name
+    (other / "manifest.json").write_text(json.dumps(m))
+    rep = build_report([run_dir, other])
+    assert rep.out_dir.name.startswith("combined-")
+    assert list(rep.verdict["run"].unique()) == [run_dir.name, other.name]
+    assert len(rep.tables["memory"]) == 6 and "run" in rep.display.columns
+    first = _files(rep.out_dir)
+    build_report([run_dir, other])
+    assert _files(rep.out_dir) == first
+
+
+def _write_jsonl(path: Path, recs: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+def test_soak_table_counts_failures_in_soak_time(run_dir: Path) -> None:
+    t0 = 1_800_000_000.0
+    _write_jsonl(run_dir / "soak_slices.jsonl", [
+        {"event": "start", "slice": "baseline-s001", "config": "baseline", "t_unix": t0},
+        {"event": "end", "slice": "baseline-s001", "config": "baseline", "t_unix": t0 + 1800, "elapsed_s": 1800.0, "restarts": 1},
+        {"event": "start", "slice": "draft-self-k3-s002", "config": "draft-self-k3", "t_unix": t0 + 1800},
+        {"event": "end", "slice": "draft-self-k3-s002", "config": "draft-self-k3", "t_unix": t0 + 3600, "elapsed_s": 1800.0, "restarts": 0},
+        {"event": "start", "slice": "baseline-s003", "config": "baseline", "t_unix": t0 + 3600},
+        {"event": "end", "slice": "baseline-s003", "config": "baseline", "t_unix": t0 + 5400, "elapsed_s": 1800.0, "restarts": 0},
+    ])
+    recs = []
+    for i in range(20):
+        recs.append({"config": "baseline", "attempt": "baseline-s001", "id": f"a{i}", "status": "ok", "start_unix_s": t0 + 10 * i, "e2e_s": 1.0})
+    recs.append({"config": "baseline", "attempt": "baseline-s003", "id": "b1", "status": "error", "error_kind": "stall", "start_unix_s": t0 + 3600 + 100, "e2e_s": 60.0})
+    recs.append({"config": "draft-self-k3", "attempt": "draft-self-k3-s002", "id": "c1", "status": "ok", "start_unix_s": t0 + 1900, "e2e_s": 1.0})
+    _write_jsonl(run_dir / "soak" / "baseline-s001-1.jsonl", recs[:20])
+    _write_jsonl(run_dir / "soak" / "baseline-s003-1.jsonl", [recs[20]])
+    _write_jsonl(run_dir / "soak" / "draft-self-k3-s002-1.jsonl", [recs[21]])
+    _write_jsonl(run_dir / "verdicts.jsonl", [
+        {"t_unix": t0 + 600, "config": "baseline", "slice": "baseline-s001", "kind": "crash", "metric": None, "message": "exit 139"},
+        {"t_unix": t0 + 5000, "config": "baseline", "slice": "baseline-s003", "kind": "drift", "metric": "acceptance", "message": "acceptance falls 20%"},
+    ])
+    _write_jsonl(run_dir / "windows.jsonl", [
+        {"config": "baseline", "t_unix": t0 + 60 * i, "acceptance": None, "decode_tps": 60.0 - i} for i in range(5)
+    ] + [{"config": "draft-self-k3", "t_unix": t0 + 1800 + 60 * i, "acceptance": 0.9 - 0.01 * i, "decode_tps": 30.0} for i in range(5)])
+    rep = build_report([run_dir])
+    s = rep.tables["soak"].set_index("config")
+    b = s.loc["baseline"]
+    assert b["duration_s"] == 3600.0 and b["requests"] == 21 and b["failures"] == 2
+    assert json.loads(b["failures_by_kind"]) == {"engine crash": 1, "stall": 1}
+    assert b["time_to_first_failure_s"] == 600.0  # the crash, 600 s into its first slice
+    assert b["failures_per_hour"] == 2.0 and b["restarts"] == 1
+    assert "acceptance" in b["drift"] and b["drift_verdicts"] == 1
+    d = s.loc["draft-self-k3"]
+    assert d["failures"] == 0 and pd.isna(d["time_to_first_failure_s"]) and d["drift"] == "none"
+    assert (run_dir / "acceptance_over_time.png").stat().st_size > 5000 and (run_dir / "soak.csv").is_file()
+    first = _files(run_dir)
+    build_report([run_dir])
+    assert _files(run_dir) == first
+
+
+def test_verify_results_are_shown_whatever_they_are(run_dir: Path) -> None:
+    base = {"algorithm": "draft-simple", "synthetic": False, "method": "tokens", "reference": "baseline@1"}
+    _write_jsonl(run_dir / "verify.jsonl", [
+        {**base, "config": "draft-self-k3", "streams": 1, "prompt_id": "p1", "identical": True, "first_diff_token": None, "draft_tokens": 9},
+        {**base, "config": "draft-self-k3", "streams": 1, "prompt_id": "p2", "identical": False, "first_diff_token": 7, "draft_tokens": 9},
+        {**base, "config": "synth", "synthetic": True, "method": "skipped", "streams": 1, "prompt_id": "p1", "identical": None, "first_diff_token": None},
+    ])
+    _write_jsonl(run_dir / "verify_distribution.jsonl", [
+        {"config": "draft-self-k3", "temperature": 0.8, "samples": 40, "categories": 3, "statistic": 1.2, "dof": 2, "p_value": 0.55,
+         "verdict": "no difference detected (p = 0.55)", "counts": {"baseline": {"1,2": 20}, "config": {"1,2": 19}}},
+    ])
+    rep = build_report([run_dir])
+    v = rep.tables["verify"].set_index("config")
+    assert v.loc["draft-self-k3", "verdict"] == "diverged on 1 of 2 prompts"
+    assert v.loc["draft-self-k3", "earliest_divergence_token"] == 7 and v.loc["draft-self-k3", "divergences"] == "p2@7"
+    assert v.loc["synth", "verdict"] == "synthetic: never lossless"
+    md = rep.markdown.read_text()
+    assert "diverged on 1 of 2 prompts" in md and "p = 0.55" in md
+    assert "counts" not in rep.tables["verify_distribution"]
+
+
+def test_cli_report_rejects_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
+    p = subprocess.run([sys.executable, "-m", "harness.cli", "report", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "not a run folder" in p.stderr
+
+
+def test_every_table_is_named_in_the_docs() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    for name in TABLES:
+        if name != "verdict":
+            assert f"`{name}.csv`" in docs or f"`{name}.csv`" in docs.replace(", `verify_distribution.csv`", ""), name
