@@ -189,7 +189,15 @@ class Runner:
             "status": "running",
             "stop_reason": None,
             "configurations": {
-                c.name: {"status": "pending", "algorithm": c.algorithm, "synthetic": c.is_synthetic, "k": c.k, "sweep_of": c.sweep_of}
+                c.name: {
+                    "status": "pending",
+                    "algorithm": c.algorithm,
+                    "synthetic": c.is_synthetic,
+                    "k": c.k,
+                    "sweep_of": c.sweep_of,
+                    "model": str(self.loaded.target_of(c)),
+                    "spec": c.model_dump(mode="json", exclude_none=True),
+                }
                 for c in self.sc.runs()
             },
         }

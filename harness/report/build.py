@@ -19,6 +19,7 @@ from harness.report.stats import isnum
 from harness.report.tables import (
     breakeven_table,
     explain_table,
+    k_sweep_table,
     max_streams_table,
     memory_table,
     roofline_table,
@@ -28,7 +29,7 @@ from harness.report.tables import (
 )
 from harness.report.verdict import display_table, stream_counts, verdict_table
 
-TABLES = ("verdict", "memory", "max_streams", "break_even", "explanation", "roofline", "soak", "verify", "verify_distribution")
+TABLES = ("verdict", "memory", "max_streams", "break_even", "explanation", "roofline", "k_sweep", "soak", "verify", "verify_distribution")
 PLOTS = ("tps_vs_streams.png", "acceptance_over_time.png", "latency.png", "memory.png", "k_sweep.png")
 
 
@@ -65,6 +66,7 @@ def build_report(
     tables["break_even"] = breakeven_table(verdict, counts) if not verdict.empty else pd.DataFrame()
     tables["explanation"] = explain_table(runs, verdict) if not verdict.empty else pd.DataFrame()
     tables["roofline"] = roofline_table(runs, verdict) if not verdict.empty else pd.DataFrame()
+    tables["k_sweep"] = k_sweep_table(runs, verdict, counts) if not verdict.empty else pd.DataFrame()
     tables["soak"] = soak_table(runs)
     tables["verify"] = verify_table(runs)
     tables["verify_distribution"] = verify_distribution_table(runs)
@@ -235,8 +237,19 @@ def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame
             "distributions differ; a large one only says this sample size could not tell them apart.",
         )]
 
+    ks = t["k_sweep"]
+    if not ks.empty or images["k"]:
+        b.append(h(2, "K sweep"))
+    if not ks.empty:
+        counts = sorted(int(c.removeprefix("total_tps_")) for c in ks.columns if c.startswith("total_tps_"))
+        cols = {"sweep": "sweep", "k": "K", "synthetic_length": "synthetic L", "acceptance": "acceptance", "mean_accept_len": "mean length",
+                "solo_decode_tps": "solo decode t/s", **{f"total_tps_{n}": f"total t/s @{n}" for n in counts}, "best_for": "best K for"}
+        b += [table(_show(ks, ["run"] * multi + list(cols), cols)), p(
+            "One configuration run at several draft lengths K. `best K for`: the columns where this K gave the highest throughput",
+            "within its sweep (synthetic lengths are separate experiments). Seed 000: n_max 3 gave 86% acceptance, n_max 6 fell to 47%.",
+        )]
     if images["k"]:
-        b += [h(2, "K sweep"), img(images["k"], "K sweep")]
+        b.append(img(images["k"], "K sweep"))
     notes = _notes(runs, t["verdict"])
     if notes:
         b += [h(2, "Notes"), ul(notes)]

@@ -172,16 +172,19 @@ def memory_bars(memory: pd.DataFrame, path: Path, multi: bool) -> Path | None:
 
 
 def k_sweep(verdict: pd.DataFrame, runs: list[RunData], counts: list[int], path: Path) -> Path | None:
+    """Speedup and acceptance against K, per sweep (a configuration expanded over k) or per algorithm."""
     ks: dict[tuple[str, str], list[tuple[int, float | None, float | None, float | None]]] = {}
     for run in runs:
-        for c in run.scenario.get("configurations") or []:
-            if not c.get("k") or c.get("algorithm") == "none" or c.get("synthetic"):
+        for name, c in (run.manifest.get("configurations") or {}).items():
+            if not c.get("k") or c.get("algorithm") == "none" or (c.get("synthetic") and not c.get("sweep_of")):
                 continue
-            v = verdict[(verdict["run"] == run.run_id) & (verdict["config"] == c["name"])]
+            v = verdict[(verdict["run"] == run.run_id) & (verdict["config"] == name)]
             if v.empty:
                 continue
             top = counts[-1] if counts else None
-            ks.setdefault((run.run_id, c["algorithm"]), []).append(
+            syn = ((c.get("spec") or {}).get("synthetic") or {}).get("length")
+            group = (c.get("sweep_of") or c["algorithm"]) + (f" L={syn:g}" if syn else "")
+            ks.setdefault((run.run_id, group), []).append(
                 (int(c["k"]), _f(v["solo_speedup"].iloc[0]), _f(v[f"speedup_{top}"].iloc[0]) if top else None, _f(v["acceptance"].iloc[0]))
             )
     sweeps = {key: sorted(pts) for key, pts in ks.items() if len({p[0] for p in pts}) >= 2}

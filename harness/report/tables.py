@@ -21,6 +21,10 @@ WATCHDOG_FAILURES = ("crash", "hang", "restart_failed", "gave_up")
 
 
 def _cfg_meta(run: RunData, name: str) -> dict[str, Any]:
+    """The configuration as run: the manifest's expanded copy (sweeps expanded), else the scenario's."""
+    spec = ((run.manifest.get("configurations") or {}).get(name) or {}).get("spec")
+    if spec:
+        return dict(spec)
     for c in run.scenario.get("configurations") or []:
         if c.get("name") == name:
             return dict(c)
@@ -378,3 +382,42 @@ def verify_distribution_table(runs: list[RunData]) -> pd.DataFrame:
     rows = [dict(run_id=run.run_id, **{k: v for k, v in r.items() if k != "counts"}) for run in runs for r in run.verify_dist]
     df = pd.DataFrame(rows)
     return df.rename(columns={"run_id": "run"}) if not df.empty else df
+
+
+# ---- K sweep ----------------------------------------------------------------------------------
+def k_sweep_table(runs: list[RunData], verdict: pd.DataFrame, counts: list[int]) -> pd.DataFrame:
+    """One row per swept configuration (grouped by the configuration it was expanded from), with
+    acceptance, mean length and t/s against K, and ``best_for``: the columns (solo, @N) at which
+    this K gave the highest throughput within its group."""
+    rows: list[dict[str, Any]] = []
+    for run in runs:
+        for name, meta in (run.manifest.get("configurations") or {}).items():
+            group = meta.get("sweep_of")
+            if not group:
+                continue
+            v = verdict[(verdict["run"] == run.run_id) & (verdict["config"] == name)]
+            if v.empty:
+                continue
+            spec = _cfg_meta(run, name)
+            syn = (spec.get("synthetic") or {}).get("length")
+            row: dict[str, Any] = {
+                "run": run.run_id, "sweep": group, "config": name, "algorithm": meta.get("algorithm"),
+                "k": meta.get("k"), "synthetic_length": syn,
+                "acceptance": _num(v["acceptance"].iloc[0]), "mean_accept_len": _num(v["mean_accept_len"].iloc[0]),
+                "solo_decode_tps": _num(v["solo_decode_tps"].iloc[0]),
+            }
+            for n in counts:
+                row[f"total_tps_{n}"] = _num(v[f"total_tps_{n}"].iloc[0]) if f"total_tps_{n}" in v else None
+            rows.append(row)
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    best: dict[int, list[str]] = {i: [] for i in df.index}
+    # best K per column, within each (run, sweep, synthetic length) group: synthetic lengths are separate experiments
+    for _, grp in df.groupby(["run", "sweep", df["synthetic_length"].fillna(-1)], sort=True):
+        for col, label in [("solo_decode_tps", "solo")] + [(f"total_tps_{n}", f"@{n}") for n in counts]:
+            vals = grp[col].dropna() if col in grp else pd.Series(dtype=float)
+            if len(vals) >= 2:
+                best[int(vals.idxmax())].append(label)
+    df["best_for"] = [", ".join(best[i]) for i in df.index]
+    return df.sort_values(["run", "sweep", "synthetic_length", "k"], na_position="first").reset_index(drop=True)

@@ -86,8 +86,12 @@ def verdict_table(runs: list[RunData]) -> pd.DataFrame:
             row["memory_mib"] = _add(_add(row["model_mib"], row["kv_mib"]), row["compute_mib"])
             row["failure"] = meta.get("failure")
             run_rows.append(row)
-        base = next((x for x in run_rows if x["algorithm"] == "none" and x["status"] == "done"), None)
+        bases = [x for x in run_rows if x["algorithm"] == "none" and x["status"] == "done"]
         for row in run_rows:
+            # compare with the baseline that serves the same target model (a tiny MTP target has its own)
+            model = (cfgs.get(row["config"]) or {}).get("model")
+            base = next((x for x in bases if model and (cfgs.get(x["config"]) or {}).get("model") == model), bases[0] if bases else None)
+            row["baseline"] = base["config"] if base else None
             row["solo_speedup"] = _ratio(row["solo_decode_tps"], base["solo_decode_tps"]) if base else None
             solo_ratios = _rep_ratios(_solo_by_rep(rq, row["config"]), _solo_by_rep(rq, base["config"])) if base else []
             row["solo_speedup_ci_low"], row["solo_speedup_ci_high"] = t_interval(solo_ratios)

@@ -58,3 +58,25 @@ def test_sweep_names_must_not_clash(tmp_path: Path) -> None:
     p.write_text(yaml.safe_dump(data))
     with pytest.raises(ScenarioError, match="'d-k2' is used twice \\(from the sweep of 'd'\\)"):
         load_scenario(p, LlamaCpp.methods)
+
+
+def test_k_sweep_table_names_the_best_k_per_column() -> None:
+    import pandas as pd
+
+    from harness.report.load import RunData
+    from harness.report.tables import k_sweep_table
+
+    cfgs = {
+        "base": {"algorithm": "none"},
+        "d-k2": {"algorithm": "draft-simple", "k": 2, "sweep_of": "d", "spec": {"name": "d-k2", "k": 2}},
+        "d-k4": {"algorithm": "draft-simple", "k": 4, "sweep_of": "d", "spec": {"name": "d-k4", "k": 4}},
+    }
+    run = RunData(Path("r"), {"run_id": "r", "configurations": cfgs}, pd.DataFrame(), pd.DataFrame(), {}, [])
+    verdict = pd.DataFrame([
+        {"run": "r", "config": "base", "acceptance": None, "mean_accept_len": None, "solo_decode_tps": 50.0, "total_tps_1": 40.0, "total_tps_4": 60.0},
+        {"run": "r", "config": "d-k2", "acceptance": 0.8, "mean_accept_len": 2.6, "solo_decode_tps": 55.0, "total_tps_1": 45.0, "total_tps_4": 50.0},
+        {"run": "r", "config": "d-k4", "acceptance": 0.6, "mean_accept_len": 3.1, "solo_decode_tps": 58.0, "total_tps_1": 44.0, "total_tps_4": 41.0},
+    ])
+    table = k_sweep_table([run], verdict, [1, 4])
+    assert list(table["config"]) == ["d-k2", "d-k4"]
+    assert list(table["best_for"]) == ["@1, @4", "solo"]
