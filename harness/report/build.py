@@ -181,13 +181,14 @@ def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame
     else:
         cols = {"acceptance": "α", "k": "K", "k_source": "K from", "expected_tokens_per_step": "E[tokens/step] from α,K",
                 "mean_accept_len": "measured tokens/step", "step_cost_in_baseline_tokens": "step cost (baseline tokens)",
-                "predicted_solo_speedup": "predicted solo speedup", "measured_solo_speedup": "measured solo speedup"}
+                "break_even_acceptance": "α needed to break even", "predicted_solo_speedup": "predicted solo speedup", "measured_solo_speedup": "measured solo speedup"}
         b += [table(_show(ex, ["run"] * multi + ["config"] + list(cols), cols)), p(
             "E[tokens/step] = (1 − α^(K+1)) / (1 − α): the tokens one verification step yields if each drafted token is accepted",
             "independently with probability α (bonus token included). Step cost: the solo requests' decode time, minus the steps",
             "that verified no draft priced at the baseline's time per token, over the engine's verify steps, in units of the",
             "baseline's time per token: it is the drafting and verification cost together. Predicted speedup =",
-            "(steps × E + plain steps) / (steps × cost + plain steps). A speedup needs E above the step cost.",
+            "(steps × E + plain steps) / (steps × cost + plain steps). A speedup needs E above the step cost: `α needed to break even`",
+            "solves E = cost at this K (empty when even perfect acceptance cannot pay for the step).",
         )]
     rf = t["roofline"]
     if not rf.empty:

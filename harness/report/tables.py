@@ -268,16 +268,18 @@ def explain_table(runs: list[RunData], verdict: pd.DataFrame) -> pd.DataFrame:
     """Predicted solo speedup from α, K and the measured cost of a step, beside the measured one."""
     rows: list[dict[str, Any]] = []
     for run in runs:
-        base = next((n for n in run.config_names if run.manifest["configurations"][n].get("algorithm") == "none"
-                     and run.manifest["configurations"][n].get("status") == "done"), None)
-        if base is None:
+        first_base = next((n for n in run.config_names if run.manifest["configurations"][n].get("algorithm") == "none"
+                           and run.manifest["configurations"][n].get("status") == "done"), None)
+        if first_base is None:
             continue
-        b_secs, b_toks, _ = _solo_decode(run, base)
-        t_base = b_secs / b_toks if b_toks else None
         for name in run.config_names:
             meta = run.manifest["configurations"][name]
             if meta.get("algorithm") in (None, "none") or meta.get("status") != "done":
                 continue
+            vb = verdict[(verdict["run"] == run.run_id) & (verdict["config"] == name)]
+            base = vb["baseline"].iloc[0] if "baseline" in vb and not vb.empty and isinstance(vb["baseline"].iloc[0], str) else first_base
+            b_secs, b_toks, _ = _solo_decode(run, base)
+            t_base = b_secs / b_toks if b_toks else None
             secs, toks, by_rep = _solo_decode(run, name)
             steps = sum(float(c.get("verify_steps") or 0) for c in by_rep.values())
             drafted = sum(float(c.get("draft_tokens") or 0) for c in by_rep.values())
@@ -296,6 +298,7 @@ def explain_table(runs: list[RunData], verdict: pd.DataFrame) -> pd.DataFrame:
             row["baseline_ms_per_token"] = t_base * 1e3 if t_base else None
             row["step_ms"] = t_step * 1e3 if t_step else None
             row["step_cost_in_baseline_tokens"] = cost
+            row["break_even_acceptance"] = break_even_acceptance(cost, int(k)) if cost and k else None
             if cost and e_pred is not None:
                 row["predicted_solo_speedup"] = (steps * e_pred + plain) / (steps * cost + plain)
             else:
@@ -308,6 +311,23 @@ def explain_table(runs: list[RunData], verdict: pd.DataFrame) -> pd.DataFrame:
             row["measured_solo_speedup"] = _num(v["solo_speedup"].iloc[0]) if not v.empty else None
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def break_even_acceptance(cost: float, k: int) -> float | None:
+    """The acceptance α at which (1 − α^(K+1)) / (1 − α) equals the step cost ``cost`` (in baseline
+    tokens): below it the drafter loses. None when even α = 1 (K+1 tokens a step) cannot pay for it."""
+    if cost <= 1.0:
+        return 0.0
+    if cost >= k + 1:
+        return None
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if expected_tokens_per_step(mid, k) < cost:
+            lo = mid
+        else:
+            hi = mid
+    return hi
 
 
 def _k_of(run: RunData, name: str, drafted: float, steps: float) -> tuple[int | None, str]:

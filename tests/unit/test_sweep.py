@@ -80,3 +80,13 @@ def test_k_sweep_table_names_the_best_k_per_column() -> None:
     table = k_sweep_table([run], verdict, [1, 4])
     assert list(table["config"]) == ["d-k2", "d-k4"]
     assert list(table["best_for"]) == ["@1, @4", "solo"]
+
+
+def test_break_even_acceptance_solves_expected_tokens_equals_cost() -> None:
+    from harness.report.stats import expected_tokens_per_step
+    from harness.report.tables import break_even_acceptance
+
+    a = break_even_acceptance(2.0, 3)
+    assert a is not None and expected_tokens_per_step(a, 3) == pytest.approx(2.0, abs=1e-6)
+    assert break_even_acceptance(0.8, 3) == 0.0  # a step cheaper than a plain token always pays
+    assert break_even_acceptance(4.5, 3) is None  # K+1 = 4 tokens a step can never pay 4.5
