@@ -42,6 +42,10 @@ class LaunchSpec:
     binary: Path | None = None
     host: str = "127.0.0.1"
     port: int = 0
+    # where the harness sends requests when not to the engine itself (a proxy in between; tests/faults)
+    request_base_url: str | None = None
+    # the engine's API key, read from the environment variable the scenario names; never shown or stored
+    api_key: str | None = field(default=None, repr=False)
 
     @property
     def speculative(self) -> bool:
@@ -203,6 +207,19 @@ class Engine(ABC):
         """Engine-specific fields added to each chat request."""
         return {}
 
+    def request_headers(self) -> dict[str, str]:
+        """Headers sent with every request (the API key, when the scenario names one)."""
+        return {"Authorization": f"Bearer {self.spec.api_key}"} if self.spec.api_key else {}
+
+    def engine_env(self) -> dict[str, str]:
+        """Environment added to the engine process (an API key goes here, never on the command line)."""
+        return {}
+
+    def display_command(self) -> list[str]:
+        """The command as logged and stored in the manifest: any secret replaced by '***'."""
+        key = self.spec.api_key
+        return [a.replace(key, "***") if key else a for a in self.command()]
+
     @classmethod
     def request_spec_stats(cls, final_chunk: dict[str, Any]) -> RequestSpecStats:
         return RequestSpecStats()
@@ -227,6 +244,11 @@ class Engine(ABC):
         return f"http://{self.spec.host}:{self.spec.port}"
 
     @property
+    def request_url(self) -> str:
+        """Where requests go: the engine, or the scenario's ``server.request_base_url``."""
+        return (self.spec.request_base_url or self.base_url).rstrip("/")
+
+    @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
@@ -239,9 +261,11 @@ class Engine(ABC):
             raise EngineNotInstalled(f"{self.name}: engine binary not found: {cmd[0]} (run: specsoak doctor)")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log_file = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - closed in stop()
-        self._log_file.write(("# " + json.dumps(cmd) + "\n").encode())
+        self._log_file.write(("# " + json.dumps(self.display_command()) + "\n").encode())
+        extra_env = self.engine_env()
         self.proc = subprocess.Popen(
             cmd,
+            env={**os.environ, **extra_env} if extra_env else None,
             stdin=subprocess.DEVNULL,
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
@@ -272,7 +296,7 @@ class Engine(ABC):
             time.sleep(0.2)
 
     def http_get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
-        req = urllib.request.Request(self.base_url + path)
+        req = urllib.request.Request(self.base_url + path, headers=self.request_headers())
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - loopback only
                 return resp.status, resp.read()

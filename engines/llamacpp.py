@@ -249,6 +249,10 @@ class LlamaCpp(Engine):
                 f"llama-server serves without speculation although '{self.spec.algorithm}' was asked: {reason}"
             )
 
+    def engine_env(self) -> dict[str, str]:
+        # llama-server reads --api-key from LLAMA_API_KEY: the key stays off the command line (ps, manifest)
+        return {"LLAMA_API_KEY": self.spec.api_key} if self.spec.api_key else {}
+
     def request_extras(self) -> dict[str, Any]:
         # the prompt cache would turn repeated prompts' TTFT into a cache lookup
         return {"cache_prompt": False}

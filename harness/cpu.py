@@ -76,9 +76,11 @@ class CpuUse:
 class CpuMeter:
     """Start/stop around one measurement; :meth:`stop` returns the split of CPU time."""
 
-    def __init__(self, engine_pid: int | None, proc_root: Path = Path("/proc")):
+    def __init__(self, engine_pid: int | None, proc_root: Path = Path("/proc"), client_pids: tuple[int, ...] = ()):
         self.engine_pid = engine_pid
         self.proc_root = proc_root
+        self.client_pids = client_pids  # the harness's own load processes (a soak's Locust), counted as harness
+        self._clients: dict[int, float] = {}
         self._t0 = 0.0
         self._busy0 = self._eng0 = self._self0 = 0.0
 
@@ -86,14 +88,21 @@ class CpuMeter:
         self._t0 = time.perf_counter()
         self._busy0 = machine_busy_seconds(self.proc_root)
         self._eng0 = tree_cpu_seconds(self.engine_pid)
-        self._self0 = self_cpu_seconds()
+        self._self0 = self._harness_s()
         return self
+
+    def _harness_s(self) -> float:
+        total = self_cpu_seconds()
+        for p in self.client_pids:  # a client process that has exited keeps the CPU it was last seen with
+            self._clients[p] = max(self._clients.get(p, 0.0), tree_cpu_seconds(p))
+            total += self._clients[p]
+        return total
 
     def stop(self) -> CpuUse:
         wall = time.perf_counter() - self._t0
         busy = machine_busy_seconds(self.proc_root) - self._busy0
-        eng = tree_cpu_seconds(self.engine_pid) - self._eng0
-        mine = self_cpu_seconds() - self._self0
+        eng = max(0.0, tree_cpu_seconds(self.engine_pid) - self._eng0)  # 0 when the engine was restarted meanwhile
+        mine = self._harness_s() - self._self0
         # jiffy rounding can make the remainder slightly negative
         other = max(0.0, busy - eng - mine)
         return CpuUse(wall_s=wall, engine_cpu_s=eng, harness_cpu_s=mine, other_cpu_s=other)

@@ -26,6 +26,7 @@ import numpy as np
 import psutil
 
 from engines.base import Engine, EngineCounters, counters_delta
+from harness.cpu import CpuMeter
 from harness.errors import EngineError
 from harness.load.locust_proc import LocustProcess
 from harness.records import JsonlWriter, read_jsonl
@@ -133,6 +134,9 @@ class SoakSlice:
         self.t_load = time.time()
         self.verdicts = JsonlWriter(self.run_dir / VERDICTS)
         self.windows = JsonlWriter(self.run_dir / WINDOWS)
+        # CPU per window: engine, harness (this process and its Locust processes), everything else
+        self.locust_pids: tuple[int, ...] = ()
+        self.cpu_meter: CpuMeter | None = None
 
     # ---- verdicts --------------------------------------------------------------------
     def verdict(self, kind: str, message: str, evidence: dict[str, Any], action: str = "none", metric: str | None = None) -> None:
@@ -201,6 +205,8 @@ class SoakSlice:
             last_ok = time.monotonic()
             t_load = self.t_load = time.time()
             locust.start()
+            self.locust_pids = tuple(locust.pids)
+            self.cpu_meter = CpuMeter(self.engine.pid, client_pids=self.locust_pids).start()
             hard_stop = time.monotonic() + self.slice_s + 120
             while locust.alive() and time.monotonic() < hard_stop:
                 time.sleep(self.wd.probe_interval_s)
@@ -237,7 +243,18 @@ class SoakSlice:
             slices.close()
             self.verdicts.close()
             self.windows.close()
+            self._compact(locust.record_files())
         return SliceResult(elapsed, self.restarts, self.verdict_count, gave_up)
+
+    @staticmethod
+    def _compact(files: list[Path]) -> None:
+        """The slice's records as Parquet too, now that no one appends to them: the report only reads."""
+        from harness.report.scale import compact_files
+
+        try:
+            compact_files(files)
+        except OSError:
+            pass  # the report compacts what is missing
 
     def _healthy(self) -> bool:
         assert self.engine is not None
@@ -315,6 +332,13 @@ class SoakSlice:
             "acceptance": acceptance, "mean_accept_len": mean_len,
             "engine_rss_mib": engine_rss_mib(self.engine.pid if self.engine else None),
         }
+        if self.cpu_meter is not None:
+            cpu = self.cpu_meter.stop()
+            win["cpu"] = {"engine_cpu_s": cpu.engine_cpu_s, "harness_cpu_s": cpu.harness_cpu_s, "other_cpu_s": cpu.other_cpu_s,
+                          "engine_cores": cpu.engine_cores, "harness_cores": cpu.harness_cores, "other_cores": cpu.other_cores,
+                          "engine_restarted": self.engine is None or self.engine.pid != self.cpu_meter.engine_pid}
+            win["contaminated"] = cpu.other_cores > self.runner.sc.measurement.contamination_cores
+            self.cpu_meter = CpuMeter(self.engine.pid if self.engine else None, client_pids=self.locust_pids).start()
         self.windows.write(win)
         self.history.setdefault(self.cfg.name, []).append(win)
         done = self.offset_s + (now - self.t_load)

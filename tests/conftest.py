@@ -20,3 +20,7 @@ def http_body(text: str) -> str:
 @pytest.fixture
 def llamacpp_fixtures() -> Path:
     return LLAMACPP
+
+
+# the fault ledger: `fault_log` for the fault tests, their figures at the end of the session
+from tests.faults.ledger import fault_log, pytest_terminal_summary  # noqa: E402,F401

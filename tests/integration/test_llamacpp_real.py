@@ -21,6 +21,7 @@ from harness.errors import EngineStartError, SpeculationInactive
 from harness.prompts import Prompt, load_prompts
 from harness.records import read_jsonl
 from harness.runner import free_port
+from tests.faults.ledger import FaultLog
 from tests.integration.conftest import SMOLLM2, start
 
 pytestmark = pytest.mark.engine
@@ -160,7 +161,9 @@ def test_cli_run_three_configurations_writes_a_verdict(tmp_path: Path) -> None:
     assert (run_dir / "report.md").read_text() == report
 
 
-def test_engine_that_exits_at_start_is_exit_3_and_earlier_records_are_kept(tmp_path: Path, smollm2: Path) -> None:
+def test_engine_that_exits_at_start_is_exit_3_and_earlier_records_are_kept(tmp_path: Path, smollm2: Path, fault_log: FaultLog) -> None:
+    row = fault_log.inject("engine", "engine exits at start: model file corrupt (truncated GGUF)", "a 4 MiB cut of SmolLM2 as a second configuration's model",
+                           "exit 3, EngineStartError with the engine's reason, the first configuration's records kept")
     broken = tmp_path / "truncated.gguf"
     broken.write_bytes(smollm2.read_bytes()[: 4 * 2**20])  # a GGUF cut short
     scenario = _scenario(tmp_path, [
@@ -181,3 +184,4 @@ def test_engine_that_exits_at_start_is_exit_3_and_earlier_records_are_kept(tmp_p
     assert manifest["status"] == "completed_with_failures"
     assert manifest["configurations"]["broken"]["status"] == "failed"
     assert "config failed" in (run_dir / "report.md").read_text()
+    row.done(f"exit 3: {failures[0]['message'][:120]}; 4 records of 'baseline' kept", runs_completed=1)

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from harness.records import RequestRecord, read_jsonl
+from tests.faults.ledger import FaultLog
 from tests.integration.conftest import SMOLLM2
 
 pytestmark = pytest.mark.engine
@@ -87,7 +88,9 @@ def _finish(proc: subprocess.Popen[str], timeout: float) -> str:
     return out
 
 
-def test_engine_killed_and_paused_mid_soak_are_detected_restarted_and_every_request_recorded(tmp_path: Path) -> None:
+def test_engine_killed_and_paused_mid_soak_are_detected_restarted_and_every_request_recorded(tmp_path: Path, fault_log: FaultLog) -> None:
+    rows = [fault_log.inject("engine", f"engine {what} mid-soak", how, "watchdog verdict, engine restarted, every request recorded")
+            for what, how in (("crashes (SIGKILL)", "SIGKILL to llama-server during a Locust soak"), ("hangs (SIGSTOP)", "SIGSTOP to llama-server during a Locust soak"))]
     results = tmp_path / "results"
     soak = {"duration_s": 45, "shape": {"kind": "steady", "users": 2}, "max_tokens": 16, "stall_s": 15,
             "watchdog": {"probe_interval_s": 0.5, "hang_s": 4, "window_s": 5, "error_rate": 0.9, "min_requests": 50}}
@@ -133,9 +136,13 @@ def test_engine_killed_and_paused_mid_soak_are_detected_restarted_and_every_requ
     assert len(failed) < 100  # users back off while the engine is down: no storm of failures
     assert any(r["status"] == "ok" for r in records)
     assert not psutil.pid_exists(second.pid) or psutil.Process(second.pid).status() == psutil.STATUS_ZOMBIE
+    rows[0].done("verdict `crash`, restarted; Locust's count equals the records", runs_completed=1)
+    rows[1].done(f"verdict `hang` after {hang['evidence']['silent_s']:.0f} s silent, killed, restarted")
 
 
-def test_harness_sigkilled_mid_soak_resumes_without_losing_or_duplicating_a_record(tmp_path: Path) -> None:
+def test_harness_sigkilled_mid_soak_resumes_without_losing_or_duplicating_a_record(tmp_path: Path, fault_log: FaultLog) -> None:
+    row = fault_log.inject("harness", "SIGKILL of the harness mid-soak", "SIGKILL to `specsoak run`, then `specsoak resume`",
+                           "engine and Locust die with it; resume loses and duplicates no record")
     results = tmp_path / "results"
     soak = {"duration_s": 60, "shape": {"kind": "steady", "users": 2}, "max_tokens": 12, "stall_s": 15,
             "watchdog": {"probe_interval_s": 0.5, "hang_s": 20, "window_s": 5}}
@@ -170,6 +177,8 @@ def test_harness_sigkilled_mid_soak_resumes_without_losing_or_duplicating_a_reco
     assert manifest["status"] == "completed" and len(manifest["resumes"]) == 1
     assert manifest["resumes"][0]["previous_status"] == "running"
     assert (run_dir / "report.md").exists()
+    row.done(f"resumed to completion; {len(before)} records before the kill all kept, none duplicated", runs_completed=1,
+             samples_lost=len(set(before) - set(ids)))
 
 
 def test_distributed_locust_master_and_two_workers_write_the_same_record_schema(tmp_path: Path) -> None:
