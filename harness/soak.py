@@ -40,7 +40,7 @@ SOAK_DIR = "soak"
 SLICES = "soak_slices.jsonl"
 VERDICTS = "verdicts.jsonl"
 WINDOWS = "windows.jsonl"
-FAILURE_KINDS = ("crash", "hang", "error_rate", "restart_failed", "gave_up")
+FAILURE_KINDS = ("crash", "hang", "error_rate", "restart_failed", "gave_up", "no_load")
 
 
 @dataclass
@@ -128,6 +128,7 @@ class SoakSlice:
         self.verdict_count = 0
         self.flagged: set[str] = {v["metric"] for v in read_jsonl(self.run_dir / VERDICTS) if v.get("config") == cfg.name and v.get("kind") == "drift"}
         self.tail = RecordTail()
+        self.records_seen = 0
         self.window: list[dict[str, Any]] = []
         self.window_t0 = 0.0
         self.window_counters: EngineCounters | None = None
@@ -196,7 +197,9 @@ class SoakSlice:
         t_start = time.time()
         slices.write({"event": "start", "slice": self.slice_id, "config": self.cfg.name, "t_unix": t_start, "offset_s": self.offset_s, "slice_s": self.slice_s})
         self.engine = self._start_engine()
-        locust = LocustProcess(self._locust_config(), self.run_dir / SOAK_DIR, self.run_dir / "logs", self.soak.workers)
+        key = self.engine.spec.api_key if self.engine is not None else None
+        locust = LocustProcess(self._locust_config(), self.run_dir / SOAK_DIR, self.run_dir / "logs", self.soak.workers,
+                               secret_env={"SPECSOAK_LOCUST_API_KEY": key} if key else None)
         gave_up = False
         t_load = self.t_load = time.time()
         try:
@@ -234,6 +237,12 @@ class SoakSlice:
         finally:
             locust.stop(grace_s=15)
             self._consume(time.time(), final=True)
+            if self.records_seen == 0 and not gave_up:
+                # the load itself failed (Locust crashed, or its user raised before recording anything)
+                logs = sorted((self.run_dir / "logs").glob(f"locust-{self.slice_id}-*.log"))
+                tail = logs[0].read_text(errors="replace").strip().splitlines()[-3:] if logs else []
+                self.verdict("no_load", f"Locust sent no request in {time.time() - t_load:.0f} s (exit {locust.returncode()})",
+                             {"locust_exit": locust.returncode(), "log_tail": tail}, "none")
             if self.engine is not None:
                 self.engine.stop(self.runner.sc.server.stop_grace_s)
             elapsed = time.time() - t_load  # soak time is load time, not engine start-up
@@ -277,7 +286,7 @@ class SoakSlice:
         assert self.engine is not None
         params = self.runner.params
         return {
-            "url": self.engine.base_url,
+            "url": self.engine.request_url,
             "chat_path": self.engine.chat_path,
             "engine": self.engine.name,
             "extras": self.engine.request_extras(),
@@ -297,6 +306,7 @@ class SoakSlice:
     # ---- windows: error rate and drift -----------------------------------------------
     def _consume(self, now: float, final: bool = False) -> None:
         new = self.tail.read(sorted((self.run_dir / SOAK_DIR).glob(f"{self.slice_id}-*.jsonl")))
+        self.records_seen += len(new)
         for r in new:
             self.runner.obs.on_request(r)
         self.window.extend(new)

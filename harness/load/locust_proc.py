@@ -23,8 +23,10 @@ LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 
 
 class LocustProcess:
-    def __init__(self, config: dict[str, Any], work_dir: Path, log_dir: Path, workers: int = 0, stop_timeout_s: float = 30.0):
+    def __init__(self, config: dict[str, Any], work_dir: Path, log_dir: Path, workers: int = 0, stop_timeout_s: float = 30.0,
+                 secret_env: dict[str, str] | None = None):
         self.config = {**config, "workers": workers}
+        self.secret_env = dict(secret_env or {})  # an API key travels in the environment, never in the config file
         self.work_dir = work_dir
         self.log_dir = log_dir
         self.workers = workers
@@ -43,7 +45,7 @@ class LocustProcess:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         cfg_path = self.work_dir / f"{self.slice_id}.locust.json"
         cfg_path.write_text(json.dumps(self.config))
-        env = dict(os.environ, SPECSOAK_LOCUST_CONFIG=str(cfg_path), PYTHONUNBUFFERED="1")
+        env = dict(os.environ, SPECSOAK_LOCUST_CONFIG=str(cfg_path), PYTHONUNBUFFERED="1", **self.secret_env)
         common = ["--headless", "--host", self.config["url"], "--stop-timeout", f"{self.stop_timeout_s:g}"]
         if self.workers == 0:
             self._spawn("local", self._cmd(*common, "--csv", str(self.csv_prefix), "--json-file", str(self.json_path), "--only-summary"), env)
@@ -72,6 +74,9 @@ class LocustProcess:
     def alive(self) -> bool:
         """The load runs while the local runner or the master runs."""
         return bool(self.procs) and self.procs[0].poll() is None
+
+    def returncode(self) -> int | None:
+        return self.procs[0].returncode if self.procs else None
 
     def wait(self, timeout: float | None = None) -> int | None:
         try:

@@ -41,6 +41,9 @@ _PROMPT_SEQ = itertools.count()
 _TRACE_SEQ = itertools.count()
 _SEED_SEQ = itertools.count(os.getpid() * 100_003)  # a fresh seed per request, distinct across processes
 _WRITER: BatchedJsonlWriter | None = None
+_HEADERS = {"Content-Type": "application/json"}
+if os.environ.get("SPECSOAK_LOCUST_API_KEY"):  # from the harness's environment, never from the config file
+    _HEADERS["Authorization"] = "Bearer " + os.environ["SPECSOAK_LOCUST_API_KEY"]
 _ANCHOR = (time.time(), time.perf_counter_ns())
 _T_START: float | None = None
 
@@ -138,7 +141,7 @@ class StreamingUser(User):
         conn = http.client.HTTPConnection(_URL.hostname or "127.0.0.1", _URL.port or 80, timeout=PARAMS.stall_s)
         deadline = t0 + int(PARAMS.timeout_s * 1e9)
         try:
-            conn.request("POST", CONFIG["chat_path"], body=body, headers={"Content-Type": "application/json"})
+            conn.request("POST", CONFIG["chat_path"], body=body, headers=_HEADERS)
             resp = conn.getresponse()
             if resp.status != 200:
                 text = resp.read(500).decode("utf-8", "replace")

@@ -308,7 +308,7 @@ class MetricsExporter(BaseObserver):
 
     # ---- for the soak watchdog ---------------------------------------------------------
     # watchdog kinds (harness/soak.py) -> the exporter's bounded verdict label
-    VERDICT_OF_KIND = {"crash": "fail", "hang": "fail", "restart_failed": "fail", "gave_up": "fail", "error_rate": "warn", "drift": "warn"}
+    VERDICT_OF_KIND = {"crash": "fail", "hang": "fail", "restart_failed": "fail", "gave_up": "fail", "no_load": "fail", "error_rate": "warn", "drift": "warn"}
 
     def on_verdict(self, record: dict[str, Any]) -> None:
         self.record_verdict(str(record["config"]), self.VERDICT_OF_KIND.get(str(record.get("kind")), "warn"))

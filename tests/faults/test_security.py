@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import yaml
 
 from engines.base import LaunchSpec
 from engines.llamacpp import LlamaCpp
@@ -90,12 +91,18 @@ def test_hostile_model_path_api_key_and_umask_000_in_a_real_run(smollm2: Path, l
     shutil.copyfile(smollm2, hostile)
     results = tmp_path / "results"
     sc = scenario(tmp_path, server={"model": str(hostile), "api_key_env": "SPECSOAK_TEST_API_KEY", "parallel": 1})
+    data = yaml.safe_load(sc.read_text())
+    data["soak"] = {"duration_s": 6, "shape": {"kind": "steady", "users": 1}, "max_tokens": 8, "prompts": "short.jsonl",
+                    "watchdog": {"probe_interval_s": 0.5, "window_s": 3}}  # Locust sends the key too
+    sc.write_text(yaml.safe_dump(data, sort_keys=False))
     p = cli("run", str(sc), "--results", str(results), env={"SPECSOAK_TEST_API_KEY": KEY}, umask=0)
     assert p.returncode == 0, p.stderr[-3000:]
     run = run_dir(results)
     assert run is not None
     _, records = lines_and_records(run / "requests.jsonl")
     assert len(records) == 1 and records[0]["status"] == "ok", records
+    soak = [r for f in (run / "soak").glob("*.jsonl") for r in lines_and_records(f)[1]]
+    assert soak and all(r["status"] == "ok" for r in soak), [r.get("error") for r in soak]
     command = manifest(run)["configurations"]["baseline"]["command"]
     assert command[command.index("-m") + 1] == str(hostile)
     assert not list(tmp_path.rglob("PWNED")) and not (Path.cwd() / "PWNED").exists()
