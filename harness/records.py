@@ -170,8 +170,9 @@ class BatchedJsonlWriter(JsonlWriter):
     ResultsError by the caller's next write or flush.
     """
 
-    def __init__(self, path: Path, max_delay_s: float = 1.0, max_records: int = 256, on_durable: Any = None):
+    def __init__(self, path: Path, max_delay_s: float = 1.0, max_records: int = 256, on_durable: Any = None, threaded: bool = True):
         super().__init__(path)
+        self.threaded = threaded  # False: batches are written on the caller's thread (gevent: a thread is a greenlet anyway)
         self.max_delay_s = max_delay_s
         self.max_records = max_records
         self.on_durable = on_durable
@@ -182,7 +183,8 @@ class BatchedJsonlWriter(JsonlWriter):
         self._durable: collections.deque[list[dict[str, Any]]] = collections.deque()
         self._error: ResultsError | None = None
         self._thread = threading.Thread(target=self._run, name=f"records:{path.name}", daemon=True)
-        self._thread.start()
+        if threaded:
+            self._thread.start()
 
     def _run(self) -> None:
         while True:
@@ -223,7 +225,8 @@ class BatchedJsonlWriter(JsonlWriter):
     def flush(self) -> None:
         """Every record written so far is on disk when this returns."""
         self._hand_over()
-        self._todo.join()
+        if self.threaded:
+            self._todo.join()
         self._check()
         self._notify()
 
@@ -231,6 +234,9 @@ class BatchedJsonlWriter(JsonlWriter):
         if self._lines:
             self._todo.put(("\n".join(self._lines) + "\n", self._records))
             self._lines, self._records = [], []
+            if not self.threaded:
+                self._todo.put(None)
+                self._run()  # writes what is queued, returns at the None
 
     def _notify(self) -> None:
         while self._durable:
@@ -243,7 +249,7 @@ class BatchedJsonlWriter(JsonlWriter):
 
     def close(self) -> None:
         try:
-            if self._thread.is_alive():
+            if self._thread.is_alive() or not self.threaded:
                 self.flush()
         finally:
             if self._thread.is_alive():

@@ -9,6 +9,7 @@ JSONL records the Locust processes append.
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -46,7 +47,8 @@ class LocustProcess:
         cfg_path = self.work_dir / f"{self.slice_id}.locust.json"
         cfg_path.write_text(json.dumps(self.config))
         env = dict(os.environ, SPECSOAK_LOCUST_CONFIG=str(cfg_path), PYTHONUNBUFFERED="1", **self.secret_env)
-        common = ["--headless", "--host", self.config["url"], "--stop-timeout", f"{self.stop_timeout_s:g}"]
+        stop_timeout = str(math.ceil(self.stop_timeout_s))  # Locust takes whole seconds ("5.3" is refused)
+        common = ["--headless", "--host", self.config["url"], "--stop-timeout", stop_timeout]
         if self.workers == 0:
             self._spawn("local", self._cmd(*common, "--csv", str(self.csv_prefix), "--json-file", str(self.json_path), "--only-summary"), env)
             return
@@ -57,7 +59,10 @@ class LocustProcess:
         )
         self._spawn("master", master, env)
         for i in range(self.workers):
-            self._spawn(f"worker{i}", self._cmd("--worker", "--master-host", "127.0.0.1", "--master-port", str(port)), env)
+            # a worker stops its users with its own --stop-timeout: without it, requests in flight when
+            # the slice ends are killed unrecorded
+            self._spawn(f"worker{i}", self._cmd("--worker", "--master-host", "127.0.0.1", "--master-port", str(port),
+                                                "--stop-timeout", stop_timeout), env)
 
     def _spawn(self, role: str, cmd: list[str], env: dict[str, str]) -> None:
         log = open(self.log_dir / f"locust-{self.slice_id}-{role}.log", "ab", buffering=0)  # noqa: SIM115 - closed in stop()

@@ -53,7 +53,7 @@ def _writer() -> BatchedJsonlWriter:
     global _WRITER
     if _WRITER is None:
         path = Path(CONFIG["records_dir"]) / f"{CONFIG['slice_id']}-{os.getpid()}.jsonl"
-        _WRITER = BatchedJsonlWriter(path, max_delay_s=1.0)
+        _WRITER = BatchedJsonlWriter(path, max_delay_s=1.0, threaded=False)
         gevent.spawn(_flush_when_due)
     return _WRITER
 
@@ -180,6 +180,9 @@ class StreamingUser(User):
         if not CONFIG.get("keep_text", False):
             rec["text"] = None
         _writer().write(rec)
+        runner = self.environment.runner
+        if runner is None or runner.state in ("stopping", "stopped", "cleanup", "quitting"):
+            _writer().flush()  # the slice is ending: a worker may be stopped any moment now
         events.request.fire(
             request_type="POST",
             name=CONFIG["config"],

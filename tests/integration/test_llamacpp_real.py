@@ -122,7 +122,7 @@ def test_cli_run_three_configurations_writes_a_verdict(tmp_path: Path) -> None:
     ])
     p = _cli("run", str(scenario), "--results", str(tmp_path / "results"))
     assert p.returncode == 0, p.stderr[-3000:]
-    run_dir = next((tmp_path / "results").iterdir())
+    run_dir = next((tmp_path / "results").glob("*-itest"))
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "completed" and manifest["stop_reason"] == "all configurations measured"
     assert manifest["engine_version"] == "11434.0.0"
@@ -174,7 +174,7 @@ def test_engine_that_exits_at_start_is_exit_3_and_earlier_records_are_kept(tmp_p
     assert p.returncode == 3, p.stderr[-3000:]
     assert "Traceback" not in p.stderr
     assert "configurations failed: broken" in p.stderr
-    run_dir = next((tmp_path / "results").iterdir())
+    run_dir = next((tmp_path / "results").glob("*-itest"))
     failures = list(read_jsonl(run_dir / "failures.jsonl"))
     assert [f["config"] for f in failures] == ["broken"]
     assert failures[0]["kind"] == "EngineStartError" and "exited during start-up" in failures[0]["message"]

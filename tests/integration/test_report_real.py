@@ -60,7 +60,7 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("report_real")
     p = _cli("run", str(_scenario(d)), "--results", str(d / "results"))
     assert p.returncode == 0, p.stderr[-3000:]
-    return next((d / "results").iterdir())
+    return next((d / "results").glob("*-rtest"))
 
 
 def _tables(d: Path) -> dict[str, bytes]:
