@@ -211,10 +211,13 @@ class MetricsExporter(BaseObserver):
         if cfg.starts > 1:
             restarts.inc()
         self.start_time.labels(**labels).set(self.clock())
-        # Counters exist from the start at 0, so the first phase shows as an increase.
-        for phase in ("warmup", "measure"):
+        # Counters and histograms exist from the start at 0, so the first phase shows as an increase
+        # (rate() and histogram_quantile() need a sample before the first observation).
+        for phase in ("warmup", "measure", "soak"):
             self.out_tokens.labels(**labels, phase=phase)
             self.requests.labels(**labels, phase=phase, status="ok", error_kind="")
+            for hist in (self.ttft, self.itl, self.e2e):
+                hist.labels(**labels, phase=phase)
         for c in (self.drafted, self.accepted, self.steps):
             c.labels(**labels)
 
