@@ -68,8 +68,8 @@ def test_engine_exits_or_hangs_mid_run(tmp_path: Path, fault_log: FaultLog, llam
     row = fault_log.inject("engine", f"engine {'exits (SIGKILL)' if how == 'exit' else 'hangs (SIGSTOP)'} mid-run",
                            "signal to llama-server after the first record", "exit 3, the configuration failed with the reason, every record kept")
     results = tmp_path / "results"
-    n = 6 if how == "exit" else 3
-    sc = scenario(tmp_path, server={"request_timeout_s": 8}, measurement={"requests_per_stream": n})
+    n = 8  # long enough that a fast, quiet machine is still mid-run when the signal comes
+    sc = scenario(tmp_path, server={"request_timeout_s": 8}, measurement={"requests_per_stream": n, "max_tokens": 64})
     proc = start_cli("run", str(sc), "--results", str(results), "--no-report")
     try:
         run = wait_for(lambda: run_dir(results), 60, "the run folder", proc)
