@@ -5,10 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +15,10 @@ import yaml
 
 from harness.records import RequestRecord, read_jsonl
 from tests.faults.ledger import FaultLog
+from tests.faults.helpers import engine_child as _soak_engine
+from tests.faults.helpers import finish as _finish
+from tests.faults.helpers import start_cli as _start
+from tests.faults.helpers import wait_for as _wait_for
 from tests.integration.conftest import SMOLLM2
 
 pytestmark = pytest.mark.engine
@@ -37,38 +38,6 @@ def _scenario(tmp_path: Path, soak: dict[str, Any], configs: list[dict[str, Any]
     return path
 
 
-def _start(*args: str) -> subprocess.Popen[str]:
-    env = dict(os.environ, COLUMNS="200")
-    return subprocess.Popen([sys.executable, "-m", "harness.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=env, start_new_session=True)
-
-
-def _wait_for(cond: Callable[[], Any], timeout: float, what: str, proc: subprocess.Popen[str] | None = None) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"harness exited ({proc.returncode}) while waiting for {what}:\n{proc.stdout.read() if proc.stdout else ''}")
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-def _soak_engine(harness_pid: int) -> psutil.Process | None:
-    try:
-        kids = psutil.Process(harness_pid).children(recursive=True)
-    except psutil.Error:
-        return None
-    for k in kids:
-        try:
-            if "llama-server" in " ".join(k.cmdline()) and k.status() != psutil.STATUS_ZOMBIE:
-                return k
-        except psutil.Error:
-            continue
-    return None
-
-
 def _run_dir(results: Path) -> Path | None:
     dirs = list(results.glob("*-soak-test")) if results.exists() else []
     return dirs[0] if dirs else None
@@ -76,16 +45,6 @@ def _run_dir(results: Path) -> Path | None:
 
 def _events(run_dir: Path, name: str) -> list[dict[str, Any]]:
     return list(read_jsonl(run_dir / name))
-
-
-def _finish(proc: subprocess.Popen[str], timeout: float) -> str:
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        raise AssertionError(f"harness did not finish in {timeout} s:\n{out[-4000:]}") from None
-    return out
 
 
 def test_engine_killed_and_paused_mid_soak_are_detected_restarted_and_every_request_recorded(tmp_path: Path, fault_log: FaultLog) -> None:
