@@ -16,8 +16,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from engines.base import Engine, EngineCounters
-from harness.errors import EngineStartError, ScrapeError
+from engines.base import EngineCounters
+from harness.errors import ScrapeError
 
 GIB = 1024.0  # MiB per GiB
 
@@ -138,10 +138,3 @@ def for_configuration(c: EngineCounters, speculative: bool, draft_per_step: int 
     if c.draft_tokens is None and draft_per_step and c.verify_steps is not None:
         return dataclasses.replace(c, draft_tokens=c.verify_steps * draft_per_step)
     return c
-
-
-def refuse_synthetic(engine: Engine) -> None:
-    """Engines without synthetic acceptance fail such a configuration at start, never run it real."""
-    s = engine.spec
-    if s.synthetic_length is not None or s.synthetic_rates is not None:
-        raise EngineStartError(f"{engine.name} has no synthetic acceptance (llama.cpp and vLLM have it)")

@@ -173,6 +173,7 @@ class Engine(ABC):
     health_path: ClassVar[str] = "/health"
     metrics_path: ClassVar[str] = "/metrics"
     chat_path: ClassVar[str] = "/v1/chat/completions"
+    synthetic_acceptance: ClassVar[bool] = True  # the engine can replace the accept decision by draws
     model_folders: ClassVar[bool] = False  # True: a model may be a folder (a Hugging Face checkpoint)
 
     def __init__(self, spec: LaunchSpec, log_path: Path):
@@ -255,7 +256,14 @@ class Engine(ABC):
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def refuse_unsupported(self) -> None:
+        """A configuration this engine cannot run as asked fails at start, never runs as something else."""
+        s = self.spec
+        if not self.synthetic_acceptance and (s.synthetic_length is not None or s.synthetic_rates is not None):
+            raise EngineStartError(f"{self.name} has no synthetic acceptance (llama.cpp and vLLM have it)")
+
     def start(self) -> None:
+        self.refuse_unsupported()
         cmd = self.command()
         if not Path(cmd[0]).exists():
             raise EngineNotInstalled(f"{self.name}: engine binary not found: {cmd[0]} (run: specsoak doctor)")

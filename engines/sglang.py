@@ -32,7 +32,6 @@ from engines._common import (
     gib_mib,
     has_arg,
     python_exception,
-    refuse_synthetic,
     python_with,
 )
 from engines.base import Capacity, Engine, EngineCounters, MemoryUse, RequestSpecStats
@@ -71,11 +70,8 @@ class SGLang(Engine):
     name: ClassVar[str] = "sglang"
     methods: ClassVar[frozenset[str]] = frozenset({"none", *ALGORITHMS})
     model_folders: ClassVar[bool] = True
+    synthetic_acceptance: ClassVar[bool] = False
     # /health answers 503 until the server is up (after its warm-up request), then 200
-
-    def start(self) -> None:
-        refuse_synthetic(self)
-        super().start()
 
     def command(self) -> list[str]:
         s = self.spec

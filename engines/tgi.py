@@ -23,7 +23,6 @@ from engines._common import (
     for_configuration,
     has_arg,
     python_exception,
-    refuse_synthetic,
     which,
 )
 from engines.base import Capacity, Engine, EngineCounters, MemoryUse
@@ -48,11 +47,8 @@ class Tgi(Engine):
     name: ClassVar[str] = "tgi"
     methods: ClassVar[frozenset[str]] = frozenset({"none", "ngram", "draft-medusa"})
     model_folders: ClassVar[bool] = True
+    synthetic_acceptance: ClassVar[bool] = False
     # the router binds its port only after the shards warmed up; /health then answers 200
-
-    def start(self) -> None:
-        refuse_synthetic(self)
-        super().start()
 
     def command(self) -> list[str]:
         s = self.spec

@@ -30,7 +30,6 @@ from engines._common import (
     gib_mib,
     has_arg,
     python_exception,
-    refuse_synthetic,
     which,
 )
 from engines.base import Capacity, Engine, EngineCounters, MemoryUse
@@ -63,6 +62,7 @@ class TrtLlm(Engine):
     methods: ClassVar[frozenset[str]] = frozenset({"none", *DECODING_TYPES})
     model_folders: ClassVar[bool] = True
     metrics_path: ClassVar[str] = "/prometheus/metrics"
+    synthetic_acceptance: ClassVar[bool] = False
     # connection refused until the model is loaded; then /health answers 200 (503 while unhealthy)
 
     @property
@@ -87,7 +87,7 @@ class TrtLlm(Engine):
         return opts
 
     def start(self) -> None:
-        refuse_synthetic(self)
+        self.refuse_unsupported()  # before the options file is written
         if not has_arg(self.spec.extra_args, "--config", "--extra_llm_api_options"):
             self.config_path.parent.mkdir(parents=True, exist_ok=True)
             self.config_path.write_text(yaml.safe_dump(self.options(), sort_keys=False), encoding="utf-8")

@@ -194,3 +194,15 @@ def test_inspect_log_table(rel: str, engine: str, words: str) -> None:
 def test_inspect_log_unknown_engine() -> None:
     r = cli("inspect-log", "--engine", "nope", str(FIXTURES / "vllm/v033_eagle3.server.log"))
     assert r.returncode == 2 and "known: llamacpp, sglang, tgi, trtllm, vllm" in " ".join(r.stderr.split())
+
+
+@pytest.mark.parametrize("name", ["sglang", "trtllm", "tgi"])
+def test_engines_without_synthetic_acceptance_refuse_it_at_start(name: str, tmp_path: Path) -> None:
+    from engines import ENGINES
+    from engines.base import LaunchSpec
+    from harness.errors import EngineStartError
+
+    engine = ENGINES[name](LaunchSpec(model=tmp_path, algorithm="ngram", k=3, synthetic_length=2.0), tmp_path / "e.log")
+    with pytest.raises(EngineStartError, match=f"{name} has no synthetic acceptance"):
+        engine.start()
+    assert engine.proc is None and not list(tmp_path.glob("*.yaml"))  # nothing started, nothing written
