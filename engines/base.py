@@ -175,6 +175,9 @@ class Engine(ABC):
     chat_path: ClassVar[str] = "/v1/chat/completions"
     synthetic_acceptance: ClassVar[bool] = True  # the engine can replace the accept decision by draws
     model_folders: ClassVar[bool] = False  # True: a model may be a folder (a Hugging Face checkpoint)
+    # True: the context size given at start sizes the KV cache (llama.cpp's -c), so the fill check can
+    # restart the engine at a servable context; paged engines size their KV pool from a memory share
+    ctx_sizes_kv: ClassVar[bool] = False
 
     def __init__(self, spec: LaunchSpec, log_path: Path):
         self.spec = spec

@@ -116,6 +116,7 @@ def _log_lines(text: str) -> list[str]:
 class LlamaCpp(Engine):
     name: ClassVar[str] = "llamacpp"
     methods: ClassVar[frozenset[str]] = frozenset({"none", *SPEC_TYPES})
+    ctx_sizes_kv: ClassVar[bool] = True  # -c N: N cells of KV (split over -np slots unless unified)
 
     def command(self) -> list[str]:
         s = self.spec

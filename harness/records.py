@@ -25,6 +25,8 @@ MANIFEST = "manifest.json"
 REQUESTS = "requests.jsonl"
 PHASES = "phases.jsonl"
 FAILURES = "failures.jsonl"
+RAMP = "ramp.jsonl"  # the max-streams ramp: one record per stream count tried, then the result
+FILL_CHECKS = "fill_checks.jsonl"  # the engine restarted at its servable context and filled
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ recorded failure of that configuration, and the run goes on with the next one.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import os
 import platform
 import signal
@@ -31,8 +33,21 @@ from harness.errors import EngineCrashed, EngineError, ResultsError, ScenarioErr
 from harness.observe import Observers, RunObserver
 from harness.prompts import PromptError, load_prompts
 from harness.runner_util import free_port
-from harness.records import FAILURES, MANIFEST, PHASES, REQUESTS, BatchedJsonlWriter, JsonlWriter, RequestRecord, read_jsonl, write_json_atomic
+from harness.records import (
+    FAILURES,
+    FILL_CHECKS,
+    MANIFEST,
+    PHASES,
+    RAMP,
+    REQUESTS,
+    BatchedJsonlWriter,
+    JsonlWriter,
+    RequestRecord,
+    read_jsonl,
+    write_json_atomic,
+)
 from harness.scenario import Configuration, LoadedScenario, safe_name
+from harness.servable import search_max_streams, slo_verdict
 
 
 RESERVE = ".reserve"  # freed when the disk is full, so the manifest's stop reason can still be written
@@ -160,6 +175,8 @@ class Runner:
         self.run_dir: Path | None = None
         self.manifest: dict[str, Any] = {}
         self.done_phases: set[tuple[str, int, int]] = set()
+        self.ramp_done: set[str] = set()  # configurations whose ramp has its result record (resume)
+        self.fill_done: set[str] = set()
         self.failed_before: list[str] = []
         # SIGTERM/SIGINT during a phase: the phase's loop and stop event (see run(), docs/reliability.md)
         self._phase_loop: asyncio.AbstractEventLoop | None = None
@@ -259,13 +276,19 @@ class Runner:
         requests = _Tee(BatchedJsonlWriter(self.run_dir / REQUESTS, on_durable=self.obs.on_request), None)
         phases = _Tee(JsonlWriter(self.run_dir / PHASES), self.obs.on_phase)
         failures = _Tee(JsonlWriter(self.run_dir / FAILURES), self.obs.on_failure)
+        self._ramp_out = JsonlWriter(self.run_dir / RAMP)
+        self._fill_out = JsonlWriter(self.run_dir / FILL_CHECKS)
         try:
             for cfg in self.sc.runs():
-                if cfg.name in self.failed_before or self._config_done(cfg):
+                if cfg.name in self.failed_before:
                     continue
-                ok = self._run_config(cfg, requests, phases, failures)
-                if not ok:
-                    failed.append(cfg.name)
+                if not self._config_done(cfg):
+                    ok = self._run_config(cfg, requests, phases, failures)
+                    if not ok:
+                        failed.append(cfg.name)
+                        continue
+                if self.sc.report.fill_check and cfg.name not in self.fill_done:
+                    self._fill_check(cfg)
             if self.sc.soak is not None:
                 self._soak(failed, failures)
             status = "completed" if not failed else "completed_with_failures"
@@ -280,7 +303,7 @@ class Runner:
             self._finish("failed", str(exc) if isinstance(exc, ResultsError) else f"{type(exc).__name__}: {exc}")
             raise
         finally:
-            for w in (requests, phases, failures):
+            for w in (requests, phases, failures, self._ramp_out, self._fill_out):
                 w.close()
             for s, h in old.items():
                 signal.signal(s, h)
@@ -296,11 +319,16 @@ class Runner:
         self.manifest.update(status="running", stop_reason=None, stopped_unix=None)
         self.done_phases = {(p["config"], p["streams"], p["repetition"]) for p in read_jsonl(self.run_dir / PHASES)}
         self.failed_before = sorted({f["config"] for f in read_jsonl(self.run_dir / FAILURES) if f.get("stage") != "soak"})
+        self.ramp_done = {r["config"] for r in read_jsonl(self.run_dir / RAMP) if r.get("event") == "result"}
+        self.fill_done = {r["config"] for r in read_jsonl(self.run_dir / FILL_CHECKS)}
         self._write_manifest()
         self.obs.on_run_start(self.manifest)
 
     def _config_done(self, cfg: Configuration) -> bool:
+        """Every phase measured, and the ramp's result written when the scenario has a ramp."""
         m = self.sc.measurement
+        if self.sc.slo and self.sc.slo.ramp and cfg.name not in self.ramp_done:
+            return False
         return all((cfg.name, n, r) in self.done_phases for n in m.streams for r in range(1, m.repetitions + 1))
 
     def _soak(self, failed: list[str], failures: _Tee) -> None:
@@ -370,6 +398,9 @@ class Runner:
             self._set_config_status(cfg.name, status="measuring", pid=engine.pid)
             stage = "measure"
             self._measure(cfg, engine, requests, phases)
+            if self.sc.slo and self.sc.slo.ramp and cfg.name not in self.ramp_done:
+                stage = "ramp"
+                self._ramp(cfg, engine, requests)
             self._set_config_status(cfg.name, status="done")
             return True
         except EngineError as exc:
@@ -404,6 +435,58 @@ class Runner:
                     + (" [yellow](contaminated)[/]" if rec["contaminated"] else "")
                 )
 
+    def _ramp(self, cfg: Configuration, engine: Engine, requests: _Tee) -> None:
+        """Max streams under the SLO: double N from ``start`` while it holds, then bisect between the
+        last N that held and the first that did not. One 'step' record per N, then the 'result'."""
+        assert self.sc.slo is not None and self.sc.slo.ramp is not None
+        slo, ramp = self.sc.slo, self.sc.slo.ramp
+        params = dataclasses.replace(self.params, max_tokens=ramp.max_tokens or self.params.max_tokens)
+        tried: dict[int, bool] = {}
+
+        def step(n: int) -> bool:
+            records: list[RequestRecord] = []
+            rec = self._phase(cfg, engine, requests, None, "ramp", n, len(tried) + 1, ramp.requests_per_stream, 0, params, records)
+            v = slo_verdict(((r.status, r.decode_tps, r.ttft_s) for r in records), slo.per_stream_tps_min, slo.ttft_p95_s_max)
+            tried[n] = v.passed
+            self._ramp_out.write({
+                "event": "step", "config": cfg.name, "streams": n, "attempt": rec["attempt"], "passed": v.passed,
+                "per_stream_tps": v.per_stream_tps, "ttft_p95_s": v.ttft_p95_s, "failed": v.failed, "why": v.why,
+                "requests": rec["requests"], "total_tps": rec["total_tps"], "start_unix_s": rec["start_unix_s"],
+                "end_unix_s": rec["end_unix_s"], "other_cores": rec["cpu"]["other_cores"], "contaminated": rec["contaminated"],
+            })
+            self.console.print(f"  ramp: {v.evidence(n)}" + (f" ({v.why})" if v.why else "")
+                               + (" [yellow](contaminated)[/]" if rec["contaminated"] else ""))
+            return v.passed
+
+        good, bad = search_max_streams(step, ramp.start, ramp.max_streams)
+        self._ramp_out.write({"event": "result", "config": cfg.name, "max_streams": good, "first_failing": bad,
+                              "lower_bound": bad is None, "steps": len(tried), "slots": engine.capacity().slots})
+        self.ramp_done.add(cfg.name)
+        self.console.print(f"  ramp: max streams {'≥ ' if bad is None else ''}{good}" + (f" (N={bad} failed)" if bad is not None else f" (ramp's max_streams {ramp.max_streams})"))
+
+    def _fill_check(self, cfg: Configuration) -> None:
+        """The memory table's servable context, proven: restart at it and fill every slot (harness/fillcheck.py)."""
+        from harness.fillcheck import fill_check
+
+        assert self.run_dir is not None and self.sc.report.memory_budget_mib is not None
+        name = safe_name(cfg.name)
+        cap_file = self.run_dir / "capacity" / f"{name}.json"
+        try:
+            cap = json.loads(cap_file.read_text())
+        except (OSError, ValueError) as exc:
+            self.console.print(f"  [yellow]fill check skipped: {cap_file}: {exc}[/]")
+            return
+        srv = self.sc.server
+        rec = fill_check(self.engine_cls, launch_spec(self.loaded, cfg, free_port()), cap, self.sc.report.memory_budget_mib,
+                         self.run_dir / "logs" / f"{name}.fill.server.log", srv.start_timeout_s, srv.request_timeout_s, srv.stop_grace_s,
+                         say=self.console.print)
+        self._fill_out.write(rec)
+        self.fill_done.add(cfg.name)
+        self.manifest["configurations"][cfg.name]["fill_check"] = rec["status"]
+        self._write_manifest()
+        colour = "green" if rec["status"] == "ok" else "yellow"
+        self.console.print(f"  [{colour}]fill check {rec['status']}[/]: {rec.get('detail', '')}")
+
     def _phase(
         self,
         cfg: Configuration,
@@ -415,6 +498,8 @@ class Runner:
         repetition: int,
         n: int,
         offset: int = 0,
+        params: RequestParams | None = None,
+        collect: list[RequestRecord] | None = None,
     ) -> dict[str, Any]:
         attempt = f"{cfg.name}/{phase}/{streams}/{repetition}/{uuid.uuid4().hex[:8]}"
         meta = {"config": cfg.name, "phase": phase, "streams": streams, "repetition": repetition, "attempt": attempt}
@@ -427,7 +512,7 @@ class Runner:
             self._phase_loop = asyncio.get_running_loop()
             try:
                 return await run_streams(
-                    engine, self.prompts, self.params, streams, n, meta, lambda r: requests.write(r.to_dict()), self.wall_anchor, offset,
+                    engine, self.prompts, params or self.params, streams, n, meta, lambda r: requests.write(r.to_dict()), self.wall_anchor, offset,
                     stop=self._phase_stop,
                 )
             finally:
@@ -435,6 +520,8 @@ class Runner:
 
         records = asyncio.run(measured())
         requests.flush()  # every request record on disk before its phase closes
+        if collect is not None:
+            collect.extend(records)
         if self._interrupted is not None:
             raise RunInterrupted(self._interrupted)  # the phase is incomplete: no phase record, resume measures it again
         cpu = meter.stop()

@@ -241,15 +241,40 @@ class Soak(_Strict):
     watchdog: Watchdog = Field(default_factory=Watchdog)
 
 
+class Ramp(_Strict):
+    """Find max streams adaptively: double N from ``start`` while the SLO holds, then bisect (docs/reports.md)."""
+
+    start: int = Field(1, ge=1, le=4096)
+    max_streams: int = Field(64, ge=1, le=4096, description="the ramp stops here (the result is then a lower bound)")
+    requests_per_stream: int = Field(2, ge=1, le=1000)
+    max_tokens: int | None = Field(None, ge=1, le=131_072, description="default: measurement.max_tokens")
+
+    @model_validator(mode="after")
+    def _order(self) -> Ramp:
+        if self.start > self.max_streams:
+            raise ValueError(f"start ({self.start}) is above max_streams ({self.max_streams})")
+        return self
+
+
 class Slo(_Strict):
     """What one stream must get for a stream count to count as served (the report's max streams)."""
 
     per_stream_tps_min: float | None = Field(None, gt=0, description="median decode t/s of a request at N streams, at least")
     ttft_p95_s_max: float | None = Field(None, gt=0, description="95th percentile TTFT at N streams, at most")
+    ramp: Ramp | None = Field(None, description="search max streams with a ramp after each configuration's measurement")
 
 
 class ReportOptions(_Strict):
     memory_budget_mib: float | None = Field(None, gt=0, le=16_777_216, description="memory for weights + KV + buffers: the report's servable context")
+    fill_check: bool = Field(
+        False, description="restart each configuration at its servable context under the budget and fill every slot (needs memory_budget_mib)"
+    )
+
+    @model_validator(mode="after")
+    def _budget(self) -> ReportOptions:
+        if self.fill_check and self.memory_budget_mib is None:
+            raise ValueError("fill_check needs memory_budget_mib: the servable context is computed from it")
+        return self
 
 
 class Scenario(_Strict):

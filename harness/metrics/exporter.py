@@ -4,7 +4,7 @@ It owns its own ``CollectorRegistry`` (never the global one) and binds 127.0.0.1
 otherwise. Every figure follows docs/metrics.md; every name is listed in docs/observability.md.
 
 Labels are bounded: ``run``, ``config``, ``engine``, ``algorithm``, ``synthetic`` on everything
-per configuration, plus ``phase`` (warmup|measure), ``streams`` (the scenario's stream counts),
+per configuration, plus ``phase`` (warmup|measure|ramp|soak), ``streams`` (the scenario's stream counts),
 ``status``/``error_kind`` (docs/metrics.md's fixed list), ``position`` (capped at MAX_POSITIONS),
 ``role``/``buffer`` (target|draft x model|kv|compute|recurrent), ``kind``/``stage`` of a failed
 configuration and ``verdict`` (VERDICTS). Nothing is labelled per request or per prompt.
@@ -213,7 +213,7 @@ class MetricsExporter(BaseObserver):
         self.start_time.labels(**labels).set(self.clock())
         # Counters and histograms exist from the start at 0, so the first phase shows as an increase
         # (rate() and histogram_quantile() need a sample before the first observation).
-        for phase in ("warmup", "measure", "soak"):
+        for phase in ("warmup", "measure", "ramp", "soak"):
             self.out_tokens.labels(**labels, phase=phase)
             self.requests.labels(**labels, phase=phase, status="ok", error_kind="")
             for hist in (self.ttft, self.itl, self.e2e):

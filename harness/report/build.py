@@ -63,6 +63,10 @@ def build_report(
         verdict = verdict.merge(ms, on=["run", "config"], how="left")
         tables["verdict"] = verdict
     tables["memory"] = memory_table(runs, memory_budget_mib)
+    mem = tables["memory"]
+    if not verdict.empty and not mem.empty and "servable_ctx_per_slot" in mem:
+        verdict = verdict.merge(mem[["run", "config", "servable_ctx_per_slot", "fill_check"]], on=["run", "config"], how="left")
+        tables["verdict"] = verdict
     tables["break_even"] = breakeven_table(verdict, counts) if not verdict.empty else pd.DataFrame()
     tables["explanation"] = explain_table(runs, verdict) if not verdict.empty else pd.DataFrame()
     tables["roofline"] = roofline_table(runs, verdict) if not verdict.empty else pd.DataFrame()
@@ -124,8 +128,8 @@ def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame
             "wall time. `vs baseline`: ratio of medians to the run's `algorithm: none` configuration; the bracket is the 95% Student-t",
             "interval of the per-repetition ratios (repetition r of a configuration paired with repetition r of the baseline;",
             "`[–]` with fewer than two repetitions). Acceptance = accepted / drafted tokens; mean length = 1 + accepted / verify steps",
-            "(bonus token counted), from the engine's /metrics deltas. Max streams: the largest measured N meeting the SLO (see below;",
-            "`≥` when every measured N met it). Slots, ctx and memory: the engine's start-up log. `[synthetic]` rows use synthetic",
+            "(bonus token counted), from the engine's /metrics deltas. Max streams: the largest N meeting the SLO, from the ramp or the",
+            "measured N (see below; `≥`: no N tried failed). Slots, ctx and memory: the engine's start-up log. `[synthetic]` rows use synthetic",
             "acceptance: their speed is a cost measurement, their output is not valid. Definitions: docs/metrics.md.",
         )]
     if images["tps"]:
@@ -150,8 +154,15 @@ def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame
         slo_text = (f"SLO ({src}): " + ", ".join(limits) + ", and no failed request." if src != "none: no failed request" else
                     "The scenario has no `slo:` section: a stream count counts as served when none of its requests failed.")
         shown_ms = ms.assign(max_streams=[_max_streams(v, lb) for v, lb in zip(ms["max_streams"], ms["max_streams_is_lower_bound"])])
-        b += [p(slo_text), table(_show(shown_ms, ["run"] * multi + ["config", "max_streams", "slots", "first_failing", "evidence"],
-                                       {"max_streams": "max streams", "slots": "slots (engine log)", "first_failing": "first N that failed"})), p(
+        ramped = bool((ms["max_streams_source"] == "adaptive ramp").any())
+        b += [p(slo_text), table(_show(shown_ms, ["run"] * multi + ["config", "max_streams", "slots", "max_streams_source", "first_failing", "evidence"],
+                                       {"max_streams": "max streams", "slots": "slots (engine log)", "max_streams_source": "found by",
+                                        "first_failing": "first N that failed"})), p(
+            *(["Adaptive ramp (the scenario's `slo.ramp`): after the measurement, N doubles from `start` while the SLO holds,",
+               "then bisects between the last N that held and the first that did not; evidence lists every N tried, in order.",
+               "`≥` when the ramp reached its `max_streams` without a failure."] if ramped else
+              ["From the measured stream counts (the scenario has no `slo.ramp`): the largest N at which it and every smaller",
+               "measured N met the SLO; `≥` when every measured N met it."]),
             "Slots are what the engine reported at start-up; a setting that raises slots but not max streams fixes nothing.",
         )]
 
@@ -168,9 +179,21 @@ def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame
         b += [table(_show(mem, ["run"] * multi + ["config"] + list(cols), cols)), p(
             "From the start-up log (capacity/*.json). KV per token = the KV buffer over the context it holds (ctx total);",
             "servable context = (budget − weights − compute buffers − recurrent state) / (target + draft KV per token),",
-            "the budget from the scenario's `report.memory_budget_mib` (– when none is given). Computed, not probed: the engine",
-            "was not restarted at that context.",
+            "the budget from the scenario's `report.memory_budget_mib` (– when none is given).",
         )]
+        checked = mem[mem["fill_check"] != "not run"] if "fill_check" in mem else mem.iloc[0:0]
+        if checked.empty:
+            b.append(p("Computed, not probed: the scenario's `report.fill_check` was off, so no engine was restarted at that context."))
+        else:
+            fcols = {"fill_check": "fill check", "fill_started_ctx_total": "started with ctx", "fill_ctx_per_slot": "ctx/slot (log)",
+                     "fill_tokens_per_slot": "tokens filled/slot", "fill_log_total_mib": "log total MiB", "fill_rss_peak_mib": "peak RSS MiB",
+                     "fill_overflow_refused": "past ctx refused", "fill_detail": "detail"}
+            b += [table(_show(checked, ["run"] * multi + ["config"] + list(fcols), fcols)), p(
+                "Checked: each configuration was started again with the servable context (rounded down to whole 256-token",
+                "blocks per slot), every slot was filled at once to within a few tokens of its context, the engine's resident",
+                "memory (process tree RSS, runtime included, which the log does not count) was sampled meanwhile, and one",
+                "prompt past the context had to be refused as a context overflow. `ok`: all slots filled and the overflow refused.",
+            )]
         if images["mem"]:
             b.append(img(images["mem"], "memory per configuration"))
 

@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from harness.errors import ResultsError
-from harness.records import FAILURES, MANIFEST, PHASES, REQUESTS, read_jsonl
+from harness.records import FAILURES, FILL_CHECKS, MANIFEST, PHASES, RAMP, REQUESTS, read_jsonl
 from harness.report.scale import soak_requests_frame
 
 # file names of the soak (harness/soak.py) and of `specsoak verify` (harness/verify.py); repeated
@@ -37,6 +37,8 @@ class RunData:
     soak_requests: pd.DataFrame = field(default_factory=pd.DataFrame)
     verify: list[dict[str, Any]] = field(default_factory=list)
     verify_dist: list[dict[str, Any]] = field(default_factory=list)
+    ramp: list[dict[str, Any]] = field(default_factory=list)
+    fill_checks: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def run_id(self) -> str:
@@ -86,4 +88,6 @@ def load_run(run_dir: Path) -> RunData:
         soak_requests=soak_requests,
         verify=list(read_jsonl(run_dir / VERIFY)),
         verify_dist=list(read_jsonl(run_dir / VERIFY_DIST)),
+        ramp=list(read_jsonl(run_dir / RAMP)),
+        fill_checks=list(read_jsonl(run_dir / FILL_CHECKS)),
     )

@@ -15,7 +15,8 @@ from typing import Any
 import pandas as pd
 
 from harness.report.load import RunData
-from harness.report.stats import break_even, expected_tokens_per_step, isnum, percentile
+from harness.report.stats import break_even, expected_tokens_per_step, isnum
+from harness.servable import kv_kib_per_token, servable_context, slo_verdict
 
 WATCHDOG_FAILURES = ("crash", "hang", "restart_failed", "gave_up")
 
@@ -41,6 +42,8 @@ def memory_table(runs: list[RunData], budget_override_mib: float | None = None) 
     rows: list[dict[str, Any]] = []
     for run in runs:
         budget = budget_override_mib or _num((run.scenario.get("report") or {}).get("memory_budget_mib"))
+        # a fill check belongs to the budget it was made for: none under another budget
+        fills = {f["config"]: f for f in run.fill_checks if f.get("budget_mib") == budget} if budget else {}
         for name in run.config_names:
             cap = run.capacity.get(name)
             meta = run.manifest.get("configurations", {}).get(name, {})
@@ -51,15 +54,14 @@ def memory_table(runs: list[RunData], budget_override_mib: float | None = None) 
                 continue
             t = cap.get("target") or {}
             d = cap.get("draft") or {}
-            ctx = _num(cap.get("ctx_total"))
-            slots = _num(cap.get("slots"))
+            ctx = cap.get("ctx_total")
             row.update(
                 target_weights_mib=_num(t.get("model_mib")),
                 drafter_weights_mib=_num(d.get("model_mib")) if d else 0.0,
                 target_kv_mib=_num(t.get("kv_mib")),
                 draft_kv_mib=_num(d.get("kv_mib")) if d else 0.0,
-                target_kv_kib_per_token=_per_token(t.get("kv_mib"), ctx),
-                draft_kv_kib_per_token=_per_token(d.get("kv_mib"), ctx) if d else 0.0,
+                target_kv_kib_per_token=kv_kib_per_token(t.get("kv_mib"), ctx),
+                draft_kv_kib_per_token=kv_kib_per_token(d.get("kv_mib"), ctx) if d else 0.0,
                 compute_mib=(_num(t.get("compute_mib")) or 0.0) + (_num(d.get("compute_mib")) or 0.0),
                 draft_compute_mib=_num(d.get("compute_mib")) if d else 0.0,
                 recurrent_mib=(_num(t.get("recurrent_mib")) or 0.0) + (_num(d.get("recurrent_mib")) or 0.0),
@@ -68,17 +70,14 @@ def memory_table(runs: list[RunData], budget_override_mib: float | None = None) 
                 ctx_total=cap.get("ctx_total"),
                 ctx_per_slot=cap.get("ctx_per_slot"),
             )
+            sv = servable_context(cap, budget)
             fixed = sum(row[k] or 0.0 for k in ("target_weights_mib", "drafter_weights_mib", "compute_mib", "recurrent_mib"))
-            per_tok_kib = (row["target_kv_kib_per_token"] or 0.0) + (row["draft_kv_kib_per_token"] or 0.0)
             row["fixed_mib"] = fixed
-            row["kv_kib_per_token"] = per_tok_kib if row["target_kv_kib_per_token"] is not None else None
+            row["kv_kib_per_token"] = sv.kv_kib_per_token if sv else None
             row["total_mib"] = fixed + (row["target_kv_mib"] or 0.0) + (row["draft_kv_mib"] or 0.0)
-            if budget and per_tok_kib > 0:
-                tokens = max(0.0, (budget - fixed) * 1024.0 / per_tok_kib)
-                row["servable_ctx_total"] = math.floor(tokens)
-                row["servable_ctx_per_slot"] = math.floor(tokens / slots) if slots and not cap.get("kv_unified") else math.floor(tokens)
-            else:
-                row["servable_ctx_total"] = row["servable_ctx_per_slot"] = None
+            row["servable_ctx_total"] = sv.ctx_total if sv else None
+            row["servable_ctx_per_slot"] = sv.ctx_per_slot if sv else None
+            row.update(_fill_columns(fills.get(name)))
             rows.append(row)
     df = pd.DataFrame(rows)
     for run_id in df["run"].unique() if not df.empty else []:
@@ -90,64 +89,98 @@ def memory_table(runs: list[RunData], budget_override_mib: float | None = None) 
     return df
 
 
-def _per_token(kv_mib: Any, ctx_total: float | None) -> float | None:
-    """KiB of KV cache per token of context: the buffer the log reports over the context it holds."""
-    if not isnum(kv_mib) or not ctx_total:
-        return None
-    return float(kv_mib) * 1024.0 / ctx_total
+def _fill_columns(fill: dict[str, Any] | None) -> dict[str, Any]:
+    """The fill check of a configuration (harness/fillcheck.py) as memory-table columns."""
+    if not fill:
+        return {"fill_check": "not run"}
+    out: dict[str, Any] = {
+        "fill_check": fill.get("status"),
+        "fill_started_ctx_total": fill.get("started_ctx_total"),
+        "fill_ctx_per_slot": fill.get("engine_ctx_per_slot"),
+        "fill_tokens_per_slot": fill.get("min_tokens_filled"),
+        "fill_log_total_mib": fill.get("log_total_mib"),
+        "fill_rss_peak_mib": fill.get("rss_peak_mib"),
+        "fill_overflow_refused": fill.get("overflow_refused"),
+        "fill_detail": fill.get("detail"),
+    }
+    return out
 
 
 # ---- max streams under the SLO ----------------------------------------------------------------
 def max_streams_table(runs: list[RunData], slo_override: dict[str, float] | None = None) -> pd.DataFrame:
-    """The largest measured N at which this and every smaller measured N met the SLO (a ramp)."""
+    """The largest N meeting the SLO: from the run's adaptive ramp (ramp.jsonl) where it has one and the
+    SLO is the one the ramp used, else the largest measured N at which it and every smaller one passed."""
     rows: list[dict[str, Any]] = []
     for run in runs:
         slo = dict(slo_override or run.scenario.get("slo") or {})
         tps_min = _num(slo.get("per_stream_tps_min"))
         ttft_max = _num(slo.get("ttft_p95_s_max"))
         rq = run.requests
+        ramp_steps: dict[str, list[dict[str, Any]]] = {}
+        for rec in run.ramp:
+            if rec.get("event") == "step":
+                ramp_steps.setdefault(rec["config"], []).append(rec)
         for name in run.config_names:
             meta = run.manifest.get("configurations", {}).get(name, {})
             cap = run.capacity.get(name, {})
-            r = rq[(rq["config"] == name) & (rq["phase"] == "measure")] if not rq.empty else rq
-            counts = sorted(int(n) for n in r["streams"].unique()) if not r.empty else []
-            best: int | None = 0 if counts else None
-            evidence: list[str] = []
-            broke = ""
-            at_best: dict[str, Any] = {}
-            for n in counts:
-                rn = r[r["streams"] == n]
-                ok = rn[rn["status"] == "ok"]
-                tps = _num(ok["decode_tps"].median()) if not ok.empty else None
-                p95 = percentile(list(ok["ttft_s"]), 95) if not ok.empty else None
-                failed = int((rn["status"] != "ok").sum())
-                why = []
-                if failed:
-                    why.append(f"{failed} failed request(s)")
-                if tps_min is not None and (tps is None or tps < tps_min):
-                    why.append(f"per-stream {tps or 0:.1f} t/s < {tps_min:g}")
-                if ttft_max is not None and (p95 is None or p95 > ttft_max):
-                    why.append(f"TTFT p95 {p95 or float('nan'):.2f} s > {ttft_max:g} s")
-                evidence.append(f"N={n}: {tps or float('nan'):.1f} t/s/stream, TTFT p95 {p95 or float('nan'):.2f} s" + (" ✗" if why else " ✓"))
-                if why:
-                    broke = f"N={n}: " + "; ".join(why)
-                    break
-                best = n
-                at_best = {"per_stream_tps_at_max": tps, "ttft_p95_s_at_max": p95}
+            steps = _ramp_steps(rq, name, ramp_steps.get(name, []))
+            source = "adaptive ramp" if steps else "measured stream counts"
+            if not steps:
+                r = rq[(rq["config"] == name) & (rq["phase"] == "measure")] if not rq.empty else rq
+                steps = [(int(n), r[r["streams"] == n]) for n in sorted(int(n) for n in r["streams"].unique())] if not r.empty else []
+            best, broke, at_best, evidence, passed_any_above = _max_streams_of(steps, tps_min, ttft_max, ramped=source == "adaptive ramp")
+            tried = [n for n, _ in steps]
+            ramp_max = ((run.scenario.get("slo") or {}).get("ramp") or {}).get("max_streams")
             rows.append({
                 "run": run.run_id, "config": name, "algorithm": meta.get("algorithm"), "synthetic": bool(meta.get("synthetic")),
                 "slo_per_stream_tps_min": tps_min, "slo_ttft_p95_s_max": ttft_max,
                 "slo_source": "override" if slo_override else ("scenario" if (tps_min or ttft_max) else "none: no failed request"),
+                "max_streams_source": source,
                 "max_streams": best,
-                "max_streams_is_lower_bound": bool(counts) and not broke,  # every measured N passed: the real limit is higher
-                "largest_measured_streams": counts[-1] if counts else None,
-                "per_stream_tps_at_max": at_best.get("per_stream_tps_at_max"),
-                "ttft_p95_s_at_max": at_best.get("ttft_p95_s_at_max"),
+                # every N tried passed: the real limit is higher (for a ramp: it reached its max_streams)
+                "max_streams_is_lower_bound": bool(tried) and not broke,
+                "largest_measured_streams": max(tried) if tried else None,
+                "ramp_max_streams": ramp_max if source == "adaptive ramp" else None,
+                "per_stream_tps_at_max": at_best.get("per_stream_tps"),
+                "ttft_p95_s_at_max": at_best.get("ttft_p95_s"),
                 "first_failing": broke or None,
+                "passed_above_first_failure": ", ".join(passed_any_above) or None,
                 "slots": cap.get("slots"),
-                "evidence": "; ".join(evidence),
+                "evidence": evidence,
             })
     return pd.DataFrame(rows)
+
+
+def _ramp_steps(rq: pd.DataFrame, name: str, steps: list[dict[str, Any]]) -> list[tuple[int, pd.DataFrame]]:
+    """The ramp's stream counts in the order tried, each with its requests (phase 'ramp')."""
+    if not steps or rq.empty or "attempt" not in rq:
+        return []
+    r = rq[(rq["config"] == name) & (rq["phase"] == "ramp")]
+    return [(int(s["streams"]), r[r["attempt"] == s["attempt"]]) for s in steps]
+
+
+def _max_streams_of(steps: list[tuple[int, pd.DataFrame]], tps_min: float | None, ttft_max: float | None,
+                    ramped: bool) -> tuple[int | None, str, dict[str, Any], str, list[str]]:
+    """Measured counts: walk up, stop at the first failure. A ramp (doubling, then bisection): the
+    largest N that passed below the smallest N that failed; an N that passed above it is named."""
+    best: int | None = 0 if steps else None
+    evidence: list[str] = []
+    verdicts: dict[int, Any] = {}
+    for n, rn in steps:
+        v = slo_verdict(zip(rn["status"], rn.get("decode_tps", [None] * len(rn)), rn.get("ttft_s", [None] * len(rn))), tps_min, ttft_max)
+        verdicts[n] = v
+        evidence.append(v.evidence(n))
+        if not ramped and not v.passed:
+            break
+    failing = sorted(n for n, v in verdicts.items() if not v.passed)
+    first_fail = failing[0] if failing else None
+    passing = sorted(n for n, v in verdicts.items() if v.passed and (first_fail is None or n < first_fail))
+    if passing:
+        best = passing[-1]
+    above = [f"N={n} passed" for n, v in sorted(verdicts.items()) if v.passed and first_fail is not None and n > first_fail]
+    broke = f"N={first_fail}: {verdicts[first_fail].why}" if first_fail is not None else ""
+    at_best = {"per_stream_tps": verdicts[best].per_stream_tps, "ttft_p95_s": verdicts[best].ttft_p95_s} if best else {}
+    return best, broke, at_best, "; ".join(evidence), above
 
 
 # ---- soak ------------------------------------------------------------------------------------

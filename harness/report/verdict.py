@@ -162,6 +162,10 @@ def display_table(df: pd.DataFrame, counts: list[int], multi_run: bool) -> pd.Da
     out["mean length"] = df["mean_accept_len"].map(_fmt2)
     out["ctx/slot"] = df["ctx_per_slot"].map(_fmt0)
     out["ctx total"] = df["ctx_total"].map(_fmt0)
+    if "servable_ctx_per_slot" in df and df["servable_ctx_per_slot"].map(_isnum).any():
+        # under the scenario's memory budget (the memory table), marked ✓ when the fill check proved it
+        out["servable ctx/slot (budget)"] = [_fmt0(v) + (" ✓" if f == "ok" else " ✗" if f in ("failed", "engine_failed") else "")
+                                             for v, f in zip(df["servable_ctx_per_slot"], df.get("fill_check", [None] * len(df)))]
     out["slots"] = df["slots"].map(_fmt0)
     out["memory MiB"] = df["memory_mib"].map(_fmt0)
     out["failures"] = [_failures(ok, failed, f) for ok, failed, f in zip(df["requests_ok"], df["requests_failed"], df["failure"])]

@@ -42,8 +42,10 @@ def _scenario(d: Path) -> Path:
         ],
         "measurement": {"prompts": "prompts.jsonl", "max_tokens": 8, "streams": [1, 2], "requests_per_stream": 1,
                         "repetitions": 2, "warmup_requests": 0},
-        "slo": {"per_stream_tps_min": 1.0},
-        "report": {"memory_budget_mib": 2048},
+        # the ramp passes at every N (1 t/s per stream): 1, 2, 4 and stops at its max_streams
+        "slo": {"per_stream_tps_min": 1.0, "ramp": {"max_streams": 4, "requests_per_stream": 1, "max_tokens": 8}},
+        # 160 MiB: ~2,400 tokens for the baseline (filled by the check), none for SmolLM2 drafting for itself
+        "report": {"memory_budget_mib": 160, "fill_check": True},
     }
     path = d / "rtest.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -89,6 +91,40 @@ def test_report_of_a_real_run_rebuilds_identically(real_run: Path) -> None:
     assert ex.loc["self-draft", "expected_tokens_per_step"] > 1 and ex.loc["self-draft", "step_cost_in_baseline_tokens"] > 0
     ms = pd.read_csv(real_run / "max_streams.csv").set_index("config")
     assert ms.loc["baseline", "slo_source"] == "scenario" and ms.loc["baseline", "slots"] == 2
+
+
+def test_ramp_and_fill_check_on_the_real_engine(real_run: Path) -> None:
+    ramp = list(read_jsonl(real_run / "ramp.jsonl"))
+    for cfg in ("baseline", "self-draft"):
+        steps = [r for r in ramp if r["config"] == cfg and r["event"] == "step"]
+        assert [s["streams"] for s in steps] == [1, 2, 4] and all(s["passed"] for s in steps)
+        result = next(r for r in ramp if r["config"] == cfg and r["event"] == "result")
+        assert result["max_streams"] == 4 and result["lower_bound"] and result["slots"] == 2
+        # every request of a step is in requests.jsonl under its attempt, with phase 'ramp'
+        reqs = [r for r in read_jsonl(real_run / "requests.jsonl") if r["phase"] == "ramp" and r["config"] == cfg]
+        assert sorted(r["streams"] for r in reqs) == [1, 2, 2, 4, 4, 4, 4]
+        assert {r["attempt"] for r in reqs} == {s["attempt"] for s in steps}
+    ms = pd.read_csv(real_run / "max_streams.csv").set_index("config")
+    assert ms.loc["baseline", "max_streams_source"] == "adaptive ramp" and ms.loc["baseline", "max_streams"] == 4
+    assert bool(ms.loc["baseline", "max_streams_is_lower_bound"])
+
+    fills = {f["config"]: f for f in read_jsonl(real_run / "fill_checks.jsonl")}
+    base = fills["baseline"]
+    assert base["status"] == "ok", base
+    computed = base["computed_ctx_total"]
+    assert 1500 < computed < 3500 and base["started_ctx_total"] == computed // 512 * 512  # whole 256-token blocks per slot
+    # the engine took the context asked for, every slot held a prompt to within a few tokens of it
+    assert base["engine_ctx_total"] == base["started_ctx_total"] and base["fills_ok"] == base["fills"] == 2
+    assert base["engine_ctx_per_slot"] - 20 <= base["min_tokens_filled"] <= base["engine_ctx_per_slot"]
+    assert base["overflow_refused"] and "exceed" in base["overflow_answer"]
+    assert base["log_total_mib"] <= 160 and base["rss_peak_mib"] > base["log_total_mib"] * 0.8
+    assert (real_run / "logs" / "baseline.fill.server.log").is_file()
+    # the drafter's weights and KV leave nothing of 160 MiB: not started, said so
+    assert fills["self-draft"]["status"] == "too_small" and fills["self-draft"]["computed_ctx_total"] == 0
+    mem = pd.read_csv(real_run / "memory.csv").set_index("config")
+    assert mem.loc["baseline", "fill_check"] == "ok" and mem.loc["self-draft", "fill_check"] == "too_small"
+    md = (real_run / "report.md").read_text()
+    assert "Checked: each configuration was started again" in md and "adaptive ramp" in md
 
 
 def test_html_report_renders_in_headless_chromium(real_run: Path, tmp_path: Path) -> None:
