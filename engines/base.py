@@ -46,6 +46,8 @@ class LaunchSpec:
     request_base_url: str | None = None
     # the engine's API key, read from the environment variable the scenario names; never shown or stored
     api_key: str | None = field(default=None, repr=False)
+    # the scenario's server.env: environment of the engine process (vLLM's VLLM_CPU_KVCACHE_SPACE, ...)
+    env: tuple[tuple[str, str], ...] = ()
 
     @property
     def speculative(self) -> bool:
@@ -273,7 +275,7 @@ class Engine(ABC):
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log_file = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - closed in stop()
         self._log_file.write(("# " + json.dumps(self.display_command()) + "\n").encode())
-        extra_env = self.engine_env()
+        extra_env = {**dict(self.spec.env), **self.engine_env()}
         self.proc = subprocess.Popen(
             cmd,
             env={**os.environ, **extra_env} if extra_env else None,

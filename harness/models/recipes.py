@@ -28,6 +28,7 @@ TRUNC_VERSION = 1
 EAGLE3_VERSION = 1
 DFLASH_VERSION = 2  # r1 borrowed the target's embeddings and accepted nothing, even under synthetic acceptance
 QWEN35_VERSION = 1
+HF_VERSION = 1
 
 EAGLE3: dict[str, Any] = {
     "seed": 3,
@@ -94,6 +95,27 @@ def _smollm2() -> Any:
     except ModelNotFound as exc:
         raise RecipeError(f"its source model is missing: {exc}") from None
     return _reader(path)
+
+
+def build_smollm2_hf(out: Path) -> None:
+    """SmolLM2 as a Hugging Face folder, for vLLM: hf_export.py run by the vLLM environment's Python."""
+    import subprocess
+
+    from harness.models_ref import ModelNotFound, resolve_model
+    from harness.vllm_env import vllm_python
+
+    py = vllm_python()
+    if py is None:
+        raise RecipeError("it is converted by the vLLM environment, which is not installed (`make vllm` makes .venv-vllm)")
+    try:
+        src = resolve_model(SMOLLM2_REF, Path.cwd())
+    except ModelNotFound as exc:
+        raise RecipeError(f"its source model is missing: {exc}") from None
+    script = Path(__file__).with_name("hf_export.py")
+    p = subprocess.run([str(py), str(script), str(src), str(out)], capture_output=True, text=True, timeout=1800)
+    if p.returncode != 0:
+        tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+        raise RecipeError(f"{script.name} failed (exit {p.returncode}): {' / '.join(tail)}")
 
 
 def _copy_field(writer: Any, field: Any, value: Any = None) -> None:

