@@ -105,8 +105,8 @@ def build_smollm2_hf(out: Path) -> None:
     from harness.vllm_env import vllm_python
 
     py = vllm_python()
-    if py is None:
-        raise RecipeError("it is converted by the vLLM environment, which is not installed (`make vllm` makes .venv-vllm)")
+    if py is None or not py.exists():
+        raise RecipeError(f"it is converted by the vLLM environment's Python, which is not installed ({py or '.venv-vllm'}: `make vllm`)")
     try:
         src = resolve_model(SMOLLM2_REF, Path.cwd())
     except ModelNotFound as exc:

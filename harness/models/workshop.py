@@ -104,7 +104,8 @@ _FIXED: dict[str, Recipe] = {
 }
 
 # the truncation depth used when a scenario or test does not need another one
-NAMES: tuple[str, ...] = ("smollm2-trunc4", *sorted(_FIXED))
+# the GGUF models (llama.cpp); folder recipes (vLLM) need the vLLM environment to build
+NAMES: tuple[str, ...] = ("smollm2-trunc4", *sorted(n for n, r in _FIXED.items() if not r.folder))
 
 
 def known_names() -> list[str]:

@@ -190,3 +190,12 @@ def test_a_failed_build_leaves_nothing_in_the_cache(monkeypatch: pytest.MonkeyPa
     with pytest.raises(WorkshopError, match="workshop model 'smollm2-eagle3': boom"):
         ensure("smollm2-eagle3", tmp_path)
     assert not list(tmp_path.iterdir())
+
+
+def test_the_hf_folder_recipe_names_a_folder_and_says_what_it_needs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    r = recipe("smollm2-hf")
+    assert r.folder and not r.file_name().endswith(".gguf") and "smollm2-hf" not in NAMES
+    monkeypatch.setenv("SPECSOAK_VLLM_PYTHON", str(tmp_path / "no-such-venv" / "bin" / "python"))
+    with pytest.raises(WorkshopError, match=r"smollm2-hf.*vLLM environment's Python, which is not installed .*make vllm"):
+        ensure("smollm2-hf", tmp_path / "cache")
+    assert not any((tmp_path / "cache").iterdir())  # nothing half-built left behind
