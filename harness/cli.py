@@ -16,8 +16,11 @@ from rich.table import Table
 from harness.errors import EXIT_ENGINE, EXIT_INPUT, EXIT_OK, EXIT_VERDICT, HarnessError, ScenarioError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Is speculative decoding worth it on your box? Measure it.")
-out = Console()
-err = Console(stderr=True)
+# soft_wrap: a message is never cut inside a path (logs and pipes get whole lines); a table printed to a
+# pipe or a log file gets 200 columns instead of rich's 80, where the verdict's 16 columns are unreadable
+_PIPE_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200
+out = Console(soft_wrap=True, width=_PIPE_WIDTH)
+err = Console(stderr=True, soft_wrap=True)
 
 
 def _load(path: Path, check_model_files: bool = True):  # type: ignore[no-untyped-def]

@@ -158,7 +158,7 @@ class Runner:
         self.loaded = loaded
         self.sc = loaded.scenario
         self.results_root = results_root
-        self.console = console or Console(stderr=True)
+        self.console = console or Console(stderr=True, soft_wrap=True)
         self.obs = Observers(observers, lambda msg: self.console.print(f"[yellow]specsoak: {msg}[/]"))
         try:
             self.prompts = load_prompts(self.sc.measurement.prompts, loaded.path.parent)
