@@ -8,7 +8,6 @@ it. Every column is defined in docs/metrics.md.
 from __future__ import annotations
 
 import json
-import math
 from collections import Counter
 from typing import Any
 

@@ -18,7 +18,6 @@ import pytest
 import yaml
 
 from engines.base import LaunchSpec
-from engines.llamacpp import LlamaCpp
 from harness import cli as cli_module
 from harness.client import RequestParams, run_streams
 from harness.metrics.exporter import MetricsExporter

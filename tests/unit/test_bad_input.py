@@ -55,7 +55,7 @@ def test_every_bad_scenario_is_exit_2_one_line_naming_file_and_field_nothing_sta
     assert not results.exists(), "a run folder was created for bad input"
     problems = [p for ps in found.values() for p in ps]
     assert not problems, "\n".join(problems)
-    for name, row in rows.items():
+    for row in rows.values():
         row.done("exit 2, one line naming the file and the field; no run folder")
 
 
