@@ -131,7 +131,7 @@ def launch_spec(loaded: LoadedScenario, cfg: Configuration, port: int) -> Launch
         port=srv.port or port,
         request_base_url=srv.request_base_url,
         api_key=os.environ.get(srv.api_key_env) if srv.api_key_env else None,
-        env=tuple(sorted(srv.env.items())),
+        env=tuple(sorted((k, str(v)) for k, v in srv.env.items())),
     )
 
 

@@ -171,7 +171,7 @@ class Server(_Strict):
     api_key_env: str | None = Field(
         None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="environment variable holding the engine's API key"
     )
-    env: dict[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = Field(
+    env: dict[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str | int | float] = Field(
         default_factory=dict, description="environment of the engine process (e.g. VLLM_CPU_KVCACHE_SPACE: 1); no secrets: it is stored in the manifest"
     )
 

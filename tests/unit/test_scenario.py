@@ -103,3 +103,25 @@ def test_cli_validate_ok(tmp_path: Path) -> None:
     p = subprocess.run([sys.executable, "-m", "harness.cli", "validate", str(write(tmp_path, GOOD))], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "ok: 2 configurations" in p.stdout
+
+
+def test_server_env_reaches_the_engine_process_and_bad_names_are_refused(tmp_path: Path) -> None:
+    from harness.runner import launch_spec
+
+    text = GOOD.replace("  model: model.gguf\n", "  model: model.gguf\n  env: {VLLM_CPU_KVCACHE_SPACE: 1, SPECSOAK_ENV_OUT: %s}\n" % (tmp_path / "env.txt"))
+    loaded = load_scenario(write(tmp_path, text), LlamaCpp.methods)
+    spec = launch_spec(loaded, loaded.scenario.runs()[0], 1234)
+    assert dict(spec.env) == {"VLLM_CPU_KVCACHE_SPACE": "1", "SPECSOAK_ENV_OUT": str(tmp_path / "env.txt")}
+    # the engine process sees it: a stand-in binary that writes its environment and exits
+    fake = tmp_path / "fake-engine"
+    fake.write_text('#!/bin/sh\nenv > "$SPECSOAK_ENV_OUT"\n')
+    fake.chmod(0o755)
+    from dataclasses import replace
+
+    engine = LlamaCpp(replace(spec, binary=fake), tmp_path / "engine.log")
+    engine.start()
+    assert engine.proc is not None and engine.proc.wait(timeout=10) == 0
+    engine.stop(1)
+    assert "VLLM_CPU_KVCACHE_SPACE=1" in (tmp_path / "env.txt").read_text().splitlines()
+    with pytest.raises(ScenarioError, match=r"server\.env\.1BAD"):
+        load_scenario(write(tmp_path, GOOD.replace("  model: model.gguf\n", "  model: model.gguf\n  env: {1BAD: x}\n")), LlamaCpp.methods)
