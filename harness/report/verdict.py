@@ -48,6 +48,7 @@ def verdict_table(runs: list[RunData]) -> pd.DataFrame:
             cap = run.capacity.get(name, {})
             row: dict[str, Any] = {
                 "run": run.run_id,
+                "engine": run.manifest.get("engine"),
                 "config": name,
                 "algorithm": meta.get("algorithm"),
                 "synthetic": bool(meta.get("synthetic")),
@@ -149,6 +150,8 @@ def display_table(df: pd.DataFrame, counts: list[int], multi_run: bool) -> pd.Da
     out = pd.DataFrame()
     if multi_run:
         out["run"] = df["run"]
+        if "engine" in df and df["engine"].nunique() > 1:  # runs of several engines: say which row is which
+            out["engine"] = df["engine"]
     out["configuration"] = [f"{c} [synthetic]" if s else c for c, s in zip(df["config"], df["synthetic"])]
     out["algorithm"] = df["algorithm"]
     out["solo decode t/s"] = df["solo_decode_tps"].map(_fmt1)

@@ -180,9 +180,16 @@ def test_combined_runs_have_a_run_column(run_dir: Path, tmp_path: Path) -> None:
     assert rep.out_dir.name.startswith("combined-")
     assert list(rep.verdict["run"].unique()) == [run_dir.name, other.name]
     assert len(rep.tables["memory"]) == 6 and "run" in rep.display.columns
+    assert "engine" not in rep.display.columns  # one engine: the column would say nothing
     first = _files(rep.out_dir)
     build_report([run_dir, other])
     assert _files(rep.out_dir) == first
+    # one run per engine (llama.cpp and vLLM on the same box): each row says its engine
+    m["engine"] = "vllm"
+    (other / "manifest.json").write_text(json.dumps(m))
+    both = build_report([run_dir, other], out_dir=tmp_path / "engines")
+    assert list(both.display["engine"]) == ["llamacpp"] * 3 + ["vllm"] * 3
+    assert "| engine" in both.markdown.read_text()
 
 
 def _write_jsonl(path: Path, recs: list[dict]) -> None:
