@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,8 +30,8 @@ def machine_busy_seconds(proc_root: Path = Path("/proc")) -> float:
     return (user + nice + system + irq + softirq + steal) / _TICK
 
 
-def tree_cpu_seconds(pid: int | None) -> float:
-    """CPU seconds used by a process and its live children; 0 if it is gone."""
+def _tree_sum(pid: int | None, of: Callable[[psutil.Process], float]) -> float:
+    """``of`` summed over a process and its live children; 0 if it is gone."""
     if pid is None:
         return 0.0
     try:
@@ -41,11 +42,20 @@ def tree_cpu_seconds(pid: int | None) -> float:
     total = 0.0
     for q in procs:
         try:
-            t = q.cpu_times()
-            total += t.user + t.system
+            total += of(q)
         except psutil.Error:
             pass
     return total
+
+
+def tree_cpu_seconds(pid: int | None) -> float:
+    """CPU seconds used by a process and its live children; 0 if it is gone."""
+    return _tree_sum(pid, lambda q: (t := q.cpu_times()).user + t.system)
+
+
+def tree_rss_bytes(pid: int | None) -> int:
+    """Resident memory of a process and its live children (the fill check's peak RSS); 0 if it is gone."""
+    return int(_tree_sum(pid, lambda q: q.memory_info().rss))
 
 
 def self_cpu_seconds() -> float:

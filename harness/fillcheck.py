@@ -22,10 +22,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from engines.base import Engine, LaunchSpec
 from harness.client import classify_http
+from harness.cpu import tree_rss_bytes
 from harness.errors import EngineError
 from harness.runner_util import free_port
 from harness.servable import servable_context
@@ -47,17 +46,7 @@ class RssSampler:
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def sample(self) -> int:
-        try:
-            p = psutil.Process(self.pid)
-            procs = [p, *p.children(recursive=True)]
-        except psutil.Error:
-            return 0
-        total = 0
-        for q in procs:
-            try:
-                total += q.memory_info().rss
-            except psutil.Error:
-                continue
+        total = tree_rss_bytes(self.pid)
         self.peak = max(self.peak, total)
         return total
 
