@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from engines.base import LaunchSpec
 from engines.llamacpp import LlamaCpp, default_binary
@@ -47,3 +52,13 @@ def self_draft_server(smollm2: Path, llama_server_bin: Path, tmp_path_factory: p
     engine = start(spec, log)
     yield engine
     engine.stop(5)
+
+
+def run_scenario(data: dict[str, Any], folder: Path, timeout: float = 900) -> Path:
+    """Write ``data`` as ``folder/<name>.yaml``, `specsoak run` it into ``folder/results``; the run folder."""
+    path = folder / f"{data['name']}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    p = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(path), "--results", str(folder / "results")],
+                       capture_output=True, text=True, timeout=timeout, env=dict(os.environ, COLUMNS="200"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    return next((folder / "results").glob(f"*-{data['name']}"))

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
-from tests.integration.conftest import SMOLLM2
+from tests.integration.conftest import SMOLLM2, run_scenario
 
 pytestmark = pytest.mark.engine
 
@@ -29,12 +25,7 @@ def test_sweep_runs_every_k_and_reports_acceptance_against_k(tmp_path: Path) -> 
         "measurement": {"prompts": "builtin:repeat", "max_tokens": 16, "streams": [1, 2], "requests_per_stream": 1,
                         "repetitions": 1, "warmup_requests": 0},
     }
-    scenario = tmp_path / "sweep.yaml"
-    scenario.write_text(yaml.safe_dump(data, sort_keys=False))
-    p = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(scenario), "--results", str(tmp_path / "r")],
-                       capture_output=True, text=True, timeout=900, env=dict(os.environ, COLUMNS="200"))
-    assert p.returncode == 0, p.stderr[-3000:]
-    run_dir = next((tmp_path / "r").glob("*-sweep"))
+    run_dir = run_scenario(data, tmp_path)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert list(manifest["configurations"]) == ["baseline", "trunc4-k1", "trunc4-k3"]
     assert [c.get("k") for c in manifest["configurations"].values()] == [None, 1, 3]

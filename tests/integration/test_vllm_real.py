@@ -8,17 +8,16 @@ vLLM environment fails, never skips (`-m "not vllm"` leaves these out on purpose
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
 from harness.records import read_jsonl
 from harness.vllm_env import vllm_python, vllm_version
+from tests.integration.conftest import run_scenario
 
 pytestmark = pytest.mark.vllm
 
@@ -36,12 +35,7 @@ def vllm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "measurement": {"prompts": "builtin:repeat", "max_tokens": 32, "streams": [1, 2], "requests_per_stream": 1,
                         "repetitions": 1, "warmup_requests": 1},
     }
-    path = d / "vtest.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    p = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(path), "--results", str(d / "results")],
-                       capture_output=True, text=True, timeout=1500, env=dict(os.environ, COLUMNS="200"))
-    assert p.returncode == 0, p.stderr[-3000:]
-    return next((d / "results").glob("*-vtest"))
+    return run_scenario(data, d, timeout=1500)
 
 
 def test_vllm_verdict_rows_with_ngram_acceptance_from_its_counters(vllm_run: Path) -> None:
