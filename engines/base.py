@@ -151,6 +151,19 @@ def counters_delta(before: EngineCounters, after: EngineCounters) -> EngineCount
     )
 
 
+def acceptance_figures(delta: EngineCounters) -> dict[str, Any]:
+    """Acceptance rate, mean acceptance length (bonus token included) and per-position rates of a
+    counter delta: the one definition every stage uses (docs/metrics.md)."""
+    drafted, accepted, steps = delta.draft_tokens, delta.accepted_tokens, delta.verify_steps
+    out: dict[str, Any] = {"acceptance": None, "mean_accept_len": None, "per_position": []}
+    if drafted and accepted is not None:
+        out["acceptance"] = accepted / drafted
+    if steps and accepted is not None:
+        out["mean_accept_len"] = 1.0 + accepted / steps
+        out["per_position"] = [p / steps for p in delta.accepted_per_position]
+    return out
+
+
 @dataclass(frozen=True)
 class RequestSpecStats:
     """Per-request speculative counts, when the engine returns them with the response."""

@@ -1,4 +1,4 @@
-"""specsoak command line. Exit codes: 0 ok, 1 a verdict failed, 2 bad input, 3 engine/infrastructure."""
+"""specsoak command line. Exit codes: 0 ok, 1 a verdict failed, 2 bad input, 3 engine/infrastructure, 4 a soak failed."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typer.exceptions import TyperException
 from rich.console import Console
 from rich.table import Table
 
-from harness.errors import EXIT_ENGINE, EXIT_INPUT, EXIT_OK, EXIT_VERDICT, HarnessError, ScenarioError
+from harness.errors import EXIT_ENGINE, EXIT_INPUT, EXIT_OK, EXIT_SOAK, EXIT_VERDICT, HarnessError, ScenarioError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Is speculative decoding worth it on your box? Measure it.")
 # soft_wrap: a message is never cut inside a path (logs and pipes get whole lines); a table printed to a
@@ -53,9 +53,18 @@ def run(
     result = _run_observed(loaded, results, metrics_port, metrics_host, metrics_linger)
     if report:
         _report([result.run_dir], None)
+    raise typer.Exit(_exit_code(result))
+
+
+def _exit_code(result) -> int:  # type: ignore[no-untyped-def]
+    """3 when a configuration could not be measured, else 4 when a soak failed, else 0 (the README's table)."""
     if result.failed_configs:
         err.print(f"specsoak: configurations failed: {', '.join(result.failed_configs)} (see {result.run_dir}/failures.jsonl)")
-        raise typer.Exit(EXIT_ENGINE)
+    if result.soak_failures:
+        err.print(f"specsoak: soak failed: {', '.join(result.soak_failures)} (crash, hang, collapse or memory: see {result.run_dir}/verdicts.jsonl)")
+    if result.failed_configs:
+        return EXIT_ENGINE
+    return EXIT_SOAK if result.soak_failures else EXIT_OK
 
 
 @app.command()
@@ -75,14 +84,15 @@ def resume(
     # the original file resolves relative model paths; the copy is what was run
     same = original.is_file() and copy.is_file() and original.read_text() == copy.read_text()
     loaded = _load(original if same else copy)
-    if manifest.get("status") == "completed":
-        err.print(f"specsoak: {run_dir} is already complete; nothing to resume")
+    code = EXIT_OK
+    if manifest.get("status") in ("completed", "completed_with_failures", "stopped_by_verdict"):
+        err.print(f"specsoak: {run_dir} is already complete ({manifest.get('status')}); nothing to resume")
     else:
         result = _run_observed(loaded, run_dir.parent, metrics_port, metrics_host, metrics_linger, resume_dir=run_dir)
-        if result.failed_configs:
-            err.print(f"specsoak: configurations failed: {', '.join(result.failed_configs)} (see {run_dir}/failures.jsonl)")
+        code = _exit_code(result)
     if report:
         _report([run_dir], None)
+    raise typer.Exit(code)
 
 
 def _run_observed(loaded, results: Path, metrics_port: Optional[int], metrics_host: str, linger_s: float, resume_dir: Optional[Path] = None):  # type: ignore[no-untyped-def]

@@ -82,6 +82,11 @@ class CpuUse:
     def engine_cores(self) -> float:
         return self.engine_cpu_s / self.wall_s if self.wall_s > 0 else 0.0
 
+    def to_dict(self) -> dict[str, float]:
+        """The CPU split as phases, ramp steps and soak windows record it (docs/metrics.md#cpu)."""
+        return {"engine_cpu_s": self.engine_cpu_s, "harness_cpu_s": self.harness_cpu_s, "other_cpu_s": self.other_cpu_s,
+                "engine_cores": self.engine_cores, "harness_cores": self.harness_cores, "other_cores": self.other_cores}
+
 
 class CpuMeter:
     """Start/stop around one measurement; :meth:`stop` returns the split of CPU time."""

@@ -1,6 +1,7 @@
 """The harness's error tree and the exit codes the CLI maps them to.
 
-Exit codes (docs/cli.md): 0 ok, 1 a verdict failed, 2 bad input, 3 engine or infrastructure failure.
+Exit codes (README): 0 ok, 1 a verdict failed, 2 bad input, 3 engine or infrastructure failure,
+4 a soak failed (a configuration crashed, hung, gave up, collapsed or ran out of memory during its soak).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ EXIT_OK = 0
 EXIT_VERDICT = 1
 EXIT_INPUT = 2
 EXIT_ENGINE = 3
+EXIT_SOAK = 4
 
 
 class HarnessError(Exception):

@@ -27,6 +27,11 @@ PHASES = "phases.jsonl"
 FAILURES = "failures.jsonl"
 RAMP = "ramp.jsonl"  # the max-streams ramp: one record per stream count tried, then the result
 FILL_CHECKS = "fill_checks.jsonl"  # the engine restarted at its servable context and filled
+AFTER_SOAK = "after_soak.jsonl"  # the measurement phases again, on each configuration's engine after its soak
+SOAK_DIR = "soak"  # the soak's request records, one JSONL file per Locust process and slice
+SLICES = "soak_slices.jsonl"  # soak slice starts and ends (what resume reads)
+VERDICTS = "verdicts.jsonl"  # watchdog verdicts
+WINDOWS = "windows.jsonl"  # watchdog windows: aggregates, detector state
 
 
 @dataclass(frozen=True)

@@ -25,15 +25,17 @@ from typing import Any
 from rich.console import Console
 
 from engines import engine_class
-from engines.base import Engine, EngineCounters, LaunchSpec, counters_delta
+from engines.base import Engine, acceptance_figures, counters_delta
 from harness import __version__
 from harness.client import RequestParams, run_streams
 from harness.cpu import CpuMeter
 from harness.errors import EngineCrashed, EngineError, ResultsError, ScenarioError
 from harness.observe import Observers, RunObserver
 from harness.prompts import PromptError, load_prompts
-from harness.runner_util import free_port
+from harness.runner_util import free_port  # noqa: F401 - re-exported for the tests
 from harness.records import (
+    AFTER_SOAK,
+    VERDICTS as VERDICTS_FILE,
     FAILURES,
     FILL_CHECKS,
     MANIFEST,
@@ -48,6 +50,7 @@ from harness.records import (
 )
 from harness.scenario import Configuration, LoadedScenario, safe_name
 from harness.servable import search_max_streams, slo_verdict
+from harness.session import EngineSession, RunContext, launch_spec
 
 
 RESERVE = ".reserve"  # freed when the disk is full, so the manifest's stop reason can still be written
@@ -67,6 +70,8 @@ class RunResult:
     run_dir: Path
     status: str
     failed_configs: list[str] = field(default_factory=list)
+    # configurations whose soak crashed, hung, gave up, collapsed or ran out of memory (exit code 4)
+    soak_failures: list[str] = field(default_factory=list)
 
 
 def machine_info() -> dict[str, Any]:
@@ -110,41 +115,6 @@ def new_run_dir(results_root: Path, scenario_name: str) -> Path:
     except OSError as exc:
         raise ResultsError(f"cannot create a run folder in {results_root}: {exc.strerror}") from None
     raise ResultsError(f"cannot create a run folder in {results_root}: too many runs this second")
-
-
-def launch_spec(loaded: LoadedScenario, cfg: Configuration, port: int) -> LaunchSpec:
-    srv = loaded.scenario.server
-    syn = cfg.synthetic
-    return LaunchSpec(
-        model=loaded.target_of(cfg),
-        algorithm=cfg.algorithm,
-        draft=loaded.model_path(cfg.draft) if cfg.draft else None,
-        k=cfg.k,
-        k_min=cfg.k_min,
-        synthetic_length=syn.length if syn else None,
-        synthetic_rates=tuple(syn.rates) if syn and syn.rates else None,
-        ctx_size=srv.ctx_size,
-        parallel=srv.parallel,
-        threads=srv.threads,
-        extra_args=tuple(srv.extra_args) + tuple(cfg.engine_args),
-        binary=Path(srv.binary) if srv.binary else None,
-        port=srv.port or port,
-        request_base_url=srv.request_base_url,
-        api_key=os.environ.get(srv.api_key_env) if srv.api_key_env else None,
-        env=tuple(sorted((k, str(v)) for k, v in srv.env.items())),
-    )
-
-
-def acceptance_figures(delta: EngineCounters) -> dict[str, Any]:
-    """Acceptance rate, mean acceptance length and per-position rates (docs/metrics.md)."""
-    drafted, accepted, steps = delta.draft_tokens, delta.accepted_tokens, delta.verify_steps
-    out: dict[str, Any] = {"acceptance": None, "mean_accept_len": None, "per_position": []}
-    if drafted and accepted is not None:
-        out["acceptance"] = accepted / drafted
-    if steps and accepted is not None:
-        out["mean_accept_len"] = 1.0 + accepted / steps
-        out["per_position"] = [p / steps for p in delta.accepted_per_position]
-    return out
 
 
 class Runner:
@@ -274,6 +244,7 @@ class Runner:
             signal.signal(s, on_signal)
         # request records go to disk in batches from a writer thread, observers hear of them once on disk;
         # _phase flushes before the phase record (docs/performance.md#records-on-disk)
+        self.ctx = RunContext(self.loaded, self.run_dir, self.console, self.obs, self.engine_cls, self.params)
         requests = _Tee(BatchedJsonlWriter(self.run_dir / REQUESTS, on_durable=self.obs.on_request), None)
         phases = _Tee(JsonlWriter(self.run_dir / PHASES), self.obs.on_phase)
         failures = _Tee(JsonlWriter(self.run_dir / FAILURES), self.obs.on_failure)
@@ -290,13 +261,21 @@ class Runner:
                         continue
                 if self.sc.report.fill_check and cfg.name not in self.fill_done:
                     self._fill_check(cfg)
+            soak_failed: list[str] = []
+            stopped_run: str | None = None
             if self.sc.soak is not None:
-                self._soak(failed, failures)
-            status = "completed" if not failed else "completed_with_failures"
-            reason = "all configurations measured" if not failed else f"configurations failed: {', '.join(failed)}"
-            self._finish(status, reason)
+                soak_failed, stopped_run = self._soak(failed, failures, requests)
+            status = "completed" if not failed and not soak_failed else "completed_with_failures"
+            reasons = []
+            if failed:
+                reasons.append(f"configurations failed: {', '.join(failed)}")
+            if soak_failed:
+                reasons.append(f"soak failed: {', '.join(soak_failed)}")
+            if stopped_run:
+                status, reasons = "stopped_by_verdict", [f"the run was stopped by a verdict: {stopped_run}", *reasons]
+            self._finish(status, "; ".join(reasons) or "all configurations measured")
             (self.run_dir / RESERVE).unlink(missing_ok=True)
-            return RunResult(self.run_dir, status, failed)
+            return RunResult(self.run_dir, status, failed, soak_failed)
         except RunInterrupted as exc:
             self._finish("interrupted", f"{exc.signame} received; records written before it are kept, requests in flight recorded as 'interrupted'")
             raise
@@ -332,41 +311,101 @@ class Runner:
             return False
         return all((cfg.name, n, r) in self.done_phases for n in m.streams for r in range(1, m.repetitions + 1))
 
-    def _soak(self, failed: list[str], failures: _Tee) -> None:
-        from harness.soak import SoakSlice, load_history, soak_elapsed
+    def _soak(self, failed: list[str], failures: _Tee, requests: _Tee) -> tuple[list[str], str | None]:
+        """Each configuration's soak; returns the configurations whose soak failed, and why the run was stopped (if it was).
+
+        Default: one engine process per configuration for its whole soak, then the measurement phases
+        again on that aged engine (``after_soak.jsonl``: the report's before/after). With ``slice_s``
+        the configurations alternate, each slice on a fresh engine."""
+        from harness.soak import FAILURE_KINDS, SoakSlice, load_history, replay_detector, soak_elapsed
 
         assert self.run_dir is not None and self.sc.soak is not None
         soak = self.sc.soak
         cfgs = [c for c in self.sc.soak_configurations() if c.name not in failed]
         elapsed, n_slices = soak_elapsed(self.run_dir)
         history = load_history(self.run_dir)
+        detectors = {c.name: replay_detector(soak.watchdog, history.get(c.name, [])) for c in cfgs}
         ports = {c.name: free_port() for c in cfgs}
         slice_len = soak.slice_s or soak.duration_s
-        self.manifest["soak"] = {"duration_s": soak.duration_s, "configurations": [c.name for c in cfgs]}
+        stopped: dict[str, str] = {}  # config -> why its soak was ended by a verdict
+        for v in read_jsonl(self.run_dir / VERDICTS_FILE):
+            if v.get("action") in ("stop_config", "stop_run") and v.get("config") in detectors:
+                stopped.setdefault(v["config"], f"{v.get('kind')}: {v.get('message')}")
+        stop_run = next((f"{v.get('config')}: {v.get('kind')}" for v in read_jsonl(self.run_dir / VERDICTS_FILE) if v.get("action") == "stop_run"), None)
+        self.manifest["soak"] = {"duration_s": soak.duration_s, "configurations": [c.name for c in cfgs],
+                                 "design": "interleaved slices, engine restarted per slice" if soak.slice_s else "one engine per configuration for its whole soak"}
         self._write_manifest()
-        while True:
-            todo = [c for c in cfgs if soak.duration_s - elapsed.get(c.name, 0.0) > 1.0]
+        while stop_run is None:
+            todo = [c for c in cfgs if soak.duration_s - elapsed.get(c.name, 0.0) > 1.0 and c.name not in stopped]
             if not todo:
-                return
+                break
             for cfg in todo:
                 remaining = soak.duration_s - elapsed.get(cfg.name, 0.0)
                 length = min(slice_len, remaining)
                 n_slices += 1
                 slice_id = f"{safe_name(cfg.name)}-s{n_slices:03d}"
-                self.console.print(f"[bold]{cfg.name}[/]: soak slice {slice_id}, {length:.0f} s from t={elapsed.get(cfg.name, 0.0):.0f} s ({soak.shape.kind})")
+                self.console.print(f"[bold]{cfg.name}[/]: soak {slice_id}, {length:,.0f} s from t={elapsed.get(cfg.name, 0.0):,.0f} s ({soak.shape.kind}"
+                                   + (", one engine for the whole soak)" if not soak.slice_s else ", engine restarted per slice)"))
                 self._set_config_status(cfg.name, status="soaking")
+                session = self.ctx.session(cfg, "soak", ports[cfg.name])
                 try:
-                    result = SoakSlice(self, cfg, slice_id, length, elapsed.get(cfg.name, 0.0), ports[cfg.name], history).run()
+                    session.start()
+                    result = SoakSlice(self.ctx, cfg, session, slice_id, length, elapsed.get(cfg.name, 0.0), history, detectors[cfg.name]).run()
+                    elapsed[cfg.name] = elapsed.get(cfg.name, 0.0) + max(result.elapsed_s, 1.0)
+                    if result.outcome.stop is not None:
+                        stopped[cfg.name] = result.outcome.why or "a verdict"
+                        if result.outcome.stop == "run":
+                            stop_run = f"{cfg.name}: {result.outcome.why}"
+                    elif result.gave_up:
+                        stopped[cfg.name] = "gave up restarting the engine"
+                    done = soak.duration_s - elapsed.get(cfg.name, 0.0) <= 1.0 or cfg.name in stopped
+                    if done and not soak.slice_s and session.alive() and stop_run is None:
+                        self._after_soak(cfg, session, requests)
                 except EngineError as exc:
-                    self.console.print(f"  [red]soak slice failed to start ({type(exc).__name__}): {exc}[/]")
+                    self.console.print(f"  [red]soak failed to start ({type(exc).__name__}): {exc}[/]")
                     failures.write({"config": cfg.name, "stage": "soak", "kind": type(exc).__name__, "message": str(exc), "unix_s": time.time()})
-                    elapsed[cfg.name] = soak.duration_s
-                    failed.append(cfg.name)
-                    continue
-                elapsed[cfg.name] = elapsed.get(cfg.name, 0.0) + max(result.elapsed_s, 1.0)
-                if result.gave_up:
-                    elapsed[cfg.name] = soak.duration_s
-                self._set_config_status(cfg.name, status="done", soak_s=round(elapsed[cfg.name], 1))
+                    stopped[cfg.name] = f"the engine did not start: {exc}"
+                finally:
+                    session.stop()
+                self._set_config_status(cfg.name, status="done", soak_s=round(elapsed.get(cfg.name, 0.0), 1))
+                if stop_run is not None:
+                    break
+        if soak.slice_s and stop_run is None:
+            for cfg in cfgs:  # interleaved: the bracket after every configuration has finished its slices
+                if cfg.name not in stopped and not any(r.get("config") == cfg.name for r in read_jsonl(self.run_dir / AFTER_SOAK)):
+                    session = self.ctx.session(cfg, "after-soak")
+                    try:
+                        session.start()
+                        self._after_soak(cfg, session, requests)
+                    except EngineError as exc:
+                        self.console.print(f"  [red]after-soak measurement failed ({type(exc).__name__}): {exc}[/]")
+                    finally:
+                        session.stop()
+        # the verdicts decide: a configuration whose soak crashed, hung, collapsed, ran out of memory or was stopped failed
+        verdicts = [v for v in read_jsonl(self.run_dir / VERDICTS_FILE) if v.get("config") in detectors]
+        soak_failed = []
+        for cfg in cfgs:
+            bad = [v for v in verdicts if v["config"] == cfg.name and (v.get("kind") in FAILURE_KINDS or v.get("action") in ("stop_config", "stop_run"))]
+            summary = {"status": "failed" if bad or cfg.name in stopped else "ok", "soak_s": round(elapsed.get(cfg.name, 0.0), 1),
+                       "stopped_by": stopped.get(cfg.name)}
+            if bad:
+                first = bad[0]
+                summary["first_failure"] = {k: first.get(k) for k in ("kind", "metric", "message", "t_unix", "engine_uptime_s", "action")}
+            if summary["status"] == "failed":
+                soak_failed.append(cfg.name)
+            self.manifest["configurations"][cfg.name]["soak"] = summary
+        self._write_manifest()
+        return soak_failed, stop_run
+
+    def _after_soak(self, cfg: Configuration, session: EngineSession, requests: _Tee) -> None:
+        """The measurement phases again on the soaked engine: the report's before/after (machine drift and engine aging)."""
+        assert self.run_dir is not None
+        self.console.print(f"  {cfg.name}: the measurement phases again after the soak (engine up {session.uptime_s() or 0:,.0f} s)")
+        out = _Tee(JsonlWriter(self.run_dir / AFTER_SOAK), None)
+        try:
+            self._measure(cfg, session, requests, out, phase="after_soak", warmup=False)
+        finally:
+            out.close()
 
     def _set_config_status(self, name: str, **fields: Any) -> None:
         self.manifest["configurations"][name].update(fields)
@@ -377,18 +416,14 @@ class Runner:
     def _run_config(self, cfg: Configuration, requests: _Tee, phases: _Tee, failures: _Tee) -> bool:
         assert self.run_dir is not None
         name = safe_name(cfg.name)
-        spec = launch_spec(self.loaded, cfg, free_port())
-        engine = self.engine_cls(spec, self.run_dir / "logs" / f"{name}.server.log")
+        session = self.ctx.session(cfg, None)
         self.console.print(f"[bold]{cfg.name}[/] ({cfg.algorithm}{', synthetic' if cfg.is_synthetic else ''}): starting {self.engine_cls.name}")
-        self._set_config_status(cfg.name, status="starting", command=engine.display_command())
+        self._set_config_status(cfg.name, status="starting", command=session.display_command())
         stage = "start"
         try:
-            engine.start()
-            self.obs.on_config_start(cfg.name, cfg.algorithm, cfg.is_synthetic, self.engine_cls.name, engine.base_url, engine.pid)
-            ready_s = engine.wait_ready(self.sc.server.start_timeout_s)
-            stage = "speculation"
-            engine.check_speculation()
-            capacity = engine.capacity()
+            ready_s = session.start()
+            stage = "capacity"
+            capacity = session.capacity()
             cap_record = {"config": cfg.name, "ready_s": ready_s, **capacity.to_dict()}
             write_json_atomic(self.run_dir / "capacity" / f"{name}.json", cap_record)
             self.obs.on_capacity(cfg.name, cap_record)
@@ -396,47 +431,49 @@ class Runner:
                 f"  ready in {ready_s:.1f} s: {capacity.slots} slots x {capacity.ctx_per_slot} ctx, "
                 f"KV {capacity.target.kv_mib} MiB" + (f", draft KV {capacity.draft.kv_mib} MiB" if capacity.draft else "")
             )
-            self._set_config_status(cfg.name, status="measuring", pid=engine.pid)
+            self._set_config_status(cfg.name, status="measuring", pid=session.pid)
             stage = "measure"
-            self._measure(cfg, engine, requests, phases)
+            self._measure(cfg, session, requests, phases)
             if self.sc.slo and self.sc.slo.ramp and cfg.name not in self.ramp_done:
                 stage = "ramp"
-                self._ramp(cfg, engine, requests)
+                self._ramp(cfg, session, requests)
             self._set_config_status(cfg.name, status="done")
             return True
         except EngineError as exc:
             kind = type(exc).__name__
-            failures.write({"config": cfg.name, "stage": stage, "kind": kind, "message": str(exc), "unix_s": time.time(), "log": str(engine.log_path)})
+            if stage == "start" and session.starts and session.ready_s is not None:
+                stage = "speculation"  # ready, but the speculation asked for is not active
+            failures.write({"config": cfg.name, "stage": stage, "kind": kind, "message": str(exc), "unix_s": time.time(), "log": str(session.log_path)})
             self._set_config_status(cfg.name, status="failed", failure_kind=kind, failure=str(exc))
             self.console.print(f"  [red]configuration failed ({kind}): {exc}[/]")
             return False
         finally:
-            code = engine.stop(self.sc.server.stop_grace_s)
+            code = session.stop()
             self.manifest["configurations"][cfg.name]["engine_exit"] = code
             self._write_manifest()
 
-    def _measure(self, cfg: Configuration, engine: Engine, requests: _Tee, phases: _Tee) -> None:
+    def _measure(self, cfg: Configuration, session: EngineSession, requests: _Tee, phases: _Tee, phase: str = "measure", warmup: bool = True) -> None:
         m = self.sc.measurement
-        if m.warmup_requests:
-            self._phase(cfg, engine, requests, None, "warmup", streams=1, repetition=0, n=m.warmup_requests)
+        if m.warmup_requests and warmup:
+            self._phase(cfg, session, requests, None, "warmup", streams=1, repetition=0, n=m.warmup_requests)
         offset = 0
         for streams in m.streams:
             for rep in range(1, m.repetitions + 1):
-                if (cfg.name, streams, rep) in self.done_phases:
+                if phase == "measure" and (cfg.name, streams, rep) in self.done_phases:
                     offset += streams * m.requests_per_stream
                     continue
-                rec = self._phase(cfg, engine, requests, phases, "measure", streams, rep, m.requests_per_stream, offset)
+                rec = self._phase(cfg, session, requests, phases, phase, streams, rep, m.requests_per_stream, offset)
                 offset += streams * m.requests_per_stream
                 acc = rec.get("acceptance")
                 self.console.print(
-                    f"  {streams:>3} stream{'s' if streams > 1 else ' '} rep {rep}: {rec['total_tps']:.1f} t/s total"
+                    f"  {'after soak: ' if phase == 'after_soak' else ''}{streams:>3} stream{'s' if streams > 1 else ' '} rep {rep}: {rec['total_tps']:.1f} t/s total"
                     + (f", solo decode {rec['median_decode_tps']:.1f} t/s" if streams == 1 and rec['median_decode_tps'] else "")
                     + (f", acceptance {acc:.2f}" if acc is not None else "")
                     + f", errors {rec['errors']}, other CPU {rec['cpu']['other_cores']:.3f} cores"
                     + (" [yellow](contaminated)[/]" if rec["contaminated"] else "")
                 )
 
-    def _ramp(self, cfg: Configuration, engine: Engine, requests: _Tee) -> None:
+    def _ramp(self, cfg: Configuration, session: EngineSession, requests: _Tee) -> None:
         """Max streams under the SLO: double N from ``start`` while it holds, then bisect between the
         last N that held and the first that did not. One 'step' record per N, then the 'result'."""
         assert self.sc.slo is not None and self.sc.slo.ramp is not None
@@ -446,7 +483,7 @@ class Runner:
 
         def step(n: int) -> bool:
             records: list[RequestRecord] = []
-            rec = self._phase(cfg, engine, requests, None, "ramp", n, len(tried) + 1, ramp.requests_per_stream, 0, params, records)
+            rec = self._phase(cfg, session, requests, None, "ramp", n, len(tried) + 1, ramp.requests_per_stream, 0, params, records)
             v = slo_verdict(((r.status, r.decode_tps, r.ttft_s) for r in records), slo.per_stream_tps_min, slo.ttft_p95_s_max)
             tried[n] = v.passed
             self._ramp_out.write({
@@ -461,7 +498,7 @@ class Runner:
 
         good, bad = search_max_streams(step, ramp.start, ramp.max_streams)
         self._ramp_out.write({"event": "result", "config": cfg.name, "max_streams": good, "first_failing": bad,
-                              "lower_bound": bad is None, "steps": len(tried), "slots": engine.capacity().slots})
+                              "lower_bound": bad is None, "steps": len(tried), "slots": session.capacity().slots})
         self.ramp_done.add(cfg.name)
         self.console.print(f"  ramp: max streams {'≥ ' if bad is None else ''}{good}" + (f" (N={bad} failed)" if bad is not None else f" (ramp's max_streams {ramp.max_streams})"))
 
@@ -491,7 +528,7 @@ class Runner:
     def _phase(
         self,
         cfg: Configuration,
-        engine: Engine,
+        session: EngineSession,
         requests: _Tee,
         phases: _Tee | None,
         phase: str,
@@ -502,6 +539,7 @@ class Runner:
         params: RequestParams | None = None,
         collect: list[RequestRecord] | None = None,
     ) -> dict[str, Any]:
+        engine = session.engine
         attempt = f"{cfg.name}/{phase}/{streams}/{repetition}/{uuid.uuid4().hex[:8]}"
         meta = {"config": cfg.name, "phase": phase, "streams": streams, "repetition": repetition, "attempt": attempt}
         before = engine.scrape()
@@ -551,14 +589,8 @@ class Runner:
             "output_tokens": out_tokens,
             "total_tps": out_tokens / cpu.wall_s if cpu.wall_s > 0 else 0.0,
             "median_decode_tps": decode[len(decode) // 2] if decode else None,
-            "cpu": {
-                "engine_cpu_s": cpu.engine_cpu_s,
-                "harness_cpu_s": cpu.harness_cpu_s,
-                "other_cpu_s": cpu.other_cpu_s,
-                "engine_cores": cpu.engine_cores,
-                "harness_cores": cpu.harness_cores,
-                "other_cores": cpu.other_cores,
-            },
+            "cpu": cpu.to_dict(),
+            "engine_uptime_s": session.uptime_s(t1),
             "contaminated": cpu.other_cores > self.sc.measurement.contamination_cores,
             "counters": delta.to_dict(),
             "client_draft_tokens": sum(client_draft) if client_draft else None,

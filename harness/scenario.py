@@ -218,6 +218,15 @@ class Shape(_Strict):
         return self
 
 
+VerdictKind = Literal["crash", "hang", "collapse", "memory", "error_rate", "drift", "no_load"]
+VerdictAction = Literal["record", "restart", "stop_config", "stop_run"]
+# what each watchdog verdict does unless the scenario says otherwise (docs/soak.md)
+DEFAULT_ACTIONS: dict[str, str] = {
+    "crash": "restart", "hang": "restart", "collapse": "stop_config", "memory": "stop_config",
+    "error_rate": "record", "drift": "record", "no_load": "record",
+}
+
+
 class Watchdog(_Strict):
     """What the soak watchdog calls a failure (docs/soak.md)."""
 
@@ -230,12 +239,36 @@ class Watchdog(_Strict):
     drift_min_change: float = Field(0.1, ge=0, le=10, description="relative change over the soak below which a trend is not a verdict")
     drift_min_windows: int = Field(6, ge=3, le=10_000)
     max_restarts: int = Field(10, ge=0, le=10_000)
+    warmup_windows: int = Field(2, ge=0, le=10_000, description="windows after each engine start that the change detector neither judges nor learns from")
+    reference_windows: int = Field(5, ge=2, le=10_000, description="windows per load level that form the change detector's reference")
+    confirm_windows: int = Field(2, ge=1, le=100, description="consecutive windows past the change threshold that make a collapse")
+    memory_horizon_s: float = Field(3600.0, gt=0, le=7 * 86_400, description="a 'memory' verdict when available memory runs out sooner than this at the engine's slope")
+    memory_fit_s: float = Field(1800.0, gt=0, le=86_400, description="the recent span of engine memory the headroom forecast fits")
+    actions: dict[VerdictKind, VerdictAction] = Field(
+        default_factory=dict, description="what a verdict kind does: record, restart (crash, hang), stop_config, stop_run; defaults in docs/soak.md"
+    )
+
+    @field_validator("actions")
+    @classmethod
+    def _restartable(cls, v: dict[str, str]) -> dict[str, str]:
+        for kind, action in v.items():
+            if action == "restart" and kind not in ("crash", "hang"):
+                raise ValueError(f"'{kind}: restart': only crash and hang can restart the engine")
+            if kind in ("crash", "hang") and action == "record":
+                raise ValueError(f"'{kind}: record': a dead or hung engine cannot go on serving; use restart, stop_config or stop_run")
+        return v
+
+    def action(self, kind: str) -> str:
+        return self.actions.get(kind, DEFAULT_ACTIONS.get(kind, "record"))  # type: ignore[call-overload]
 
 
 class Soak(_Strict):
     duration_s: float = Field(gt=0, le=7 * 86_400, description="soak time per configuration")
     configurations: list[str] | None = Field(None, description="default: every configuration")
-    slice_s: float | None = Field(None, gt=0, le=7 * 86_400, description="alternate configurations every slice (A/B interleaved)")
+    slice_s: float | None = Field(
+        None, gt=0, le=7 * 86_400,
+        description="alternate configurations every slice, restarting each engine per slice (resets the state a late collapse needs); default: one engine for the whole soak",
+    )
     shape: Shape = Field(default_factory=Shape)
     workers: int = Field(0, ge=0, le=256, description="Locust workers (0: one local Locust process)")
     prompts: str | None = Field(None, description="default: builtin:soak")

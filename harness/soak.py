@@ -1,46 +1,57 @@
-"""The soak: hours of Locust traffic against one engine per slice, under a watchdog.
+"""The soak: hours of Locust traffic against one long-lived engine, under a watchdog.
 
-Watchdog verdicts, each written with its time and evidence to ``verdicts.jsonl``:
+By default a configuration's engine lives through its whole soak (one slice); it is restarted
+only by the watchdog. ``soak.slice_s`` alternates configurations instead, restarting each
+engine every slice (which resets the state a late collapse needs: ``validate`` warns).
 
-- ``crash``: the engine process exited -> restart it on the same port, go on;
-- ``hang``: the engine did not answer its readiness probe for ``hang_s`` -> SIGKILL, restart;
+Every ``window_s`` the watchdog closes a window (``windows.jsonl``: aggregates, the load level,
+the engine's uptime, the change detector's state, the memory headroom) and may give verdicts
+(``verdicts.jsonl``, each with its time, the engine's uptime, its evidence and the action taken):
+
+- ``crash``: the engine process exited; ``hang``: it did not answer its readiness probe for ``hang_s``;
+- ``collapse`` / ``recovered``: a watched window series (output t/s, decode t/s, TTFT p95, error
+  share, acceptance, engine memory) departed from its reference at the same load level and stayed
+  there (harness/changepoint.py), or came back;
+- ``memory``: at the engine's current memory slope, the machine's available memory runs out
+  within ``memory_horizon_s``;
 - ``error_rate``: a window's failed share reached the threshold;
-- ``drift``: a watched series (acceptance, decode t/s, TTFT p95, engine RSS) trends the bad
-  way by the robust test in harness/trend.py;
-- ``restart_failed`` / ``gave_up``: the engine could not be brought back / too many restarts.
+- ``drift``: a slow trend over the whole soak (harness/trend.py);
+- ``restart_failed`` / ``gave_up``: the engine could not be brought back / too many restarts;
+- ``no_load``: Locust sent nothing.
 
-Window aggregates go to ``windows.jsonl``; slice starts and ends to ``soak_slices.jsonl``
-(what ``specsoak resume`` reads to know how much soak time each configuration has had).
+What each kind does is the scenario's ``soak.watchdog.actions`` (record, restart, stop the
+configuration, stop the run); docs/soak.md has the defaults.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import psutil
 
-from engines.base import Engine, EngineCounters, counters_delta
-from harness.cpu import CpuMeter
+from engines.base import EngineCounters, acceptance_figures, counters_delta
+from harness.changepoint import ChangeDetector, ChangeEvent, DetectorSettings, memory_forecast
+from harness.cpu import CpuMeter, tree_rss_bytes
 from harness.errors import EngineError
 from harness.load.locust_proc import LocustProcess
-from harness.records import JsonlWriter, read_jsonl
-from harness.scenario import Configuration, Soak
+from harness.load.shapes import users_at
+from harness.records import SLICES, SOAK_DIR, VERDICTS, WINDOWS, JsonlWriter, read_jsonl
+from harness.scenario import Configuration, Soak, Watchdog
+from harness.session import EngineSession, RunContext
 from harness.trend import WATCHED, trend
 
-if TYPE_CHECKING:
-    from harness.runner import Runner
-
-SOAK_DIR = "soak"
-SLICES = "soak_slices.jsonl"
-VERDICTS = "verdicts.jsonl"
-WINDOWS = "windows.jsonl"
-FAILURE_KINDS = ("crash", "hang", "error_rate", "restart_failed", "gave_up", "no_load")
+# verdict kinds that make a configuration's soak a failure (the verdict table, exit code 4)
+FAILURE_KINDS = ("crash", "hang", "restart_failed", "gave_up", "collapse", "memory")
+# reported to the observers as failures of the configuration
+OBSERVED_FAILURES = (*FAILURE_KINDS, "error_rate", "no_load")
+RSS_TREND_AFTER_S = 600.0  # the slow RSS trend ignores the engine's first 10 minutes (warm-up growth is not a leak)
 
 
 @dataclass
@@ -49,6 +60,7 @@ class SliceResult:
     restarts: int
     verdicts: int
     gave_up: bool
+    outcome: SliceOutcome
 
 
 class RecordTail:
@@ -76,6 +88,20 @@ class RecordTail:
                 except ValueError:
                     continue
         return out
+
+
+def detector_settings(wd: Watchdog) -> DetectorSettings:
+    return DetectorSettings(warmup_windows=wd.warmup_windows, reference_windows=wd.reference_windows, confirm_windows=wd.confirm_windows)
+
+
+def replay_detector(wd: Watchdog, windows: list[dict[str, Any]]) -> ChangeDetector:
+    """A configuration's detector as it stood after these windows (resume: the soak goes on where it was)."""
+    det = ChangeDetector(detector_settings(wd))
+    for w in windows:
+        if w.get("engine_restart"):
+            det.engine_restarted()
+        det.update(w)
+    return det
 
 
 def engine_rss_mib(pid: int | None) -> float | None:
@@ -110,28 +136,39 @@ def soak_elapsed(run_dir: Path) -> tuple[dict[str, float], int]:
     return dict(elapsed), n
 
 
+@dataclass
+class SliceOutcome:
+    stop: str | None = None  # "config" or "run" when a verdict's action ended it
+    why: str | None = None
+
+
 class SoakSlice:
-    def __init__(self, runner: Runner, cfg: Configuration, slice_id: str, slice_s: float, offset_s: float, port: int, history: dict[str, list[dict[str, Any]]]):
-        assert runner.run_dir is not None
-        self.runner = runner
+    """``slice_s`` of Locust load against a session the caller started; the watchdog acts on what it sees."""
+
+    def __init__(self, ctx: RunContext, cfg: Configuration, session: EngineSession, slice_id: str, slice_s: float, offset_s: float,
+                 history: dict[str, list[dict[str, Any]]], detector: ChangeDetector):
+        self.ctx = ctx
         self.cfg = cfg
-        self.soak: Soak = runner.sc.soak  # type: ignore[assignment]
+        self.session = session
+        self.soak: Soak = ctx.sc.soak  # type: ignore[assignment]
         self.wd = self.soak.watchdog
         self.slice_id = slice_id
         self.slice_s = slice_s
         self.offset_s = offset_s
-        self.port = port
-        self.run_dir: Path = runner.run_dir
+        self.run_dir: Path = ctx.run_dir
         self.history = history  # config -> windows so far (drift needs the whole soak)
-        self.engine: Engine | None = None
+        self.detector = detector
         self.restarts = 0
         self.verdict_count = 0
+        self.outcome = SliceOutcome()
         self.flagged: set[str] = {v["metric"] for v in read_jsonl(self.run_dir / VERDICTS) if v.get("config") == cfg.name and v.get("kind") == "drift"}
+        self.memory_warned_pid: int | None = None
         self.tail = RecordTail()
         self.records_seen = 0
         self.window: list[dict[str, Any]] = []
         self.window_t0 = 0.0
         self.window_counters: EngineCounters | None = None
+        self.engine_restarted = True  # the first window after an engine start says so (detector warm-up on replay)
         self.t_load = time.time()
         self.verdicts = JsonlWriter(self.run_dir / VERDICTS)
         self.windows = JsonlWriter(self.run_dir / WINDOWS)
@@ -140,54 +177,53 @@ class SoakSlice:
         self.cpu_meter: CpuMeter | None = None
 
     # ---- verdicts --------------------------------------------------------------------
-    def verdict(self, kind: str, message: str, evidence: dict[str, Any], action: str = "none", metric: str | None = None) -> None:
-        rec = {"t_unix": time.time(), "config": self.cfg.name, "slice": self.slice_id, "kind": kind, "metric": metric,
-               "message": message, "evidence": evidence, "action": action}
+    def verdict(self, kind: str, message: str, evidence: dict[str, Any], metric: str | None = None, action: str | None = None) -> str:
+        """Write a verdict, tell the observers, and return the action to take (the scenario's, unless given)."""
+        action = action or self.wd.action(kind)
+        now = time.time()
+        rec = {"t_unix": now, "config": self.cfg.name, "slice": self.slice_id, "kind": kind, "metric": metric,
+               "message": message, "evidence": evidence, "action": action, "engine_uptime_s": self.session.uptime_s(now),
+               "engine_pid": self.session.pid}
         self.verdicts.write(rec)
         self.verdict_count += 1
-        self.runner.obs.on_verdict(rec)
-        if kind in FAILURE_KINDS:
-            self.runner.obs.on_failure({**rec, "stage": "soak"})
-        self.runner.console.print(f"  [yellow]watchdog: {kind}{f' ({metric})' if metric else ''}: {message} -> {action}[/]")
+        self.ctx.obs.on_verdict(rec)
+        if kind in OBSERVED_FAILURES:
+            self.ctx.obs.on_failure({**rec, "stage": "soak", "unix_s": now})
+        up = rec["engine_uptime_s"]
+        colour = "red" if kind in FAILURE_KINDS else "yellow"
+        self.ctx.console.print(f"  [{colour}]watchdog: {kind}{f' ({metric})' if metric else ''} at engine uptime "
+                               f"{_hours(up)}: {message} -> {action}[/]", highlight=False)
+        if action in ("stop_config", "stop_run") and self.outcome.stop is None:
+            self.outcome = SliceOutcome("config" if action == "stop_config" else "run", f"{kind}{f' ({metric})' if metric else ''}: {message}")
+        return action
 
     # ---- engine ----------------------------------------------------------------------
-    def _start_engine(self) -> Engine:
-        from harness.runner import launch_spec
-
-        spec = launch_spec(self.runner.loaded, self.cfg, self.port)
-        engine = self.runner.engine_cls(spec, self.run_dir / "logs" / f"{self.cfg.name}.soak.server.log")
-        engine.start()
-        try:
-            engine.wait_ready(self.runner.sc.server.start_timeout_s)
-            engine.check_speculation()
-        except BaseException:
-            engine.stop(0)
-            self.engine = None
-            raise
-        self.runner.obs.on_config_start(self.cfg.name, self.cfg.algorithm, self.cfg.is_synthetic, engine.name, engine.base_url, engine.pid)
-        return engine
-
     def _restart(self, why: str) -> bool:
         """Kill what is left and start again on the same port; a failed start is retried until max_restarts."""
+        kill = why == "hang"
         while True:
-            if self.engine is not None:
-                self.engine.stop(0 if why == "hang" else 2)
             if self.restarts >= self.wd.max_restarts:
-                self.verdict("gave_up", f"{self.restarts} restarts already; the slice ends", {"restarts": self.restarts}, "stopped")
+                self.session.stop(0 if kill else None)
+                self.verdict("gave_up", f"{self.restarts} restarts already; the configuration's soak ends", {"restarts": self.restarts}, action="stop_config")
                 return False
             self.restarts += 1
             try:
-                self.engine = self._start_engine()
+                self.session.restart(kill=kill)
             except EngineError as exc:
-                self.verdict("restart_failed", str(exc), {"after": why, "restarts": self.restarts}, "retry")
-                why = "hang"
+                self.verdict("restart_failed", str(exc), {"after": why, "restarts": self.restarts}, action="retry")
+                kill = True
                 continue
             self.window_counters = self._scrape()
+            self.detector.engine_restarted()
+            self.engine_restarted = True
+            self.memory_warned_pid = None
+            if self.cpu_meter is not None:
+                self.cpu_meter = CpuMeter(self.session.pid, client_pids=self.locust_pids).start()
             return True
 
     def _scrape(self) -> EngineCounters | None:
         try:
-            return self.engine.scrape() if self.engine else None
+            return self.session.engine.scrape()
         except EngineError:
             return None
 
@@ -195,9 +231,10 @@ class SoakSlice:
     def run(self) -> SliceResult:
         slices = JsonlWriter(self.run_dir / SLICES)
         t_start = time.time()
-        slices.write({"event": "start", "slice": self.slice_id, "config": self.cfg.name, "t_unix": t_start, "offset_s": self.offset_s, "slice_s": self.slice_s})
-        self.engine = self._start_engine()
-        key = self.engine.spec.api_key if self.engine is not None else None
+        slices.write({"event": "start", "slice": self.slice_id, "config": self.cfg.name, "t_unix": t_start, "offset_s": self.offset_s,
+                      "slice_s": self.slice_s, "engine_pid": self.session.pid, "engine_started_unix": self.session.started_unix})
+        self.detector.engine_restarted()  # warm-up: a new engine, or the first windows of a resumed soak
+        key = self.session.engine.spec.api_key
         locust = LocustProcess(self._locust_config(), self.run_dir / SOAK_DIR, self.run_dir / "logs", self.soak.workers,
                                secret_env={"SPECSOAK_LOCUST_API_KEY": key} if key else None)
         gave_up = False
@@ -209,27 +246,28 @@ class SoakSlice:
             t_load = self.t_load = time.time()
             locust.start()
             self.locust_pids = tuple(locust.pids)
-            self.cpu_meter = CpuMeter(self.engine.pid, client_pids=self.locust_pids).start()
+            self.cpu_meter = CpuMeter(self.session.pid, client_pids=self.locust_pids).start()
             hard_stop = time.monotonic() + self.slice_s + 120
-            while locust.alive() and time.monotonic() < hard_stop:
+            while locust.alive() and time.monotonic() < hard_stop and self.outcome.stop is None:
                 time.sleep(self.wd.probe_interval_s)
-                if not self.engine.alive():
-                    code = self.engine.proc.returncode if self.engine.proc else None
-                    reason = self.engine.failure_reason(self.engine.read_log()) or "no reason in its log"
-                    self.verdict("crash", f"engine exited (code {code}): {reason}", {"exit_code": code, "pid": self.engine.pid}, "restart")
-                    if not self._restart("crash"):
-                        gave_up = True
+                if not self.session.alive():
+                    engine = self.session.engine
+                    code = engine.proc.returncode if engine.proc else None
+                    reason = engine.failure_reason(engine.read_log()) or "no reason in its log"
+                    action = self.verdict("crash", f"engine exited (code {code}): {reason}", {"exit_code": code, "pid": engine.pid})
+                    if action != "restart" or not self._restart("crash"):
+                        gave_up = action == "restart"
                         break
                     last_ok = time.monotonic()
                     continue
                 if self._healthy():
                     last_ok = time.monotonic()
                 elif time.monotonic() - last_ok >= self.wd.hang_s:
-                    status = _proc_status(self.engine.pid)
-                    self.verdict("hang", f"no answer for {time.monotonic() - last_ok:.0f} s (process {status})",
-                                 {"silent_s": round(time.monotonic() - last_ok, 1), "process_status": status, "pid": self.engine.pid}, "kill, restart")
-                    if not self._restart("hang"):
-                        gave_up = True
+                    status = _proc_status(self.session.pid)
+                    action = self.verdict("hang", f"no answer for {time.monotonic() - last_ok:.0f} s (process {status})",
+                                          {"silent_s": round(time.monotonic() - last_ok, 1), "process_status": status, "pid": self.session.pid})
+                    if action != "restart" or not self._restart("hang"):
+                        gave_up = action == "restart"
                         break
                     last_ok = time.monotonic()
                     continue
@@ -237,23 +275,22 @@ class SoakSlice:
         finally:
             locust.stop(grace_s=15)
             self._consume(time.time(), final=True)
-            if self.records_seen == 0 and not gave_up:
+            if self.records_seen == 0 and not gave_up and self.outcome.stop is None:
                 # the load itself failed (Locust crashed, or its user raised before recording anything)
                 logs = sorted((self.run_dir / "logs").glob(f"locust-{self.slice_id}-*.log"))
                 tail = logs[0].read_text(errors="replace").strip().splitlines()[-3:] if logs else []
                 self.verdict("no_load", f"Locust sent no request in {time.time() - t_load:.0f} s (exit {locust.returncode()})",
-                             {"locust_exit": locust.returncode(), "log_tail": tail}, "none")
-            if self.engine is not None:
-                self.engine.stop(self.runner.sc.server.stop_grace_s)
+                             {"locust_exit": locust.returncode(), "log_tail": tail})
             elapsed = time.time() - t_load  # soak time is load time, not engine start-up
             stats = locust.stats_total()
             slices.write({"event": "end", "slice": self.slice_id, "config": self.cfg.name, "t_unix": time.time(), "elapsed_s": elapsed,
-                          "restarts": self.restarts, "locust_stats": stats, "record_files": [p.name for p in locust.record_files()]})
+                          "restarts": self.restarts, "locust_stats": stats, "record_files": [p.name for p in locust.record_files()],
+                          "stopped_by": self.outcome.why, "engine_uptime_s": self.session.uptime_s()})
             slices.close()
             self.verdicts.close()
             self.windows.close()
             self._compact(locust.record_files())
-        return SliceResult(elapsed, self.restarts, self.verdict_count, gave_up)
+        return SliceResult(elapsed, self.restarts, self.verdict_count, gave_up, self.outcome)
 
     @staticmethod
     def _compact(files: list[Path]) -> None:
@@ -266,30 +303,29 @@ class SoakSlice:
             pass  # the report compacts what is missing
 
     def _healthy(self) -> bool:
-        assert self.engine is not None
         try:
-            status, _ = self.engine.http_get(self.engine.health_path, timeout=min(5.0, max(0.5, self.wd.hang_s / 3)))
+            status, _ = self.session.engine.http_get(self.session.engine.health_path, timeout=min(5.0, max(0.5, self.wd.hang_s / 3)))
             return status == 200
         except OSError:
             return False
 
     def _locust_config(self) -> dict[str, Any]:
-        from harness.prompts import load_prompts
         from harness.load.shapes import load_trace
+        from harness.prompts import load_prompts
 
-        sc = self.runner.sc
-        prompts = load_prompts(self.soak.prompts or "builtin:soak", self.runner.loaded.path.parent)
+        sc = self.ctx.sc
+        prompts = load_prompts(self.soak.prompts or "builtin:soak", self.ctx.loaded.path.parent)
         trace = []
         if self.soak.shape.trace:
             path = Path(self.soak.shape.trace)
-            trace = load_trace(path if path.is_absolute() else self.runner.loaded.path.parent / path)
-        assert self.engine is not None
-        params = self.runner.params
+            trace = load_trace(path if path.is_absolute() else self.ctx.loaded.path.parent / path)
+        engine = self.session.engine
+        params = self.ctx.params
         return {
-            "url": self.engine.request_url,
-            "chat_path": self.engine.chat_path,
-            "engine": self.engine.name,
-            "extras": self.engine.request_extras(),
+            "url": engine.request_url,
+            "chat_path": engine.chat_path,
+            "engine": engine.name,
+            "extras": engine.request_extras(),
             "params": {"max_tokens": self.soak.max_tokens or sc.measurement.max_tokens, "temperature": params.temperature,
                        "seed": params.seed, "ignore_eos": True, "timeout_s": params.timeout_s, "stall_s": self.soak.stall_s, "keep_text": True},
             "prompts": [p.to_dict() for p in prompts],
@@ -303,67 +339,119 @@ class SoakSlice:
             "trace": trace,
         }
 
-    # ---- windows: error rate and drift -----------------------------------------------
+    # ---- windows: change detection, memory headroom, error rate, drift ------------------
     def _consume(self, now: float, final: bool = False) -> None:
         new = self.tail.read(sorted((self.run_dir / SOAK_DIR).glob(f"{self.slice_id}-*.jsonl")))
         self.records_seen += len(new)
         for r in new:
-            self.runner.obs.on_request(r)
+            self.ctx.obs.on_request(r)
         self.window.extend(new)
         if now - self.window_t0 >= self.wd.window_s or (final and self.window):
             self._close_window(now)
+
+    def _users(self, t_unix: float) -> int:
+        return users_at(self.soak.shape.model_dump(), self.offset_s + t_unix - self.t_load, self.soak.duration_s)
 
     def _close_window(self, now: float) -> None:
         recs = self.window
         ok = [r for r in recs if r.get("status") == "ok"]
         errors = len(recs) - len(ok)
         counters = self._scrape()
-        acceptance = mean_len = None
+        delta: EngineCounters | None = None
         if counters is not None and self.window_counters is not None:
-            d = counters_delta(self.window_counters, counters)
-            if (d.draft_tokens or 0) < 0 or (d.accepted_tokens or 0) < 0:  # engine restarted: counters began again
-                d = counters
-            if d.draft_tokens:
-                acceptance = (d.accepted_tokens or 0) / d.draft_tokens
-            if d.verify_steps:
-                mean_len = 1 + (d.accepted_tokens or 0) / d.verify_steps
+            delta = counters_delta(self.window_counters, counters)
+            if (delta.draft_tokens or 0) < 0 or (delta.accepted_tokens or 0) < 0 or (delta.output_tokens or 0) < 0:
+                delta = counters  # the engine restarted inside the window: its counters began again
+        acc = acceptance_figures(delta) if delta is not None else {"acceptance": None, "mean_accept_len": None}
         decode = [r["decode_tps"] for r in ok if r.get("decode_tps")]
         ttft = [r["ttft_s"] for r in ok if r.get("ttft_s") is not None]
         kinds: dict[str, int] = defaultdict(int)
         for r in recs:
             if r.get("error_kind"):
                 kinds[r["error_kind"]] += 1
-        win = {
+        seconds = now - self.window_t0
+        users_start, users_end = self._users(self.window_t0), self._users(now)
+        pid = self.session.pid
+        win: dict[str, Any] = {
             "config": self.cfg.name, "slice": self.slice_id, "t_start_unix": self.window_t0, "t_end_unix": now,
             "t_unix": (self.window_t0 + now) / 2, "requests": len(recs), "errors": errors, "error_kinds": dict(kinds),
             "output_tokens": sum(r.get("output_tokens") or 0 for r in ok),
+            # a window in which nothing finished has an output rate of 0, not "no value": a collapse to zero shows
+            "output_tps": sum(r.get("output_tokens") or 0 for r in ok) / seconds if seconds > 0 else None,
             "decode_tps": float(np.median(decode)) if decode else None,
             "ttft_p95_s": float(np.percentile(ttft, 95)) if ttft else None,
-            "acceptance": acceptance, "mean_accept_len": mean_len,
-            "engine_rss_mib": engine_rss_mib(self.engine.pid if self.engine else None),
+            "error_ratio": errors / len(recs) if recs else None,
+            "acceptance": acc["acceptance"], "mean_accept_len": acc["mean_accept_len"],
+            "counters": delta.to_dict() if delta is not None else None,
+            "engine_rss_mib": engine_rss_mib(pid),
+            "users": users_start if users_start == users_end else None,  # None: the load level changed inside the window
+            "engine_pid": pid,
+            "engine_uptime_s": self.session.uptime_s(now),
+            "engine_restart": self.engine_restarted,
+            "harness_rss_mib": (psutil.Process(os.getpid()).memory_info().rss + sum(tree_rss_bytes(p) for p in self.locust_pids)) / 2**20,
+            "machine_memory_available_mib": psutil.virtual_memory().available / 2**20,
         }
+        self.engine_restarted = False
         if self.cpu_meter is not None:
             cpu = self.cpu_meter.stop()
-            win["cpu"] = {"engine_cpu_s": cpu.engine_cpu_s, "harness_cpu_s": cpu.harness_cpu_s, "other_cpu_s": cpu.other_cpu_s,
-                          "engine_cores": cpu.engine_cores, "harness_cores": cpu.harness_cores, "other_cores": cpu.other_cores,
-                          "engine_restarted": self.engine is None or self.engine.pid != self.cpu_meter.engine_pid}
-            win["contaminated"] = cpu.other_cores > self.runner.sc.measurement.contamination_cores
-            self.cpu_meter = CpuMeter(self.engine.pid if self.engine else None, client_pids=self.locust_pids).start()
+            win["cpu"] = {**cpu.to_dict(), "engine_restarted": pid != self.cpu_meter.engine_pid}
+            win["contaminated"] = cpu.other_cores > self.ctx.sc.measurement.contamination_cores
+            self.cpu_meter = CpuMeter(pid, client_pids=self.locust_pids).start()
+        else:
+            win["contaminated"] = False
+        events = self.detector.update(win)
+        judged, why = self.detector.judged()
+        win["judged"], win["not_judged_why"] = judged, why
+        win["detectors"] = {m: asdict(st) for m, st in self.detector.state().items()}
+        win["memory_headroom_s"] = self._headroom(win)
         self.windows.write(win)
+        self.ctx.obs.on_window(win)
         self.history.setdefault(self.cfg.name, []).append(win)
+        self._status_line(win, now)
+        self.window, self.window_t0, self.window_counters = [], now, counters
+        for ev in events:
+            self._change_verdict(ev, win)
+        if win["memory_headroom_s"] is not None and win["memory_headroom_s"] < self.wd.memory_horizon_s and self.memory_warned_pid != pid:
+            self.memory_warned_pid = pid
+            self.verdict("memory", f"at the engine's memory slope, available memory ({win['machine_memory_available_mib']:,.0f} MiB) "
+                         f"runs out in {win['memory_headroom_s'] / 60:.0f} min", {"window": _brief(win), "headroom_s": win["memory_headroom_s"]},
+                         metric="engine_rss_mib")
+        if len(recs) >= self.wd.min_requests and errors / len(recs) >= self.wd.error_rate:
+            self.verdict("error_rate", f"{errors} of {len(recs)} requests failed in the last window", {"window": _brief(win)})
+        self._drift()
+
+    def _headroom(self, win: dict[str, Any]) -> float | None:
+        """Seconds until available memory runs out at the engine's memory slope over the last memory_fit_s (this process only)."""
+        pid = win["engine_pid"]
+        pts = [(w["t_unix"], w["engine_rss_mib"]) for w in self.history.get(self.cfg.name, []) + [win]
+               if w.get("engine_pid") == pid and w.get("engine_rss_mib") is not None and w["t_unix"] >= win["t_unix"] - self.wd.memory_fit_s]
+        if len(pts) < 3:
+            return None
+        fc = memory_forecast([p[0] for p in pts], [p[1] for p in pts], win["machine_memory_available_mib"], min_span_s=min(600.0, self.wd.memory_fit_s / 2))
+        return fc.headroom_s if fc is not None else None
+
+    def _change_verdict(self, ev: ChangeEvent, win: dict[str, Any]) -> None:
+        evidence = {**ev.to_dict(), "windows": [_brief(w) for w in self.history.get(self.cfg.name, [])[-(self.wd.confirm_windows + 2):]]}
+        change = f"{ev.relative_change:+.0%}" if ev.metric != "error_ratio" else f"{ev.relative_change:+.2f}"
+        if ev.kind == "collapse":
+            self.verdict("collapse", f"{ev.metric} {change} against its reference {ev.reference:.3g} at {ev.level} users "
+                         f"(now {ev.value:.3g}), since {time.strftime('%H:%M:%S', time.localtime(ev.onset_unix))}", evidence, metric=ev.metric)
+        else:
+            self.verdict("recovered", f"{ev.metric} back near its reference after {(ev.episode_end_unix or 0) - (ev.episode_start_unix or 0):.0f} s "
+                         f"(worst {ev.size:+.2g})", evidence, metric=ev.metric, action="record")
+
+    def _status_line(self, win: dict[str, Any], now: float) -> None:
         done = self.offset_s + (now - self.t_load)
-        self.runner.console.print(
-            f"  soak {self.cfg.name} {done:,.0f}/{self.soak.duration_s:,.0f} s: {len(recs)} requests, {errors} failed"
+        self.ctx.console.print(
+            f"  soak {self.cfg.name} {done:,.0f}/{self.soak.duration_s:,.0f} s, engine up {_hours(win['engine_uptime_s'])}: "
+            f"{win['requests']} requests, {win['errors']} failed, {win['output_tps']:.1f} t/s out"
             + (f", decode {win['decode_tps']:.1f} t/s" if win["decode_tps"] else "")
             + (f", TTFT p95 {win['ttft_p95_s']:.2f} s" if win["ttft_p95_s"] is not None else "")
-            + (f", acceptance {acceptance:.2f}" if acceptance is not None else "")
-            + (f", engine RSS {win['engine_rss_mib']:.0f} MiB" if win["engine_rss_mib"] else ""),
+            + (f", acceptance {win['acceptance']:.2f}" if win["acceptance"] is not None else "")
+            + (f", engine RSS {win['engine_rss_mib']:.0f} MiB" if win["engine_rss_mib"] else "")
+            + (f" [dim](not judged: {win['not_judged_why']})[/]" if not win["judged"] else ""),
             highlight=False,
         )
-        self.window, self.window_t0, self.window_counters = [], now, counters
-        if len(recs) >= self.wd.min_requests and errors / len(recs) >= self.wd.error_rate:
-            self.verdict("error_rate", f"{errors} of {len(recs)} requests failed in the last window", {"window": win}, "none")
-        self._drift()
 
     def _drift(self) -> None:
         wins = self.history.get(self.cfg.name, [])
@@ -372,7 +460,8 @@ class SoakSlice:
         for metric, bad in WATCHED.items():
             if metric in self.flagged:
                 continue
-            pts = [(w["t_unix"], w[metric]) for w in wins if w.get(metric) is not None]
+            pts = [(w["t_unix"], w[metric]) for w in wins if w.get(metric) is not None and not w.get("contaminated")
+                   and (metric != "engine_rss_mib" or (w.get("engine_uptime_s") or 0) >= RSS_TREND_AFTER_S)]
             if len(pts) < self.wd.drift_min_windows:
                 continue
             tr = trend(metric, [p[0] for p in pts], [p[1] for p in pts], bad, self.wd.drift_alpha, self.wd.drift_min_change)
@@ -380,7 +469,27 @@ class SoakSlice:
                 self.flagged.add(metric)
                 self.verdict("drift", f"{metric} {'rises' if bad > 0 else 'falls'} {abs(tr.relative_change):.0%} over the soak "
                              f"(Theil-Sen {tr.slope_per_hour:+.3g}/h, CI [{tr.slope_low_per_hour:+.3g}, {tr.slope_high_per_hour:+.3g}], p={tr.p_value:.2g})",
-                             tr.to_dict(), "none", metric=metric)
+                             tr.to_dict(), metric=metric)
+
+
+def _brief(w: dict[str, Any]) -> dict[str, Any]:
+    """A window as verdict evidence: its figures, without the detector state and CPU detail."""
+    keep = ("t_start_unix", "t_end_unix", "requests", "errors", "output_tps", "decode_tps", "ttft_p95_s", "error_ratio",
+            "acceptance", "engine_rss_mib", "users", "engine_uptime_s", "contaminated")
+    return {k: w.get(k) for k in keep}
+
+
+def _hours(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    return f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
+
+
+def _uptime_s(pid: int | None, now: float) -> float | None:
+    try:
+        return now - psutil.Process(pid).create_time() if pid else None
+    except psutil.Error:
+        return None
 
 
 def _proc_status(pid: int | None) -> str:

@@ -10,15 +10,9 @@ from typing import Any
 import pandas as pd
 
 from harness.errors import ResultsError
-from harness.records import FAILURES, FILL_CHECKS, MANIFEST, PHASES, RAMP, REQUESTS, read_jsonl
+from harness.records import AFTER_SOAK, FAILURES, FILL_CHECKS, MANIFEST, PHASES, RAMP, REQUESTS, SLICES, SOAK_DIR, VERDICTS, WINDOWS, read_jsonl
 from harness.report.scale import soak_requests_frame
 
-# file names of the soak (harness/soak.py) and of `specsoak verify` (harness/verify.py); repeated
-# here so that reading a folder imports neither Locust nor an engine
-SOAK_DIR = "soak"
-SLICES = "soak_slices.jsonl"
-VERDICTS = "verdicts.jsonl"
-WINDOWS = "windows.jsonl"
 VERIFY = "verify.jsonl"
 VERIFY_DIST = "verify_distribution.jsonl"
 
@@ -39,6 +33,7 @@ class RunData:
     verify_dist: list[dict[str, Any]] = field(default_factory=list)
     ramp: list[dict[str, Any]] = field(default_factory=list)
     fill_checks: list[dict[str, Any]] = field(default_factory=list)
+    after_soak: list[dict[str, Any]] = field(default_factory=list)  # the measurement phases again, after each soak
 
     @property
     def run_id(self) -> str:
@@ -90,4 +85,5 @@ def load_run(run_dir: Path) -> RunData:
         verify_dist=list(read_jsonl(run_dir / VERIFY_DIST)),
         ramp=list(read_jsonl(run_dir / RAMP)),
         fill_checks=list(read_jsonl(run_dir / FILL_CHECKS)),
+        after_soak=list(read_jsonl(run_dir / AFTER_SOAK)),
     )
