@@ -24,13 +24,14 @@ from harness.report.tables import (
     memory_table,
     roofline_table,
     soak_table,
+    after_soak_table,
     verify_distribution_table,
     verify_table,
 )
 from harness.report.verdict import display_table, stream_counts, verdict_table
 
-TABLES = ("verdict", "memory", "max_streams", "break_even", "explanation", "roofline", "k_sweep", "soak", "verify", "verify_distribution")
-PLOTS = ("tps_vs_streams.png", "acceptance_over_time.png", "latency.png", "memory.png", "k_sweep.png")
+TABLES = ("verdict", "memory", "max_streams", "break_even", "explanation", "roofline", "k_sweep", "soak", "after_soak", "verify", "verify_distribution")
+PLOTS = ("tps_vs_streams.png", "acceptance_over_time.png", "soak_timeline.png", "latency.png", "memory.png", "k_sweep.png")
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ def build_report(
     tables["roofline"] = roofline_table(runs, verdict) if not verdict.empty else pd.DataFrame()
     tables["k_sweep"] = k_sweep_table(runs, verdict, counts) if not verdict.empty else pd.DataFrame()
     tables["soak"] = soak_table(runs)
+    tables["after_soak"] = after_soak_table(runs)
     tables["verify"] = verify_table(runs)
     tables["verify_distribution"] = verify_distribution_table(runs)
     for name in TABLES:
@@ -87,6 +89,7 @@ def build_report(
     images: dict[str, Path | None] = {
         "tps": plots.tps_vs_streams(verdict, counts, tables["break_even"], out / "tps_vs_streams.png", multi) if not verdict.empty else None,
         "acc": plots.acceptance_over_time(runs, out / "acceptance_over_time.png"),
+        "soak": plots.soak_timeline(runs, out / "soak_timeline.png"),
         "lat": plots.latency_distributions(runs, out / "latency.png"),
         "mem": plots.memory_bars(tables["memory"], out / "memory.png", multi),
         "k": plots.k_sweep(verdict, runs, counts, out / "k_sweep.png") if not verdict.empty else None,
@@ -230,13 +233,32 @@ def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame
     if sk.empty:
         b.append(p("No soak in these runs."))
     else:
-        cols = {"duration_s": "duration s", "requests": "requests", "failures": "failures", "failures_by_kind": "by kind",
+        cols = {"soak_verdict": "soak", "first_failure": "first failure", "first_failure_engine_uptime_h": "at engine uptime h",
+                "max_engine_uptime_h": "longest engine uptime h", "collapse_episodes": "collapse episodes",
+                "duration_s": "duration s", "requests": "requests", "failures": "failures", "failures_by_kind": "by kind",
                 "time_to_first_failure_s": "first failure after s", "failures_per_hour": "failures/h", "restarts": "restarts",
-                "drift": "drift verdicts", "engine_cores": "engine cores", "harness_cores": "harness cores (incl. Locust)",
-                "contaminated_windows": "contaminated windows"}
+                "drift": "drift verdicts", "judged_windows": "judged windows", "contaminated_windows": "contaminated windows",
+                "engine_cores": "engine cores", "harness_cores": "harness cores (incl. Locust)"}
         b.append(table(_show(sk, ["run"] * multi + ["config"] + list(cols), cols)))
+        b.append(p("A collapse is a watched window series (output t/s, decode t/s, TTFT p95, error share, acceptance, engine",
+                   "memory) that left its reference at the same load level and stayed there (docs/soak.md); the engine uptime",
+                   "is the age of the engine process when the watchdog flagged it. Windows contaminated by other processes'",
+                   "CPU, or in an engine's warm-up, are recorded but not judged."))
+        if images["soak"]:
+            b.append(img(images["soak"], "soak windows against engine uptime"))
         if images["acc"]:
             b.append(img(images["acc"], "acceptance over time"))
+        after = t["after_soak"]
+        if not after.empty:
+            b.append(h(3, "Before and after the soak"))
+            acols = {"streams": "streams", "before_total_tps": "total t/s before", "after_total_tps": "total t/s after",
+                     "after_vs_before": "after / before", "verdict": "verdict", "before_decode_tps": "decode t/s before",
+                     "after_decode_tps": "decode t/s after", "before_acceptance": "acceptance before", "after_acceptance": "acceptance after",
+                     "before_ttft_p50_s": "TTFT p50 s before", "after_ttft_p50_s": "TTFT p50 s after", "engine_uptime_h": "engine uptime h (after)"}
+            b.append(table(_show(after, ["run"] * multi + ["config"] + list(acols), acols)))
+            b.append(p("Before: the measurement phases on a fresh engine. After: the same phases on the engine that lived through",
+                       "the soak. 'worse' means the after figure is below the before figure's 95% interval over its repetitions:",
+                       "the engine aged, or the machine slowed (the soak windows tell which)."))
 
     b.append(h(2, "Losslessness"))
     vt = t["verify"]

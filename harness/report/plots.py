@@ -91,6 +91,62 @@ def acceptance_over_time(runs: list[RunData], path: Path) -> Path | None:
     return _save(fig, path)
 
 
+def soak_timeline(runs: list[RunData], path: Path) -> Path | None:
+    """Every soak window against the engine's uptime: output t/s, decode t/s, TTFT p95, engine and harness memory,
+    CPU split; collapse verdicts as red lines, recoveries green, windows not judged drawn hollow."""
+    series: list[tuple[str, str, list[dict[str, Any]], list[dict[str, Any]]]] = []
+    for run in runs:
+        by_cfg: dict[str, list[dict[str, Any]]] = {}
+        for w in run.soak_windows:
+            by_cfg.setdefault(w["config"], []).append(w)
+        for cfg, wins in sorted(by_cfg.items()):
+            verdicts = [v for v in run.soak_verdicts if v.get("config") == cfg]
+            series.append((run.run_id, cfg, sorted(wins, key=lambda w: float(w["t_unix"])), verdicts))
+    if not series:
+        return None
+    fig, axes = plt.subplots(5, 1, figsize=(8.5, 11.0), dpi=100, sharex=True)
+    multi = len(runs) > 1
+    panels = (("output_tps", "output t/s (window)"), ("decode_tps", "median decode t/s"), ("ttft_p95_s", "TTFT p95 s"))
+    for i, (run_id, cfg, wins, verdicts) in enumerate(series):
+        colour = _COLORS[i % len(_COLORS)]
+        label = _label(run_id, cfg, False, multi)
+        # x: hours of engine uptime when one engine lived through the soak, else hours since the first window
+        one_engine = len({w.get("engine_pid") for w in wins}) == 1 and all(isnum(w.get("engine_uptime_s")) for w in wins)
+        t0 = float(wins[0]["t_unix"])
+        x = [(float(w["engine_uptime_s"]) if one_engine else float(w["t_unix"]) - t0) / 3600 for w in wins]
+        judged = [bool(w.get("judged", True)) for w in wins]
+        for ax, (key, ylabel) in zip(axes[:3], panels):
+            pts = [(xx, w.get(key), j) for xx, w, j in zip(x, wins, judged) if isnum(w.get(key))]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], color=colour, lw=0.8, label=label)
+            ax.scatter([p[0] for p in pts if p[2]], [p[1] for p in pts if p[2]], s=6, color=colour)
+            ax.scatter([p[0] for p in pts if not p[2]], [p[1] for p in pts if not p[2]], s=8, facecolors="none", edgecolors=colour, lw=0.6)
+            ax.set_ylabel(ylabel)
+        rss = [(xx, w.get("engine_rss_mib")) for xx, w in zip(x, wins) if isnum(w.get("engine_rss_mib"))]
+        har = [(xx, w.get("harness_rss_mib")) for xx, w in zip(x, wins) if isnum(w.get("harness_rss_mib"))]
+        axes[3].plot([p[0] for p in rss], [p[1] for p in rss], color=colour, label=f"{label} engine")
+        axes[3].plot([p[0] for p in har], [p[1] for p in har], color=colour, ls="--", label=f"{label} harness + Locust")
+        cpu = [(xx, w["cpu"]) for xx, w in zip(x, wins) if isinstance(w.get("cpu"), dict)]
+        for key, ls, what in (("engine_cores", "-", "engine"), ("harness_cores", "--", "harness + Locust"), ("other_cores", ":", "other processes")):
+            axes[4].plot([p[0] for p in cpu], [p[1].get(key) for p in cpu], color=colour, ls=ls, label=f"{label} {what}")
+        for v in verdicts:
+            if v.get("kind") not in ("collapse", "recovered", "crash", "hang", "memory"):
+                continue
+            up = v.get("engine_uptime_s") if one_engine else float(v["t_unix"]) - t0
+            if not isnum(up):
+                continue
+            for ax in axes:
+                ax.axvline(float(up) / 3600, color={"recovered": "tab:green"}.get(str(v["kind"]), "tab:red"), lw=0.8, alpha=0.7)
+    axes[3].set_ylabel("resident MiB")
+    axes[4].set_ylabel("CPU cores")
+    axes[0].set_title("Soak windows (hollow: not judged; red: collapse, crash, hang or memory verdict; green: recovered)", fontsize=9)
+    axes[-1].set_xlabel("engine uptime, hours" if all(len({w.get('engine_pid') for w in s[2]}) == 1 for s in series) else "hours since the first soak window")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=7, loc="best")
+    return _save(fig, path)
+
+
 def latency_distributions(runs: list[RunData], path: Path) -> Path | None:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.5, 4.0), dpi=110)
     multi = len(runs) > 1

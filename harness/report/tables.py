@@ -14,10 +14,10 @@ from typing import Any
 import pandas as pd
 
 from harness.report.load import RunData
-from harness.report.stats import break_even, expected_tokens_per_step, isnum
+from harness.report.stats import break_even, expected_tokens_per_step, isnum, t_interval
 from harness.servable import kv_kib_per_token, servable_context, slo_verdict
 
-WATCHDOG_FAILURES = ("crash", "hang", "restart_failed", "gave_up")
+WATCHDOG_FAILURES = ("crash", "hang", "restart_failed", "gave_up", "collapse", "memory")
 
 
 def _cfg_meta(run: RunData, name: str) -> dict[str, Any]:
@@ -222,6 +222,10 @@ def soak_table(runs: list[RunData]) -> pd.DataFrame:
             failures = sum(kinds.values())
             ftimes = [t for t in fail_times if t is not None]
             drift = [f"{v.get('metric')}: {v.get('message')}" for v in verdicts if v.get("kind") == "drift"]
+            failing = [v for v in verdicts if v.get("kind") in WATCHDOG_FAILURES]
+            first_up = next((float(v["engine_uptime_s"]) for v in failing if v.get("engine_uptime_s") is not None), None)
+            episodes = collapse_episodes(verdicts)
+            cw = [w for w in run.soak_windows if w.get("config") == name]
             rows.append({
                 "run": run.run_id, "config": name, "slices": len(order), "duration_s": total,
                 "requests": int(len(recs)), "requests_ok": int((recs["status"] == "ok").sum()) if not recs.empty else 0,
@@ -233,9 +237,80 @@ def soak_table(runs: list[RunData]) -> pd.DataFrame:
                 "windows": sum(1 for w in run.soak_windows if w.get("config") == name),
                 "drift_verdicts": len(drift),
                 "drift": " | ".join(drift) if drift else "none",
+                "soak_verdict": "failed" if failing or any(v.get("action") in ("stop_config", "stop_run") for v in verdicts) else "ok",
+                "first_failure_engine_uptime_h": first_up / 3600 if first_up is not None else None,
+                "first_failure": f"{failing[0]['kind']}" + (f" of {failing[0]['metric']}" if failing and failing[0].get("metric") else "") if failing else "none",
+                "collapse_episodes": " | ".join(episodes) if episodes else "none",
+                "max_engine_uptime_h": max((float(w.get("engine_uptime_s") or 0) for w in cw), default=0.0) / 3600 if cw else None,
+                "judged_windows": sum(1 for w in cw if w.get("judged")),
                 **_soak_cpu([w for w in run.soak_windows if w.get("config") == name]),
             })
     return pd.DataFrame(rows)
+
+
+def collapse_episodes(verdicts: list[dict[str, Any]]) -> list[str]:
+    """Each collapse as 'metric: change from engine uptime A h to B h' (B missing when it did not recover)."""
+    out: list[str] = []
+    open_: dict[str, dict[str, Any]] = {}
+    for v in sorted(verdicts, key=lambda v: float(v.get("t_unix") or 0)):
+        metric = str(v.get("metric"))
+        if v.get("kind") == "collapse":
+            open_[metric] = v
+        elif v.get("kind") == "recovered" and metric in open_:
+            start = open_.pop(metric)
+            ev = v.get("evidence") or {}
+            out.append(f"{metric}: {_up(start)} to {_up(v)} (worst {float(ev.get('size') or 0):+.0%})")
+    for metric, start in open_.items():
+        change = (start.get("evidence") or {}).get("relative_change")
+        out.append(f"{metric}: {float(change or 0):+.0%} from {_up(start)}, not recovered")
+    return out
+
+
+def _up(v: dict[str, Any]) -> str:
+    up = v.get("engine_uptime_s")
+    return f"{float(up) / 3600:.2f} h uptime" if up is not None else "?"
+
+
+def after_soak_table(runs: list[RunData]) -> pd.DataFrame:
+    """The measurement before the soak (fresh engine) and after it (the soaked engine), per configuration and
+    stream count: total t/s, solo decode, acceptance, TTFT; 'worse' when the after figure is below the
+    before's 95% interval (t interval over the repetitions)."""
+    rows: list[dict[str, Any]] = []
+    for run in runs:
+        after = pd.DataFrame(run.after_soak)
+        if after.empty or run.phases.empty:
+            continue
+        rq = run.requests
+        for (name, n), grp in after.groupby(["config", "streams"], sort=True):
+            before = run.phases[(run.phases["config"] == name) & (run.phases["streams"] == n)]
+            if before.empty:
+                continue
+            b_tps, a_tps = [float(x) for x in before["total_tps"]], [float(x) for x in grp["total_tps"]]
+            lo, hi = t_interval(b_tps)
+            b_med, a_med = float(pd.Series(b_tps).median()), float(pd.Series(a_tps).median())
+            row: dict[str, Any] = {"run": run.run_id, "config": name, "streams": int(n), "before_total_tps": b_med, "after_total_tps": a_med,
+                                   "after_vs_before": a_med / b_med if b_med else None, "before_ci_low": lo, "before_ci_high": hi,
+                                   "before_reps": len(b_tps), "after_reps": len(a_tps),
+                                   "engine_uptime_h": float(grp["engine_uptime_s"].max()) / 3600 if "engine_uptime_s" in grp else None}
+            for label, ph in (("before", before), ("after", grp)):
+                acc = _pooled_acceptance(ph)
+                row[f"{label}_acceptance"] = acc
+                if not rq.empty:
+                    r = rq[rq["attempt"].isin(set(ph["attempt"])) & (rq["status"] == "ok")]
+                    row[f"{label}_decode_tps"] = float(r["decode_tps"].median()) if not r.empty else None
+                    row[f"{label}_ttft_p50_s"] = float(r["ttft_s"].median()) if not r.empty else None
+            if lo is not None and hi is not None:
+                row["verdict"] = "worse" if a_med < lo else ("better" if a_med > hi else "same within the interval")
+            else:
+                row["verdict"] = "n/a (one repetition: no interval)"
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _pooled_acceptance(ph: pd.DataFrame) -> float | None:
+    drafted = sum(float((c or {}).get("draft_tokens") or 0) for c in ph.get("counters", []))
+    accepted = sum(float((c or {}).get("accepted_tokens") or 0) for c in ph.get("counters", []))
+    return accepted / drafted if drafted else None
 
 
 def _soak_cpu(windows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -74,6 +74,7 @@ def verdict_table(runs: list[RunData]) -> pd.DataFrame:
             else:
                 row.update(acceptance=None, mean_accept_len=None, drafted_tokens=None, client_drafted_tokens=None,
                            contaminated_phases=0, harness_cores=None, other_cores_max=None)
+            row["soak"] = soak_verdict(meta.get("soak"))
             row["requests_ok"] = int((r["status"] == "ok").sum()) if not r.empty else 0
             row["requests_failed"] = int((r["status"] != "ok").sum()) if not r.empty else 0
             row["slots"] = cap.get("slots")
@@ -172,7 +173,24 @@ def display_table(df: pd.DataFrame, counts: list[int], multi_run: bool) -> pd.Da
     out["slots"] = df["slots"].map(_fmt0)
     out["memory MiB"] = df["memory_mib"].map(_fmt0)
     out["failures"] = [_failures(ok, failed, f) for ok, failed, f in zip(df["requests_ok"], df["requests_failed"], df["failure"])]
+    if "soak" in df and df["soak"].map(lambda v: isinstance(v, str) and v != "").any():
+        out["soak"] = df["soak"].map(lambda v: v if isinstance(v, str) and v else "–")
     return out
+
+
+def soak_verdict(soak: dict[str, Any] | None) -> str:
+    """The configuration's soak in one cell: how long it ran, or what ended it at which engine uptime."""
+    if not soak:
+        return ""
+    hours = f"{float(soak.get('soak_s') or 0) / 3600:.2f} h"
+    first = soak.get("first_failure")
+    if soak.get("status") != "failed":
+        return f"ok ({hours})"
+    if not first:
+        return f"✗ {soak.get('stopped_by') or 'failed'} ({hours})"
+    up = first.get("engine_uptime_s")
+    what = f"{first.get('kind')}" + (f" of {first['metric']}" if first.get("metric") else "")
+    return f"✗ {what} at {float(up) / 3600:.2f} h engine uptime" if up is not None else f"✗ {what}"
 
 
 def _failures(ok: int, failed: int, failure: Any) -> str:

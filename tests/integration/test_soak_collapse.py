@@ -1,0 +1,224 @@
+"""The soak's reason to exist, end to end: a collapse tied to the engine's uptime, planted inside the
+engine's own process, is flagged within minutes, acted on, shown live in a real Prometheus, written
+into the run with the uptime at which it happened, and ends `specsoak run` with exit code 4. The
+same soak without the plant gives no verdict at all.
+
+The plant: once the soak's llama-server has lived ``PLANT_AFTER_S`` seconds, the test pauses it
+with SIGSTOP for 85% of every second (SIGCONT for the rest) until it is gone. The engine still
+answers /health within the watchdog's hang limit, so this is a throughput collapse, not a hang, and
+no other process takes CPU (which the harness would rightly call contamination).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+
+from harness.metrics import dashboards, promconfig
+from harness.metrics.targets import SHARED_DIR
+from harness.records import AFTER_SOAK, VERDICTS, WINDOWS, read_jsonl
+from harness.runner_util import free_port
+from tests.faults.helpers import engine_child, finish, start_cli
+from tests.integration.conftest import SMOLLM2
+from tests.integration.test_prometheus import Prometheus, _has_data, _tool
+
+pytestmark = pytest.mark.engine
+
+WINDOW_S = 8.0
+PLANT_AFTER_S = 45.0  # engine uptime at which the collapse begins
+SOAK_S = 120.0
+EXIT_SOAK = 4
+
+
+def _scenario(folder: Path, name: str) -> Path:
+    data = {
+        "name": name,
+        "server": {"model": SMOLLM2, "ctx_size": 2048, "parallel": 2, "threads": 2, "stop_grace_s": 3},
+        "configurations": [{"name": "baseline", "algorithm": "none"}],
+        "measurement": {"prompts": "builtin:repeat", "max_tokens": 8, "streams": [1], "requests_per_stream": 1,
+                        "repetitions": 1, "warmup_requests": 0},
+        "soak": {"duration_s": SOAK_S, "shape": {"kind": "steady", "users": 2}, "max_tokens": 32, "stall_s": 30,
+                 "watchdog": {"probe_interval_s": 0.5, "hang_s": 30, "window_s": WINDOW_S, "warmup_windows": 1,
+                              "reference_windows": 3, "confirm_windows": 2, "error_rate": 0.5, "min_requests": 5}},
+    }
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+class DutyCyclePlant(threading.Thread):
+    """SIGSTOP/SIGCONT on the soak engine once it is PLANT_AFTER_S old: most of each second frozen."""
+
+    def __init__(self, harness_pid: int, stopped_s: float = 0.85, period_s: float = 1.0):
+        super().__init__(daemon=True)
+        self.harness_pid = harness_pid
+        self.stopped_s, self.period_s = stopped_s, period_s
+        self.onset_unix: float | None = None
+        self.engine_started_unix: float | None = None
+        self.done = threading.Event()
+
+    def _soak_engine(self) -> psutil.Process | None:
+        eng = engine_child(self.harness_pid)
+        return eng if _logs_to_soak(eng) else None
+
+    def run(self) -> None:
+        eng = None
+        while not self.done.is_set() and eng is None:
+            eng = self._soak_engine()
+            time.sleep(0.2)
+        if eng is None:
+            return
+        self.engine_started_unix = eng.create_time()
+        while not self.done.is_set() and time.time() < self.engine_started_unix + PLANT_AFTER_S:
+            time.sleep(0.1)
+        try:
+            while not self.done.is_set():
+                eng.send_signal(signal.SIGSTOP)
+                if self.onset_unix is None:
+                    self.onset_unix = time.time()
+                time.sleep(self.stopped_s)
+                eng.send_signal(signal.SIGCONT)
+                time.sleep(self.period_s - self.stopped_s)
+        except psutil.Error:
+            pass  # the engine is gone: the harness stopped it
+        finally:
+            try:
+                eng.send_signal(signal.SIGCONT)
+            except psutil.Error:
+                pass
+
+
+def _logs_to_soak(eng: psutil.Process | None) -> bool:
+    """The soak's engine writes logs/<config>.soak.server.log (the measurement's engine has no '.soak')."""
+    if eng is None:
+        return False
+    try:
+        return any(f.path.endswith(".soak.server.log") for f in eng.open_files())
+    except psutil.Error:
+        return False
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus, int, Path]]:
+    """A real Prometheus scraping the exporter port the planted run will serve (1 s scrapes, the project's rules)."""
+    tmp = tmp_path_factory.mktemp("soakprom")
+    port = free_port()
+    results = tmp / "results"
+    (results / SHARED_DIR).mkdir(parents=True)
+    (tmp / "rules.yml").write_text(promconfig.dump_yaml(promconfig.rules_document()))
+    cfg = promconfig.prometheus_config([f"127.0.0.1:{port}"], [str(results / SHARED_DIR / "*.json")], [str(tmp / "rules.yml")],
+                                       scrape_interval="1s", sd_refresh="1s")
+    (tmp / "prometheus.yml").write_text(promconfig.dump_yaml(cfg))
+    prom = Prometheus(_tool("prometheus"), tmp / "prometheus.yml", tmp / "data", tmp / "prometheus.log", ("--rules.alert.resend-delay=1s",))
+    try:
+        yield prom, port, tmp
+    finally:
+        prom.stop()
+
+
+@pytest.fixture(scope="module")
+def planted(prometheus: tuple[Prometheus, int, Path]) -> Iterator[dict[str, Any]]:
+    prom, port, tmp = prometheus
+    scenario = _scenario(tmp, "collapse")
+    proc = start_cli("run", str(scenario), "--results", str(tmp / "results"), "--metrics-port", str(port), "--metrics-linger", "4")
+    plant = DutyCyclePlant(proc.pid)
+    plant.start()
+    t0 = time.time()
+    try:
+        out = finish(proc, 600)
+    finally:
+        plant.done.set()
+        plant.join(10)
+    run_dir = next((tmp / "results").glob("*-collapse"))
+    yield {"proc": proc, "out": out, "run_dir": run_dir, "plant": plant, "t0": t0, "t1": time.time(), "prom": prom}
+
+
+def _verdicts(run_dir: Path) -> list[dict[str, Any]]:
+    return list(read_jsonl(run_dir / VERDICTS))
+
+
+def test_planted_collapse_is_flagged_within_three_windows_and_stops_the_configuration(planted: dict[str, Any]) -> None:
+    run_dir, plant, out = planted["run_dir"], planted["plant"], planted["out"]
+    assert plant.onset_unix is not None, "the plant never started: the soak engine was not found\n" + out[-3000:]
+    collapses = [v for v in _verdicts(run_dir) if v["kind"] == "collapse"]
+    assert collapses, "no collapse verdict\n" + out[-4000:]
+    first = collapses[0]
+    # within 3 windows of the onset (the onset falls inside a window, which then closes: one more window of slack)
+    delay = first["t_unix"] - plant.onset_unix
+    assert 0 < delay <= 4 * WINDOW_S, f"collapse flagged {delay:.1f} s after the onset ({delay / WINDOW_S:.1f} windows)"
+    # the engine's uptime when it was flagged: the plant's start plus that delay
+    assert first["engine_uptime_s"] == pytest.approx(PLANT_AFTER_S + delay, abs=3.0)
+    assert first["action"] == "stop_config"
+    assert first["evidence"]["windows"], "the evidence windows are in the verdict"
+    # no verdict before the plant: the reference period was healthy
+    assert all(v["t_unix"] >= plant.onset_unix for v in _verdicts(run_dir)), _verdicts(run_dir)
+    # the configuration's soak stopped there, not after SOAK_S
+    windows = list(read_jsonl(run_dir / WINDOWS))
+    assert max(w["t_end_unix"] for w in windows) < plant.onset_unix + 6 * WINDOW_S
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    soak = manifest["configurations"]["baseline"]["soak"]
+    assert soak["status"] == "failed" and soak["first_failure"]["kind"] == "collapse"
+    assert soak["first_failure"]["engine_uptime_s"] == pytest.approx(first["engine_uptime_s"])
+    assert manifest["status"] == "completed_with_failures"
+    assert not list(read_jsonl(run_dir / AFTER_SOAK)), "a stopped configuration is not measured again"
+
+
+def test_planted_collapse_exits_with_the_soak_code_and_the_report_says_when(planted: dict[str, Any]) -> None:
+    proc, out, run_dir = planted["proc"], planted["out"], planted["run_dir"]
+    assert proc.returncode == EXIT_SOAK, out[-3000:]
+    assert "soak failed: baseline" in out
+    report = (run_dir / "report.md").read_text()
+    assert "collapse" in report and "engine uptime" in report
+
+
+def test_collapse_alert_fires_in_a_real_prometheus_scraping_the_run(planted: dict[str, Any]) -> None:
+    prom: Prometheus = planted["prom"]
+    run = planted["run_dir"].name
+    data = prom.api("query_range", query=f'ALERTS{{alertname="SpecsoakCollapse", alertstate="firing", run="{run}"}}',
+                    start=f"{planted['t0']:.3f}", end=f"{planted['t1']:.3f}", step="1")
+    assert _has_data(data["result"]), "SpecsoakCollapse never fired"
+    fired_at = min(float(v[0]) for s in data["result"] for v in s["values"])
+    assert fired_at >= planted["plant"].onset_unix
+
+
+def test_every_soak_dashboard_expression_returns_data_for_the_soak(planted: dict[str, Any]) -> None:
+    prom: Prometheus = planted["prom"]
+    run = planted["run_dir"].name
+    windows = list(read_jsonl(planted["run_dir"] / WINDOWS))
+    start, end = min(w["t_start_unix"] for w in windows), max(w["t_end_unix"] for w in windows) + 5
+    empty = []
+    exprs = [(uid, where, e) for uid, where, e in dashboards.all_expressions() if uid == "specsoak-soak"]
+    assert len(exprs) >= 17
+    for _uid, where, expr in exprs:
+        q = expr.replace("$run", run).replace("$config", ".*").replace("$__rate_interval", "30s")
+        data = prom.api("query_range", query=q, start=f"{start:.3f}", end=f"{end:.3f}", step="1")
+        if not _has_data(data["result"]):
+            empty.append(f"{where}: {q}")
+    assert not empty, "soak dashboard expressions without data during the soak:\n" + "\n".join(empty)
+
+
+def test_the_same_soak_without_the_plant_gives_no_verdict(tmp_path: Path) -> None:
+    scenario = _scenario(tmp_path, "healthy")
+    proc = start_cli("run", str(scenario), "--results", str(tmp_path / "results"))
+    out = finish(proc, 600)
+    assert proc.returncode == 0, out[-3000:]
+    run_dir = next((tmp_path / "results").glob("*-healthy"))
+    assert _verdicts(run_dir) == [], _verdicts(run_dir)
+    windows = list(read_jsonl(run_dir / WINDOWS))
+    assert len(windows) >= SOAK_S / WINDOW_S - 1
+    judged = [w for w in windows if w["judged"]]
+    assert len(judged) >= 5, [(w.get("not_judged_why"), w.get("contaminated")) for w in windows]
+    # one engine process lived through the whole soak
+    assert len({w["engine_pid"] for w in windows}) == 1
+    assert windows[-1]["engine_uptime_s"] >= SOAK_S - WINDOW_S
+    after = list(read_jsonl(run_dir / AFTER_SOAK))
+    assert after and all(p["phase"] == "after_soak" and p["engine_uptime_s"] >= SOAK_S for p in after)
