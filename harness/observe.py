@@ -22,6 +22,8 @@ class RunObserver(Protocol):
 
     def on_failure(self, record: dict[str, Any]) -> None: ...
 
+    def on_window(self, record: dict[str, Any]) -> None: ...
+
     def on_verdict(self, record: dict[str, Any]) -> None: ...
 
     def on_config_end(self, config: str, status: str) -> None: ...
@@ -49,6 +51,10 @@ class BaseObserver:
 
     def on_failure(self, record: dict[str, Any]) -> None:
         pass
+
+    def on_window(self, record: dict[str, Any]) -> None:
+        """A closed soak window (a line of windows.jsonl, already on disk): its aggregates, the engine
+        counter deltas, CPU split and the change detector's state per watched metric."""
 
     def on_verdict(self, record: dict[str, Any]) -> None:
         pass

@@ -570,3 +570,53 @@ _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 def safe_name(name: str) -> str:
     return _SAFE.sub("_", name)
+
+
+ASSUMED_STREAM_TPS = 20.0  # decode t/s per stream the wall-clock estimate assumes (a small model on a CPU, a large one on a GPU)
+ASSUMED_START_S = 10.0  # engine start to ready
+
+
+def wall_clock_estimate(sc: Scenario) -> dict[str, float]:
+    """Seconds a run of ``sc`` should take, by part: phases (and the ramp, fill check, after-soak bracket) at an
+    assumed ASSUMED_STREAM_TPS per stream, plus the soak, which is exact: its duration times its configurations."""
+    m = sc.measurement
+    n_cfg = len(sc.runs())
+    request_s = m.max_tokens / ASSUMED_STREAM_TPS + 0.5
+    phases_s = m.warmup_requests * request_s + sum(m.repetitions * m.requests_per_stream * request_s for _ in m.streams)
+    measure_s = n_cfg * (ASSUMED_START_S + phases_s)
+    ramp_s = 0.0
+    if sc.slo and sc.slo.ramp:
+        r = sc.slo.ramp
+        steps = max(1, (r.max_streams // max(1, r.start)).bit_length() + 2)
+        ramp_s = n_cfg * steps * r.requests_per_stream * ((r.max_tokens or m.max_tokens) / ASSUMED_STREAM_TPS + 0.5)
+    fill_s = n_cfg * (ASSUMED_START_S + 30.0) if sc.report.fill_check else 0.0
+    soak_s = after_s = 0.0
+    if sc.soak is not None:
+        n_soak = len(sc.soak_configurations())
+        soak_s = n_soak * sc.soak.duration_s
+        after_s = n_soak * (ASSUMED_START_S + phases_s)
+    total = measure_s + ramp_s + fill_s + soak_s + after_s
+    return {"total_s": total, "measurement_s": measure_s, "ramp_s": ramp_s, "fill_check_s": fill_s, "soak_s": soak_s, "after_soak_s": after_s}
+
+
+def describe_duration(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def soak_warnings(sc: Scenario) -> list[str]:
+    """What a soak scenario may not show as the user expects (``specsoak validate`` prints them)."""
+    out: list[str] = []
+    if sc.soak is None:
+        return out
+    if sc.soak.slice_s is not None and sc.soak.slice_s < sc.soak.duration_s:
+        out.append(f"soak.slice_s ({describe_duration(sc.soak.slice_s)}) restarts each configuration's engine every slice: no engine lives "
+                   f"longer than that, so a collapse that needs more engine uptime cannot appear; remove slice_s to keep one engine "
+                   f"for the whole {describe_duration(sc.soak.duration_s)} soak")
+    wd = sc.soak.watchdog
+    judged_after = (wd.warmup_windows + wd.reference_windows) * wd.window_s
+    if judged_after >= sc.soak.duration_s:
+        out.append(f"soak.watchdog: the change detector needs {describe_duration(judged_after)} of warm-up and reference windows, "
+                   f"longer than the soak ({describe_duration(sc.soak.duration_s)}): nothing will be judged")
+    return out

@@ -403,7 +403,7 @@ class SoakSlice:
         judged, why = self.detector.judged()
         win["judged"], win["not_judged_why"] = judged, why
         win["detectors"] = {m: asdict(st) for m, st in self.detector.state().items()}
-        win["memory_headroom_s"] = self._headroom(win)
+        win["memory_headroom_s"], win["memory_slope_mib_per_h"] = self._headroom(win)
         self.windows.write(win)
         self.ctx.obs.on_window(win)
         self.history.setdefault(self.cfg.name, []).append(win)
@@ -420,15 +420,16 @@ class SoakSlice:
             self.verdict("error_rate", f"{errors} of {len(recs)} requests failed in the last window", {"window": _brief(win)})
         self._drift()
 
-    def _headroom(self, win: dict[str, Any]) -> float | None:
-        """Seconds until available memory runs out at the engine's memory slope over the last memory_fit_s (this process only)."""
+    def _headroom(self, win: dict[str, Any]) -> tuple[float | None, float | None]:
+        """(seconds until available memory runs out at the engine's memory slope over the last memory_fit_s, that slope
+        in MiB/h), this engine process only; (None, slope) when it does not grow, (None, None) before there is a forecast."""
         pid = win["engine_pid"]
         pts = [(w["t_unix"], w["engine_rss_mib"]) for w in self.history.get(self.cfg.name, []) + [win]
                if w.get("engine_pid") == pid and w.get("engine_rss_mib") is not None and w["t_unix"] >= win["t_unix"] - self.wd.memory_fit_s]
         if len(pts) < 3:
-            return None
+            return None, None
         fc = memory_forecast([p[0] for p in pts], [p[1] for p in pts], win["machine_memory_available_mib"], min_span_s=min(600.0, self.wd.memory_fit_s / 2))
-        return fc.headroom_s if fc is not None else None
+        return (fc.headroom_s, fc.slope_mib_per_h) if fc is not None else (None, None)
 
     def _change_verdict(self, ev: ChangeEvent, win: dict[str, Any]) -> None:
         evidence = {**ev.to_dict(), "windows": [_brief(w) for w in self.history.get(self.cfg.name, [])[-(self.wd.confirm_windows + 2):]]}

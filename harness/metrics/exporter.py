@@ -7,7 +7,15 @@ Labels are bounded: ``run``, ``config``, ``engine``, ``algorithm``, ``synthetic`
 per configuration, plus ``phase`` (warmup|measure|ramp|soak), ``streams`` (the scenario's stream counts),
 ``status``/``error_kind`` (docs/metrics.md's fixed list), ``position`` (capped at MAX_POSITIONS),
 ``role``/``buffer`` (target|draft x model|kv|compute|recurrent), ``kind``/``stage`` of a failed
-configuration and ``verdict`` (VERDICTS). Nothing is labelled per request or per prompt.
+configuration, ``kind`` of a watchdog verdict (VERDICT_KINDS, anything else is "other"), ``metric``
+of the soak's change detector and of a verdict (WATCHED_METRICS, "" when a verdict names none,
+"other"), and ``kind`` (total|available) of the machine's memory. Nothing is labelled per request
+or per prompt.
+
+Soak windows (``on_window``) set gauges that describe the soak *now*: a figure the window does not
+have (None) removes its series rather than exporting 0, so a panel shows a gap and an alert does not
+fire on a stale value; ``on_config_end`` removes them all (no engine, no soak state). The window's
+engine counter deltas are added to the same drafted/accepted/verify-step counters as measured phases.
 
 The same class replays a finished run folder (harness/metrics/openmetrics.py): pass ``clock`` and
 no process reader, and the engine is "up" from its start to its end.
@@ -15,6 +23,7 @@ no process reader, and the engine is "up" from its start to its end.
 
 from __future__ import annotations
 
+import math
 import statistics
 import threading
 import time
@@ -31,7 +40,11 @@ from harness.observe import BaseObserver
 
 CONFIG_LABELS = ("run", "config", "engine", "algorithm", "synthetic")
 MAX_POSITIONS = 16  # per-position acceptance beyond this many drafted tokens is not exported
-VERDICTS = ("pass", "warn", "fail")
+# watchdog verdict kinds (harness/soak.py); an unknown kind is exported as "other"
+VERDICT_KINDS = ("crash", "hang", "restart_failed", "gave_up", "no_load", "error_rate", "collapse", "recovered", "memory", "drift", "other")
+# the window series the soak's change detector watches (the ``detectors`` of a window record)
+WATCHED_METRICS = ("output_tps", "decode_tps", "ttft_p95_s", "error_ratio", "acceptance", "engine_rss_mib")
+MIB = 1024 * 1024
 BUFFERS = ("model_mib", "kv_mib", "compute_mib", "recurrent_mib")
 
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -39,6 +52,12 @@ ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 E2E_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 ProcessReader = Callable[[int], "int | None"]
+
+
+def _headroom(window: dict[str, Any]) -> float | None:
+    if window.get("memory_headroom_s") is not None:
+        return float(window["memory_headroom_s"])
+    return math.inf if window.get("memory_slope_mib_per_h") is not None else None
 
 
 def read_rss(pid: int) -> int | None:
@@ -140,8 +159,37 @@ class MetricsExporter(BaseObserver):
         self.restarts = Counter("specsoak_engine_restarts", "engine starts of a configuration after its first", L, registry=r)
         self.failures = Counter("specsoak_config_failures", "configurations the engine failed, by exception kind and stage", [*L, "kind", "stage"], registry=r)
         self.failure_time = Gauge("specsoak_config_failure_time_seconds", "Unix time of the configuration's last failure", [*L, "kind"], registry=r)
-        self.verdicts = Counter("specsoak_watchdog_verdicts", "soak watchdog verdicts", [*L, "verdict"], registry=r)
-        self.verdict_time = Gauge("specsoak_watchdog_verdict_time_seconds", "Unix time of the last verdict of this kind", [*L, "verdict"], registry=r)
+        self.verdicts = Counter("specsoak_watchdog_verdicts", "soak watchdog verdicts by kind (and the watched metric they name)", [*L, "kind", "metric"], registry=r)
+        self.verdict_time = Gauge("specsoak_watchdog_verdict_time_seconds", "Unix time of the last verdict of this kind (and metric)", [*L, "kind", "metric"], registry=r)
+        self.machine_memory = Gauge("specsoak_machine_memory_bytes", "the machine's memory: total (run start) and available (last soak window)", ["run", "kind"], registry=r)
+        # the last closed soak window (harness/soak.py); None in the record -> no series
+        self.soak_output_tps = Gauge("specsoak_soak_output_tokens_per_second", "output tokens of requests finished in the last soak window / its seconds", L, registry=r)
+        self.soak_decode_tps = Gauge("specsoak_soak_decode_tokens_per_second", "median per-request decode t/s of the last soak window", L, registry=r)
+        self.soak_ttft_p95 = Gauge("specsoak_soak_ttft_p95_seconds", "p95 TTFT of the last soak window", L, registry=r)
+        self.soak_error_ratio = Gauge("specsoak_soak_error_ratio", "failed / all requests of the last soak window", L, registry=r)
+        self.soak_acceptance = Gauge("specsoak_soak_acceptance_ratio", "accepted / drafted tokens over the last soak window (engine counters)", L, registry=r)
+        self.soak_accept_len = Gauge("specsoak_soak_mean_acceptance_length", "1 + accepted / verification steps over the last soak window", L, registry=r)
+        self.soak_engine_memory = Gauge("specsoak_soak_engine_memory_bytes", "resident memory of the engine's process tree at the end of the last soak window", L, registry=r)
+        self.soak_users = Gauge("specsoak_soak_users", "offered load (Locust users) of the last soak window", L, registry=r)
+        self.engine_uptime = Gauge("specsoak_engine_uptime_seconds", "seconds since the soak engine's process started, at the end of the last window", L, registry=r)
+        self.soak_headroom = Gauge("specsoak_soak_memory_headroom_seconds", "seconds until the machine's available memory is used up at the engine's memory slope (+Inf when not growing, absent before the first forecast)", L, registry=r)
+        self.harness_memory = Gauge("specsoak_harness_resident_memory_bytes", "resident memory of the harness and its Locust processes at the end of the last soak window", L, registry=r)
+        self.soak_engine_cores = Gauge("specsoak_soak_engine_cpu_cores", "CPU cores used by the engine process tree during the last soak window", L, registry=r)
+        self.soak_harness_cores = Gauge("specsoak_soak_harness_cpu_cores", "CPU cores used by the harness and its Locust processes during the last soak window", L, registry=r)
+        self.soak_other_cores = Gauge("specsoak_soak_other_cpu_cores", "CPU cores used by other processes during the last soak window (contamination)", L, registry=r)
+        self.soak_judged = Gauge("specsoak_soak_window_judged", "1 if the watchdog judged the last soak window, 0 if not (too few requests, contaminated, warm-up)", L, registry=r)
+        self.soak_window_end = Gauge("specsoak_soak_window_end_time_seconds", "Unix time the last soak window closed", L, registry=r)
+        self.soak_windows = Counter("specsoak_soak_windows", "soak windows closed", L, registry=r)
+        self.change_score = Gauge("specsoak_soak_change_score", "the change detector's score of a watched window series (last window)", [*L, "metric"], registry=r)
+        self.collapsed = Gauge("specsoak_soak_collapsed", "1 while the change detector is in an episode (collapse) for the metric, else 0", [*L, "metric"], registry=r)
+        self.reference = Gauge("specsoak_soak_reference", "the change detector's reference of the metric, in the window field's own unit (engine_rss_mib in MiB)", [*L, "metric"], registry=r)
+        self.relative_change = Gauge("specsoak_soak_relative_change", "the last window's change relative to the detector's reference", [*L, "metric"], registry=r)
+        self._window_gauges = (
+            self.soak_output_tps, self.soak_decode_tps, self.soak_ttft_p95, self.soak_error_ratio, self.soak_acceptance, self.soak_accept_len,
+            self.soak_engine_memory, self.soak_users, self.engine_uptime, self.soak_headroom, self.harness_memory,
+            self.soak_engine_cores, self.soak_harness_cores, self.soak_other_cores, self.soak_judged, self.soak_window_end,
+        )
+        self._detector_gauges = (self.change_score, self.collapsed, self.reference, self.relative_change)
         self.registry.register(_EngineCollector(self))
 
     # ---- serving ---------------------------------------------------------------------
@@ -198,6 +246,9 @@ class MetricsExporter(BaseObserver):
             specsoak_version=str(manifest.get("specsoak_version") or ""),
         ).info({})
         self.run_start.labels(run=self._run).set(float(manifest.get("started_unix") or self.clock()))
+        total_mib = (manifest.get("machine") or {}).get("mem_total_mib")
+        if total_mib is not None:
+            self.machine_memory.labels(run=self._run, kind="total").set(float(total_mib) * MIB)
 
     def on_config_start(self, config: str, algorithm: str, synthetic: bool, engine: str, engine_url: str, engine_pid: int | None) -> None:
         with self._lock:
@@ -270,15 +321,7 @@ class MetricsExporter(BaseObserver):
             self.other_cores.labels(**slab).set(float(cpu["other_cores"]))
         if cpu.get("engine_cores") is not None:
             self.engine_cores.labels(**slab).set(float(cpu["engine_cores"]))
-        counters = record.get("counters") or {}
-        drafted = int(counters.get("draft_tokens") or 0)
-        accepted = int(counters.get("accepted_tokens") or 0)
-        steps = int(counters.get("verify_steps") or 0)
-        self.drafted.labels(**lab).inc(drafted)
-        self.accepted.labels(**lab).inc(accepted)
-        self.steps.labels(**lab).inc(steps)
-        for i, n in enumerate((counters.get("accepted_per_position") or [])[:MAX_POSITIONS]):
-            self.per_pos.labels(**lab, position=str(i)).inc(int(n))
+        drafted, accepted, steps = self._add_counters(lab, record.get("counters") or {})
         if record.get("acceptance") is not None:
             self.phase_acc.labels(**lab).set(float(record["acceptance"]))
         if record.get("mean_accept_len") is not None:
@@ -293,6 +336,72 @@ class MetricsExporter(BaseObserver):
         if cfg.steps:
             self.cum_len.labels(**lab).set(1.0 + cfg.accepted / cfg.steps)
 
+    def _add_counters(self, lab: dict[str, str], counters: dict[str, Any]) -> tuple[int, int, int]:
+        """Engine counter deltas (a measured phase's or a soak window's) onto the counters; None or a
+        negative delta (the engine restarted) adds nothing."""
+
+        def delta(v: Any) -> int:
+            return max(0, int(v or 0))
+
+        drafted, accepted, steps = (delta(counters.get(k)) for k in ("draft_tokens", "accepted_tokens", "verify_steps"))
+        self.drafted.labels(**lab).inc(drafted)
+        self.accepted.labels(**lab).inc(accepted)
+        self.steps.labels(**lab).inc(steps)
+        for i, n in enumerate((counters.get("accepted_per_position") or [])[:MAX_POSITIONS]):
+            self.per_pos.labels(**lab, position=str(i)).inc(delta(n))
+        return drafted, accepted, steps
+
+    def on_window(self, record: dict[str, Any]) -> None:
+        """A closed soak window: its figures as gauges (absent when None), its counter deltas added."""
+        cfg = self._cfg(str(record["config"]))
+        lab = cfg.labels
+        values = [lab[k] for k in CONFIG_LABELS]
+        cpu = record.get("cpu") or {}
+        judged = record.get("judged")
+        for gauge, v in (
+            (self.soak_output_tps, record.get("output_tps")),
+            (self.soak_decode_tps, record.get("decode_tps")),
+            (self.soak_ttft_p95, record.get("ttft_p95_s")),
+            (self.soak_error_ratio, record.get("error_ratio")),
+            (self.soak_acceptance, record.get("acceptance")),
+            (self.soak_accept_len, record.get("mean_accept_len")),
+            (self.soak_engine_memory, _times(record.get("engine_rss_mib"), MIB)),
+            (self.soak_users, record.get("users")),
+            (self.engine_uptime, record.get("engine_uptime_s")),
+            # +Inf when the forecast sees no growth, absent before there is a forecast: never the last value, since
+            # a stale short headroom would keep SpecsoakMemoryExhaustion firing after the growth stopped
+            (self.soak_headroom, _headroom(record)),
+            (self.harness_memory, _times(record.get("harness_rss_mib"), MIB)),
+            (self.soak_engine_cores, cpu.get("engine_cores")),
+            (self.soak_harness_cores, cpu.get("harness_cores")),
+            (self.soak_other_cores, cpu.get("other_cores")),
+            (self.soak_judged, None if judged is None else float(bool(judged))),
+            (self.soak_window_end, record.get("t_end_unix") or self.clock()),
+        ):
+            _set_or_remove(gauge, values, v)
+        self.soak_windows.labels(**lab).inc()
+        detectors = record.get("detectors") or {}
+        for metric in WATCHED_METRICS:
+            det = detectors.get(metric) or {}
+            episode = det.get("in_episode")
+            for gauge, v in (
+                (self.change_score, det.get("score")),
+                (self.collapsed, None if episode is None else float(bool(episode))),
+                (self.reference, det.get("reference")),
+                (self.relative_change, det.get("relative_change")),
+            ):
+                _set_or_remove(gauge, [*values, metric], v)
+        _set_or_remove(self.machine_memory, [self._run, "available"], _times(record.get("machine_memory_available_mib"), MIB))
+        self._add_counters(lab, record.get("counters") or {})
+
+    def _clear_soak(self, cfg: _Config) -> None:
+        values = [cfg.labels[k] for k in CONFIG_LABELS]
+        for gauge in self._window_gauges:
+            gauge.remove(*values)
+        for gauge in self._detector_gauges:
+            for metric in WATCHED_METRICS:
+                gauge.remove(*values, metric)
+
     def on_failure(self, record: dict[str, Any]) -> None:
         lab = self._cfg(str(record["config"])).labels
         kind = str(record.get("kind") or "unknown")
@@ -301,25 +410,42 @@ class MetricsExporter(BaseObserver):
 
     def on_config_end(self, config: str, status: str) -> None:
         with self._lock:
-            if config in self._configs:
-                self._configs[config].active = False
+            cfg = self._configs.get(config)
+            if cfg is not None:
+                cfg.active = False
+        if cfg is not None:
+            self._clear_soak(cfg)
 
     def on_run_end(self, status: str, reason: str) -> None:
         with self._lock:
-            for cfg in self._configs.values():
+            configs = list(self._configs.values())
+            for cfg in configs:
                 cfg.active = False
+        for cfg in configs:
+            self._clear_soak(cfg)
 
     # ---- for the soak watchdog ---------------------------------------------------------
-    # watchdog kinds (harness/soak.py) -> the exporter's bounded verdict label
-    VERDICT_OF_KIND = {"crash": "fail", "hang": "fail", "restart_failed": "fail", "gave_up": "fail", "no_load": "fail", "error_rate": "warn", "drift": "warn"}
-
     def on_verdict(self, record: dict[str, Any]) -> None:
-        self.record_verdict(str(record["config"]), self.VERDICT_OF_KIND.get(str(record.get("kind")), "warn"))
+        metric = record.get("metric")
+        self.record_verdict(str(record["config"]), str(record.get("kind") or ""), None if metric is None else str(metric), record.get("t_unix"))
 
-    def record_verdict(self, config: str, verdict: str) -> None:
-        """A watchdog verdict about ``config`` (one of VERDICTS): counted and timestamped."""
-        if verdict not in VERDICTS:
-            raise ValueError(f"verdict must be one of {', '.join(VERDICTS)}, not {verdict!r}")
-        lab = {**self._cfg(config).labels, "verdict": verdict}
+    def record_verdict(self, config: str, kind: str, metric: str | None = None, t_unix: float | None = None) -> None:
+        """A watchdog verdict of ``kind`` about ``config`` (and ``metric``): counted and timestamped.
+        A kind outside VERDICT_KINDS counts as "other", a metric outside WATCHED_METRICS as "other"."""
+        kind_label = kind if kind in VERDICT_KINDS else "other"
+        metric_label = "" if not metric else metric if metric in WATCHED_METRICS else "other"
+        lab = {**self._cfg(config).labels, "kind": kind_label, "metric": metric_label}
         self.verdicts.labels(**lab).inc()
-        self.verdict_time.labels(**lab).set(self.clock())
+        self.verdict_time.labels(**lab).set(float(t_unix) if t_unix is not None else self.clock())
+
+
+def _times(v: Any, factor: float) -> float | None:
+    return None if v is None else float(v) * factor
+
+
+def _set_or_remove(gauge: Gauge, labelvalues: list[str], v: Any) -> None:
+    """``v`` as the series' value, or no series at all when ``v`` is None (never 0 for "unknown")."""
+    if v is None:
+        gauge.remove(*labelvalues)
+    else:
+        gauge.labels(*labelvalues).set(float(v))

@@ -2,8 +2,10 @@
 
 Recording rules compute the verdict figures from the exporter's counters over a window; alerting
 rules are the soak verdicts. Every alert is written as ``VALUE OP THRESHOLD``: ``Alert.value`` is
-the ratio or series it watches, which is never empty while a run is scraped, so the integration
-test evaluates it (an alert's own expression is normally empty, and must be).
+the ratio or series it watches, which has data while what it watches runs (a measured phase, or a
+soak window; the soak alerts that compare with the change detector's reference once the detector
+has one), so the integration test evaluates it (an alert's own expression is normally empty, and
+must be).
 """
 
 from __future__ import annotations
@@ -45,11 +47,15 @@ def _rate(metric: str, window: str, sel: str = "") -> str:
     return f"sum by ({BY}) (rate({metric}{{{sel}}}[{window}]))" if sel else f"sum by ({BY}) (rate({metric}[{window}]))"
 
 
+def _quantile(q: str, bucket: str) -> str:
+    return f'histogram_quantile({q}, sum by ({BY}, phase, le) (rate({bucket}{{phase=~"measure|soak"}}[5m])))'
+
+
 _REQUESTS = _rate("specsoak_requests_total", "5m")
 _ERRORS = _rate("specsoak_requests_total", "5m", 'status="error"')
 
 RECORDS: tuple[Record, ...] = (
-    Record("specsoak:output_tokens:rate1m", _rate("specsoak_output_tokens_total", "1m", 'phase="measure"'), "output t/s of measured requests, all streams together"),
+    Record("specsoak:output_tokens:rate1m", f"sum by ({BY}, phase) (rate(specsoak_output_tokens_total[1m]))", "output t/s of successful requests per phase (measure, soak, ...), all streams together"),
     Record(
         "specsoak:request_error_ratio:rate5m",
         f"({_ERRORS} or {_REQUESTS} * 0) / {_REQUESTS}",
@@ -62,9 +68,9 @@ RECORDS: tuple[Record, ...] = (
         f"sum by ({BY}, position) (rate(specsoak_accepted_tokens_per_position_total[5m])) / on ({BY}) group_left {_rate('specsoak_verify_steps_total', '5m')}",
         "share of verification steps accepting at least position+1 drafted tokens",
     ),
-    Record("specsoak:request_ttft_seconds:p50_5m", f"histogram_quantile(0.5, sum by ({BY}, le) (rate(specsoak_request_ttft_seconds_bucket{{phase=\"measure\"}}[5m])))", "median TTFT"),
-    Record("specsoak:request_ttft_seconds:p99_5m", f"histogram_quantile(0.99, sum by ({BY}, le) (rate(specsoak_request_ttft_seconds_bucket{{phase=\"measure\"}}[5m])))", "p99 TTFT"),
-    Record("specsoak:request_inter_token_seconds:p99_5m", f"histogram_quantile(0.99, sum by ({BY}, le) (rate(specsoak_request_inter_token_seconds_bucket{{phase=\"measure\"}}[5m])))", "p99 inter-token gap"),
+    Record("specsoak:request_ttft_seconds:p50_5m", _quantile("0.5", "specsoak_request_ttft_seconds_bucket"), "median TTFT of measured and soak requests (phase)"),
+    Record("specsoak:request_ttft_seconds:p99_5m", _quantile("0.99", "specsoak_request_ttft_seconds_bucket"), "p99 TTFT of measured and soak requests (phase)"),
+    Record("specsoak:request_inter_token_seconds:p99_5m", _quantile("0.99", "specsoak_request_inter_token_seconds_bucket"), "p99 inter-token gap of measured and soak requests (phase)"),
     Record(
         "specsoak:total_tokens_per_second:vs_baseline",
         "max without (job, instance) (specsoak_total_tokens_per_second) / on (run, streams) group_left max by (run, streams) (specsoak_total_tokens_per_second{algorithm=\"none\"})",
@@ -78,21 +84,51 @@ RECORDS: tuple[Record, ...] = (
     ),
 )
 
-_CUM = f"max by ({BY}) (specsoak_cumulative_acceptance_ratio)"
+def _max(metric: str, sel: str = "") -> str:
+    return f"max by ({BY}) ({metric}{{{sel}}})" if sel else f"max by ({BY}) ({metric})"
+
+
+_CUM = _max("specsoak_cumulative_acceptance_ratio")
+_SOAK_ACC_REF = _max("specsoak_soak_reference", 'metric="acceptance"')
+# during a soak: the last window's acceptance against the change detector's reference (the soak's
+# prompts, after warm-up); otherwise 5 minutes of measured phases against the run's pooled figure
+_ACCEPTANCE_DRIFT = (
+    f"((abs({_max('specsoak_soak_acceptance_ratio')} - {_SOAK_ACC_REF}) / {_SOAK_ACC_REF})"
+    f" or (abs(specsoak:acceptance_ratio:rate5m - {_CUM}) / {_CUM} unless on ({BY}) specsoak_soak_window_end_time_seconds))"
+)
+_SOAK_TPS_REF = _max("specsoak_soak_reference", 'metric="output_tps"')
+_RSS = "specsoak_engine_resident_memory_bytes"
+_RSS_GROWTH_1H = f"max by ({BY}) (predict_linear({_RSS}[30m], 3600) - {_RSS})"
+_AVAILABLE = 'max by (run) (specsoak_machine_memory_bytes{kind="available"})'
 ALERTS: tuple[Alert, ...] = (
     Alert("SpecsoakEngineDown", f"min by ({BY}) (specsoak_engine_up)", "<", 1, "30s", "critical", "{{ $labels.config }}: the engine process is gone while it is being measured"),
     Alert("SpecsoakEngineScrapeDown", f'min by ({BY}) (up{{job="{ENGINES_JOB}"}})', "<", 1, "1m", "warning", "{{ $labels.config }}: the engine's /metrics cannot be scraped"),
     Alert("SpecsoakErrorRate", "specsoak:request_error_ratio:rate5m", ">", 0.05, "2m", "critical", "{{ $labels.config }}: more than 5% of requests failed over 5 minutes"),
-    Alert("SpecsoakAcceptanceDrift", f"abs(specsoak:acceptance_ratio:rate5m - {_CUM}) / {_CUM}", ">", 0.2, "10m", "warning", "{{ $labels.config }}: acceptance over 5 minutes is more than 20% away from the run's"),
+    Alert(
+        "SpecsoakAcceptanceDrift", _ACCEPTANCE_DRIFT, ">", 0.2, "10m", "warning",
+        "{{ $labels.config }}: acceptance is more than 20% away from its reference (soak: the change detector's; otherwise the run's measured phases)",
+    ),
     Alert(
         "SpecsoakThroughputDrop",
-        f"max by ({BY}, streams) (specsoak_phase_total_tokens_per_second) / max by ({BY}, streams) (max_over_time(specsoak_phase_total_tokens_per_second[1h]))",
-        "<", 0.8, "10m", "warning", "{{ $labels.config }} @{{ $labels.streams }} streams: total t/s is more than 20% below the best of the last hour",
+        f"{_max('specsoak_soak_output_tokens_per_second')} / {_SOAK_TPS_REF}",
+        "<", 0.8, "10m", "warning", "{{ $labels.config }}: soak output t/s is more than 20% below the change detector's reference",
     ),
     Alert(
         "SpecsoakRssCreep",
         f"max by ({BY}) (specsoak_engine_resident_memory_bytes) / max by ({BY}) (min_over_time(specsoak_engine_resident_memory_bytes[1h]))",
         ">", 1.2, "15m", "warning", "{{ $labels.config }}: engine RSS grew more than 20% over its lowest of the last hour",
+    ),
+    Alert(
+        "SpecsoakCollapse", f"max by ({BY}, metric) (specsoak_soak_collapsed)", "==", 1, "0s", "critical",
+        "{{ $labels.config }}: {{ $labels.metric }} collapsed (the soak's change detector is in an episode)",
+    ),
+    Alert(
+        "SpecsoakMemoryExhaustion", f"min by ({BY}) (specsoak_soak_memory_headroom_seconds)", "<", 3600, "2m", "critical",
+        "{{ $labels.config }}: at the engine's memory growth the machine's available memory runs out in {{ $value | humanizeDuration }}",
+    ),
+    Alert(
+        "SpecsoakMemoryExhaustionForecast", f"{_RSS_GROWTH_1H} / on (run) group_left {_AVAILABLE}", ">", 1, "15m", "warning",
+        "{{ $labels.config }}: engine RSS, extrapolated from its last 30 minutes, grows past the machine's available memory within an hour",
     ),
 )
 
@@ -154,10 +190,13 @@ def rule_tests_document(rule_file: str) -> dict[str, Any]:
             {"eval_time": at, "alertname": name, "exp_alerts": [{"exp_labels": {"severity": next(a.severity for a in ALERTS if a.name == name), **labels}, "exp_annotations": {"summary": summary}}]},
         ]
 
+    DRIFT_SUMMARY = "spec: acceptance is more than 20% away from its reference (soak: the change detector's; otherwise the run's measured phases)"
+
     def quiet(name: str, at: str) -> dict[str, Any]:
         return {"eval_time": at, "alertname": name, "exp_alerts": []}
 
     req = {**cfg, "phase": "measure"}
+    job = {**cfg, "job": "specsoak", "instance": "x"}
     return {
         "rule_files": [rule_file],
         "evaluation_interval": "1m",
@@ -171,12 +210,22 @@ def rule_tests_document(rule_file: str) -> dict[str, Any]:
                     {"series": _series("specsoak_draft_tokens_total", cfg), "values": "0+100x30"},
                     {"series": _series("specsoak_accepted_tokens_total", cfg), "values": "0+75x30"},
                     {"series": _series("specsoak_verify_steps_total", cfg), "values": "0+25x30"},
+                    {"series": _series("specsoak_output_tokens_total", req), "values": "0+600x30"},
+                    {"series": _series("specsoak_output_tokens_total", {**cfg, "phase": "soak"}), "values": "0+1200x30"},
                 ],
                 "promql_expr_test": [
                     {"expr": "specsoak:request_error_ratio:rate5m", "eval_time": "5m", "exp_samples": [{"labels": _series("specsoak:request_error_ratio:rate5m", exp), "value": 0}]},
                     {"expr": "specsoak:request_error_ratio:rate5m", "eval_time": "20m", "exp_samples": [{"labels": _series("specsoak:request_error_ratio:rate5m", exp), "value": 0.25}]},
                     {"expr": "specsoak:acceptance_ratio:rate5m", "eval_time": "10m", "exp_samples": [{"labels": _series("specsoak:acceptance_ratio:rate5m", exp), "value": 0.75}]},
                     {"expr": "specsoak:mean_acceptance_length:rate5m", "eval_time": "10m", "exp_samples": [{"labels": _series("specsoak:mean_acceptance_length:rate5m", exp), "value": 4}]},
+                    {
+                        "expr": "specsoak:output_tokens:rate1m",
+                        "eval_time": "10m",
+                        "exp_samples": [
+                            {"labels": _series("specsoak:output_tokens:rate1m", {**exp, "phase": "measure"}), "value": 10},
+                            {"labels": _series("specsoak:output_tokens:rate1m", {**exp, "phase": "soak"}), "value": 20},
+                        ],
+                    },
                 ],
                 "alert_rule_test": [quiet("SpecsoakErrorRate", "10m"), *alert("SpecsoakErrorRate", "20m", exp, "spec: more than 5% of requests failed over 5 minutes")],
             },
@@ -194,13 +243,74 @@ def rule_tests_document(rule_file: str) -> dict[str, Any]:
                     {"series": _series("specsoak_accepted_tokens_total", cfg), "values": "0+80x20 1600+40x40"},
                     {"series": _series("specsoak_cumulative_acceptance_ratio", {**cfg, "job": "specsoak", "instance": "x"}), "values": "0.8x60"},
                 ],
-                "alert_rule_test": [quiet("SpecsoakAcceptanceDrift", "15m"), *alert("SpecsoakAcceptanceDrift", "45m", exp, "spec: acceptance over 5 minutes is more than 20% away from the run's")],
+                "alert_rule_test": [quiet("SpecsoakAcceptanceDrift", "15m"), *alert("SpecsoakAcceptanceDrift", "45m", exp, DRIFT_SUMMARY)],
             },
             {
-                "name": "throughput drop",
+                "name": "throughput drop: soak window output t/s against the detector's reference",
                 "interval": "1m",
-                "input_series": [{"series": _series("specsoak_phase_total_tokens_per_second", {**cfg, "streams": "4", "job": "specsoak", "instance": "x"}), "values": "60x20 40x30"}],
-                "alert_rule_test": [quiet("SpecsoakThroughputDrop", "20m"), *alert("SpecsoakThroughputDrop", "40m", {**exp, "streams": "4"}, "spec @4 streams: total t/s is more than 20% below the best of the last hour")],
+                "input_series": [
+                    {"series": _series("specsoak_soak_output_tokens_per_second", job), "values": "60x30 40x30"},
+                    {"series": _series("specsoak_soak_reference", {**job, "metric": "output_tps"}), "values": "60x60"},
+                ],
+                "alert_rule_test": [
+                    quiet("SpecsoakThroughputDrop", "25m"),
+                    quiet("SpecsoakThroughputDrop", "38m"),  # below for less than 10 minutes
+                    *alert("SpecsoakThroughputDrop", "45m", exp, "spec: soak output t/s is more than 20% below the change detector's reference"),
+                ],
+            },
+            {
+                "name": "acceptance drift during a soak: the window against the detector's reference, not the measured phases",
+                "interval": "1m",
+                "input_series": [
+                    # the counters' 5-minute acceptance (0.4) is far from the measured phases' (0.8): ignored during a soak
+                    {"series": _series("specsoak_draft_tokens_total", cfg), "values": "0+100x60"},
+                    {"series": _series("specsoak_accepted_tokens_total", cfg), "values": "0+40x60"},
+                    {"series": _series("specsoak_cumulative_acceptance_ratio", job), "values": "0.8x60"},
+                    {"series": _series("specsoak_soak_window_end_time_seconds", job), "values": "0+60x60"},
+                    {"series": _series("specsoak_soak_acceptance_ratio", job), "values": "0.4x25 0.25x35"},
+                    # no reference during the detector's warm-up (15 minutes): no judgement at all
+                    {"series": _series("specsoak_soak_reference", {**job, "metric": "acceptance"}), "values": "_x15 0.4x45"},
+                ],
+                "alert_rule_test": [
+                    quiet("SpecsoakAcceptanceDrift", "14m"),
+                    quiet("SpecsoakAcceptanceDrift", "24m"),
+                    *alert("SpecsoakAcceptanceDrift", "45m", exp, DRIFT_SUMMARY),
+                ],
+            },
+            {
+                "name": "collapse",
+                "interval": "1m",
+                "input_series": [
+                    {"series": _series("specsoak_soak_collapsed", {**job, "metric": "decode_tps"}), "values": "0x10 1x5 0x5"},
+                    {"series": _series("specsoak_soak_collapsed", {**job, "metric": "acceptance"}), "values": "0x20"},
+                ],
+                "alert_rule_test": [
+                    quiet("SpecsoakCollapse", "9m"),
+                    *alert("SpecsoakCollapse", "12m", {**exp, "metric": "decode_tps"}, "spec: decode_tps collapsed (the soak's change detector is in an episode)"),
+                    quiet("SpecsoakCollapse", "18m"),  # the episode ended
+                ],
+            },
+            {
+                "name": "memory exhaustion: the harness's headroom",
+                "interval": "1m",
+                "input_series": [{"series": _series("specsoak_soak_memory_headroom_seconds", job), "values": "7200x10 1800x10"}],
+                "alert_rule_test": [
+                    quiet("SpecsoakMemoryExhaustion", "10m"),
+                    *alert("SpecsoakMemoryExhaustion", "15m", exp, "spec: at the engine's memory growth the machine's available memory runs out in 30m 0s"),
+                ],
+            },
+            {
+                "name": "memory exhaustion: PromQL's forecast of RSS against available memory",
+                "interval": "1m",
+                "input_series": [
+                    # flat for 30 minutes, then 10 MB a minute (600 MB an hour) with 400 MB available
+                    {"series": _series("specsoak_engine_resident_memory_bytes", job), "values": "1000000000x30 1000000000+10000000x60"},
+                    {"series": _series("specsoak_machine_memory_bytes", {"run": "r1", "kind": "available", "job": "specsoak", "instance": "x"}), "values": "400000000x90"},
+                ],
+                "alert_rule_test": [
+                    quiet("SpecsoakMemoryExhaustionForecast", "30m"),
+                    *alert("SpecsoakMemoryExhaustionForecast", "80m", exp, "spec: engine RSS, extrapolated from its last 30 minutes, grows past the machine's available memory within an hour"),
+                ],
             },
             {
                 "name": "rss creep",

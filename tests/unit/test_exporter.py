@@ -11,13 +11,13 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness.metrics.exporter import CONFIG_LABELS, MAX_POSITIONS, MetricsExporter
+from harness.metrics.exporter import CONFIG_LABELS, MAX_POSITIONS, VERDICT_KINDS, WATCHED_METRICS, MetricsExporter
 from harness.metrics.openmetrics import export_openmetrics
 from harness.metrics.targets import EngineTargetsFile
 
 RUN_QUICK = Path(__file__).resolve().parents[1] / "fixtures" / "run_quick"
 MANIFEST = {"run_id": "r1", "scenario": "t", "engine": "llamacpp", "engine_version": "11434", "specsoak_version": "0.1.0", "started_unix": 1000.0}
-ALLOWED_LABELS = set(CONFIG_LABELS) | {"phase", "streams", "status", "error_kind", "position", "role", "buffer", "kind", "stage", "verdict", "le", "scenario", "engine_version", "specsoak_version"}
+ALLOWED_LABELS = set(CONFIG_LABELS) | {"phase", "streams", "status", "error_kind", "position", "role", "buffer", "kind", "stage", "metric", "le", "scenario", "engine_version", "specsoak_version"}
 
 
 def _request(status: str = "ok", **kw: object) -> dict[str, object]:
@@ -60,7 +60,7 @@ def test_exporter_serves_every_figure_on_loopback() -> None:
         exp.on_request(_request("error", error_kind="timeout"))
         exp.on_phase(PHASE)
         exp.on_failure({"config": "spec", "stage": "measure", "kind": "EngineCrashed", "message": "x", "unix_s": 1005.0})
-        exp.record_verdict("spec", "warn")
+        exp.record_verdict("spec", "drift", "decode_tps")
         s = scrape(exp.url)
         assert value(s, "specsoak_requests_total", status="ok", error_kind="", phase="measure") == 1
         assert value(s, "specsoak_requests_total", status="error", error_kind="timeout") == 1
@@ -80,7 +80,7 @@ def test_exporter_serves_every_figure_on_loopback() -> None:
         assert value(s, "specsoak_engine_up", config="spec") == 1
         assert value(s, "specsoak_engine_resident_memory_bytes", config="spec") == 200 * 1024 * 1024
         assert value(s, "specsoak_config_failures_total", kind="EngineCrashed", stage="measure") == 1
-        assert value(s, "specsoak_watchdog_verdicts_total", verdict="warn") == 1
+        assert value(s, "specsoak_watchdog_verdicts_total", kind="drift", metric="decode_tps") == 1
         assert value(s, "specsoak_engine_start_time_seconds", config="spec") == 1234.0
         assert value(s, "specsoak_run_info", run="r1", engine_version="11434") == 1
         for (name, labels) in s:
@@ -105,11 +105,122 @@ def test_exporter_keeps_out_of_the_global_registry() -> None:
     assert exp.registry is not prometheus_client.REGISTRY
 
 
-def test_verdicts_are_a_fixed_set() -> None:
-    exp = MetricsExporter(process_reader=None)
-    exp.on_run_start(MANIFEST)
-    with pytest.raises(ValueError, match="verdict"):
-        exp.record_verdict("spec", "soso")
+LAB = {"run": "r1", "config": "spec", "engine": "llamacpp", "algorithm": "draft-simple", "synthetic": "false"}
+
+
+def _window(**kw: object) -> dict[str, object]:
+    """A closed soak window as harness/soak.py hands it to on_window."""
+    win: dict[str, object] = {
+        "config": "spec", "slice": "s1", "t_start_unix": 2000.0, "t_end_unix": 2060.0, "t_unix": 2030.0,
+        "requests": 20, "errors": 1, "error_kinds": {"timeout": 1}, "output_tokens": 2400,
+        "output_tps": 40.0, "decode_tps": 25.0, "ttft_p95_s": 0.8, "error_ratio": 0.05, "acceptance": 0.6, "mean_accept_len": 2.5,
+        "engine_rss_mib": 512.0, "harness_rss_mib": 128.0, "users": 4, "engine_uptime_s": 3600.0,
+        "counters": {"draft_tokens": 1000, "accepted_tokens": 600, "verify_steps": 400, "accepted_per_position": [300, 200, 100]},
+        "cpu": {"engine_cores": 1.5, "harness_cores": 0.25, "other_cores": 0.05}, "contaminated": False,
+        "judged": True, "not_judged_why": None,
+        "detectors": {
+            "output_tps": {"reference": 50.0, "score": 3.5, "in_episode": False, "relative_change": -0.2},
+            "decode_tps": {"reference": 30.0, "score": 9.0, "in_episode": True, "relative_change": -0.17},
+            "acceptance": {"reference": None, "score": 0.0, "in_episode": False, "relative_change": None},
+            "made_up": {"reference": 1.0, "score": 1.0, "in_episode": True, "relative_change": 0.0},
+        },
+        "memory_headroom_s": 1800.0, "machine_memory_available_mib": 4096.0,
+    }
+    win.update(kw)
+    return win
+
+
+def _soak_exporter() -> MetricsExporter:
+    exp = MetricsExporter(process_reader=None, clock=lambda: 5000.0)
+    exp.on_run_start({**MANIFEST, "machine": {"mem_total_mib": 16384}})
+    exp.on_config_start("spec", "draft-simple", False, "llamacpp", "http://127.0.0.1:9", None)
+    return exp
+
+
+def test_soak_window_figures_are_exported() -> None:
+    exp = _soak_exporter()
+    exp.on_window(_window())
+    get = exp.registry.get_sample_value
+    mib = 1024 * 1024
+    for name, want in (
+        ("specsoak_soak_output_tokens_per_second", 40.0), ("specsoak_soak_decode_tokens_per_second", 25.0),
+        ("specsoak_soak_ttft_p95_seconds", 0.8), ("specsoak_soak_error_ratio", 0.05), ("specsoak_soak_acceptance_ratio", 0.6),
+        ("specsoak_soak_mean_acceptance_length", 2.5), ("specsoak_soak_engine_memory_bytes", 512 * mib), ("specsoak_soak_users", 4),
+        ("specsoak_engine_uptime_seconds", 3600.0), ("specsoak_soak_memory_headroom_seconds", 1800.0),
+        ("specsoak_harness_resident_memory_bytes", 128 * mib), ("specsoak_soak_engine_cpu_cores", 1.5),
+        ("specsoak_soak_harness_cpu_cores", 0.25), ("specsoak_soak_other_cpu_cores", 0.05), ("specsoak_soak_window_judged", 1.0),
+        ("specsoak_soak_window_end_time_seconds", 2060.0), ("specsoak_soak_windows_total", 1.0),
+    ):
+        assert get(name, LAB) == pytest.approx(want), name
+    assert get("specsoak_machine_memory_bytes", {"run": "r1", "kind": "total"}) == 16384 * mib
+    assert get("specsoak_machine_memory_bytes", {"run": "r1", "kind": "available"}) == 4096 * mib
+    assert get("specsoak_soak_change_score", {**LAB, "metric": "decode_tps"}) == 9.0
+    assert get("specsoak_soak_collapsed", {**LAB, "metric": "decode_tps"}) == 1.0
+    assert get("specsoak_soak_collapsed", {**LAB, "metric": "output_tps"}) == 0.0
+    assert get("specsoak_soak_reference", {**LAB, "metric": "output_tps"}) == 50.0
+    assert get("specsoak_soak_relative_change", {**LAB, "metric": "output_tps"}) == pytest.approx(-0.2)
+    # the metric label stays bounded: a detector the exporter does not know is not exported
+    metrics = {s.labels["metric"] for fam in exp.registry.collect() if fam.name.startswith("specsoak_soak_") for s in fam.samples if "metric" in s.labels}
+    assert metrics <= set(WATCHED_METRICS) and "made_up" not in metrics
+
+
+def test_a_window_without_a_value_has_no_series_not_zero() -> None:
+    exp = _soak_exporter()
+    get = exp.registry.get_sample_value
+    exp.on_window(_window())
+    # nothing finished in the next window: no decode t/s, no TTFT, no acceptance; memory stopped growing
+    exp.on_window(_window(output_tps=0.0, decode_tps=None, ttft_p95_s=None, acceptance=None, mean_accept_len=None, error_ratio=None,
+                          users=None, memory_headroom_s=None, judged=False, not_judged_why="too few requests", counters=None))
+    assert get("specsoak_soak_output_tokens_per_second", LAB) == 0.0, "no output in a window is a real 0"
+    for name in ("specsoak_soak_decode_tokens_per_second", "specsoak_soak_ttft_p95_seconds", "specsoak_soak_acceptance_ratio",
+                 "specsoak_soak_mean_acceptance_length", "specsoak_soak_error_ratio", "specsoak_soak_users", "specsoak_soak_memory_headroom_seconds"):
+        assert get(name, LAB) is None, f"{name}: a window without the figure must not keep the last value or export 0"
+    assert get("specsoak_soak_window_judged", LAB) == 0.0
+    assert get("specsoak_soak_reference", {**LAB, "metric": "acceptance"}) is None
+    assert get("specsoak_soak_change_score", {**LAB, "metric": "acceptance"}) == 0.0
+    assert get("specsoak_soak_collapsed", {**LAB, "metric": "ttft_p95_s"}) is None, "a metric the detector did not report has no state"
+    assert get("specsoak_draft_tokens_total", LAB) == 1000, "a window without engine counters adds nothing"
+
+
+def test_window_counter_deltas_add_to_the_measured_phases() -> None:
+    exp = _soak_exporter()
+    get = exp.registry.get_sample_value
+    exp.on_phase(PHASE)
+    exp.on_window(_window())
+    exp.on_window(_window(counters={"draft_tokens": -50, "accepted_tokens": None, "verify_steps": 10, "accepted_per_position": []}))
+    assert get("specsoak_draft_tokens_total", LAB) == 40 + 1000, "a negative delta (engine restarted) adds nothing"
+    assert get("specsoak_accepted_tokens_total", LAB) == 30 + 600
+    assert get("specsoak_verify_steps_total", LAB) == 10 + 400 + 10
+    assert get("specsoak_accepted_tokens_per_position_total", {**LAB, "position": "2"}) == 8 + 100
+    # the verdict's pooled acceptance stays that of the measured phases
+    assert get("specsoak_cumulative_acceptance_ratio", LAB) == pytest.approx(0.75)
+
+
+def test_config_end_removes_the_soak_state() -> None:
+    exp = _soak_exporter()
+    get = exp.registry.get_sample_value
+    exp.on_window(_window())
+    exp.on_config_end("spec", "done")
+    assert get("specsoak_soak_collapsed", {**LAB, "metric": "decode_tps"}) is None, "a stopped engine is in no episode"
+    assert get("specsoak_soak_memory_headroom_seconds", LAB) is None
+    assert get("specsoak_soak_output_tokens_per_second", LAB) is None
+    assert get("specsoak_soak_windows_total", LAB) == 1.0, "counters stay"
+
+
+def test_verdicts_carry_their_kind() -> None:
+    exp = _soak_exporter()
+    get = exp.registry.get_sample_value
+    exp.on_verdict({"t_unix": 2100.0, "config": "spec", "slice": "s1", "kind": "collapse", "metric": "decode_tps", "action": "none", "engine_uptime_s": 60.0})
+    exp.on_verdict({"t_unix": 2200.0, "config": "spec", "kind": "crash", "metric": None, "action": "restart"})
+    exp.on_verdict({"t_unix": 2300.0, "config": "spec", "kind": "brand_new_kind", "metric": "nonsense"})
+    exp.record_verdict("spec", "memory", "engine_rss_mib")
+    assert get("specsoak_watchdog_verdicts_total", {**LAB, "kind": "collapse", "metric": "decode_tps"}) == 1
+    assert get("specsoak_watchdog_verdict_time_seconds", {**LAB, "kind": "collapse", "metric": "decode_tps"}) == 2100.0
+    assert get("specsoak_watchdog_verdicts_total", {**LAB, "kind": "crash", "metric": ""}) == 1
+    assert get("specsoak_watchdog_verdicts_total", {**LAB, "kind": "other", "metric": "other"}) == 1, "unknown kind and metric are 'other'"
+    assert get("specsoak_watchdog_verdict_time_seconds", {**LAB, "kind": "memory", "metric": "engine_rss_mib"}) == 5000.0, "no time: the clock's"
+    kinds = {s.labels["kind"] for fam in exp.registry.collect() if fam.name == "specsoak_watchdog_verdicts" for s in fam.samples}
+    assert kinds <= set(VERDICT_KINDS) and not kinds & {"pass", "warn", "fail"}
 
 
 def test_targets_file_lists_the_engine_serving_now(tmp_path: Path) -> None:

@@ -1,0 +1,227 @@
+"""The collapse detector (harness/changepoint.py) on simulated windows: fast on steps, silent on noise and load changes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from harness.changepoint import (
+    WATCHED_CHANGES,
+    ChangeDetector,
+    ChangeEvent,
+    DetectorSettings,
+    detect_series,
+    memory_forecast,
+)
+
+WINDOW_S = 60.0
+T0 = 1_700_000_000.0
+BASE: dict[str, float] = {"output_tps": 100.0, "decode_tps": 40.0, "ttft_p95_s": 0.8, "acceptance": 0.7, "engine_rss_mib": 2000.0}
+
+
+def _windows(n: int, seed: int, start: int = 0, scale: dict[str, float] | None = None, users: int | None = 1,
+             noise: float = 0.03, **fixed: Any) -> list[dict[str, Any]]:
+    """n windows of every watched metric with multiplicative Gaussian noise; `scale` multiplies a metric's base,
+    `fixed` sets a field outright (None: no value)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(start, start + n):
+        w: dict[str, Any] = {"t_unix": T0 + (i + 0.5) * WINDOW_S, "users": users, "contaminated": False}
+        for m, v in BASE.items():
+            w[m] = v * (scale or {}).get(m, 1.0) * (1 + noise * rng.standard_normal())
+        w["error_ratio"] = rng.binomial(100, 0.01) / 100
+        w.update(fixed)
+        out.append(w)
+    return out
+
+
+def _collapses(events: list[ChangeEvent], metric: str | None = None) -> list[ChangeEvent]:
+    return [e for e in events if e.kind == "collapse" and (metric is None or e.metric == metric)]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_30_percent_step_after_hours_flat_is_flagged_within_3_windows(seed: int) -> None:
+    flat, onset = 360, 360  # six hours of one-minute windows
+    wins = _windows(flat, seed) + _windows(30, seed + 100, start=onset, scale={"output_tps": 0.7})
+    events = detect_series(wins)
+    got = _collapses(events)
+    assert [e.metric for e in got] == ["output_tps"], got
+    e = got[0]
+    assert e.onset_unix == wins[onset]["t_unix"]
+    assert e.t_unix - e.onset_unix <= 2 * WINDOW_S  # decided by the 2nd or 3rd window of the step
+    assert e.relative_change == pytest.approx(-0.3, abs=0.08)
+    assert e.reference == pytest.approx(100.0, rel=0.05) and e.level == 1 and e.score >= 5.0
+
+
+def test_collapse_to_zero_with_no_finished_request_is_caught_through_output_tps() -> None:
+    dead = [{**w, "output_tps": 0.0, "decode_tps": None, "ttft_p95_s": None, "acceptance": None, "error_ratio": None}
+            for w in _windows(5, 9, start=100)]
+    events = detect_series(_windows(100, 8) + dead)
+    got = _collapses(events)
+    assert [e.metric for e in got] == ["output_tps"]
+    assert got[0].onset_unix == dead[0]["t_unix"] and got[0].relative_change == pytest.approx(-1.0)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_flat_noise_gives_no_event_over_thousands_of_windows(seed: int) -> None:
+    assert detect_series(_windows(5000, seed)) == []
+
+
+def test_a_load_level_change_is_not_a_collapse_but_a_drop_at_a_level_seen_before_is() -> None:
+    det = ChangeDetector()
+    events: list[ChangeEvent] = []
+    for w in _windows(60, 1, users=1):
+        events += det.update(w)
+    # users 1 -> 4: throughput per window doubles, per-request decode falls with the load (4^-0.3 = -34%)
+    det.update({"t_unix": T0 + 60.5 * WINDOW_S, "users": None, "output_tps": 150.0, "decode_tps": 33.0})
+    assert det.judged() == (False, "load level changed")
+    four = _windows(60, 2, start=61, users=4, scale={"output_tps": 2.0, "decode_tps": 4 ** -0.3, "ttft_p95_s": 1.6})
+    for i, w in enumerate(four):
+        events += det.update(w)
+        if i < 5:
+            assert det.judged() == (False, "building reference")
+    assert det.judged() == (True, None)
+    assert det.state()["output_tps"].reference == pytest.approx(200.0, rel=0.05)
+    # back at 1 user (its reference is kept), the same per-window throughput as at 4 users would be fine there...
+    for w in _windows(20, 3, start=121, users=1):
+        events += det.update(w)
+    assert events == []
+    # ...but a -40% drop at 1 user is a collapse, judged against the 1-user reference
+    for w in _windows(5, 4, start=141, users=1, scale={"output_tps": 0.6}):
+        events += det.update(w)
+    got = _collapses(events)
+    assert [(e.metric, e.level) for e in got] == [("output_tps", 1)]
+    assert got[0].reference == pytest.approx(100.0, rel=0.05)
+
+
+def test_contaminated_and_warm_up_windows_are_not_judged() -> None:
+    det = ChangeDetector()
+    assert det.judged() == (False, "no window yet")
+    for i, w in enumerate(_windows(10, 5)):
+        det.update(w)
+        if i < 2:
+            assert det.judged() == (False, "warm-up")
+        elif i < 7:
+            assert det.judged() == (False, "building reference")
+    assert det.judged() == (True, None)
+    events: list[ChangeEvent] = []
+    # a stolen CPU halves throughput for five windows: contaminated, so nothing
+    for w in _windows(5, 6, start=10, scale={"output_tps": 0.5}, contaminated=True):
+        events += det.update(w)
+        assert det.judged() == (False, "contaminated")
+        assert det.state()["output_tps"].relative_change is None
+    # an engine restart: two warm-up windows, slow as a cold engine is, are not judged
+    det.engine_restarted()
+    for w in _windows(2, 7, start=15, scale={"output_tps": 0.5, "engine_rss_mib": 0.5}):
+        events += det.update(w)
+        assert det.judged() == (False, "warm-up")
+    for w in _windows(10, 8, start=17):
+        events += det.update(w)
+        assert det.judged() == (True, None)
+    assert events == []
+    st = det.state()["output_tps"]
+    assert st.reference == pytest.approx(100.0, rel=0.05) and not st.in_episode and st.relative_change is not None
+
+
+def test_an_episode_recovers_and_a_later_collapse_alarms_again() -> None:
+    wins = (_windows(60, 10) + _windows(10, 11, start=60, scale={"decode_tps": 0.5})
+            + _windows(30, 12, start=70) + _windows(10, 13, start=100, scale={"decode_tps": 0.4}) + _windows(5, 14, start=110))
+    events = [e for e in detect_series(wins) if e.metric == "decode_tps"]
+    assert [e.kind for e in events] == ["collapse", "recovered", "collapse", "recovered"]
+    first, rec = events[0], events[1]
+    assert first.onset_unix == wins[60]["t_unix"] and first.t_unix == wins[61]["t_unix"]
+    assert rec.episode_start_unix == wins[60]["t_unix"] and rec.episode_end_unix == wins[70]["t_unix"]
+    assert rec.t_unix == wins[71]["t_unix"] and rec.size == pytest.approx(-0.5, abs=0.1)
+    assert events[2].onset_unix == wins[100]["t_unix"]
+    assert events[3].size == pytest.approx(-0.6, abs=0.1)
+    assert all(e.to_dict()["metric"] == "decode_tps" for e in events)
+
+
+def test_no_new_collapse_while_in_an_episode_and_state_says_so() -> None:
+    det = ChangeDetector()
+    for w in _windows(10, 15):  # 2 warm-up, 5 for the reference, 3 more that refine it
+        det.update(w)
+    # forty windows of collapse: no second alarm, and they never join the reference (which refines up to 30
+    # windows), else the reference would sink to the collapse and the episode would "recover"
+    events = [e for w in _windows(40, 16, start=10, scale={"output_tps": 0.3}) for e in det.update(w)]
+    assert [e.kind for e in events] == ["collapse"]
+    st = det.state()["output_tps"]
+    assert st.in_episode and st.score > 5.0 and st.relative_change == pytest.approx(-0.7, abs=0.05)
+    assert st.reference == pytest.approx(100.0, rel=0.05)
+
+
+def test_no_reference_is_built_from_a_collapse() -> None:
+    # collapsed at 2 users, then the load moves to 3 users (never seen): those windows must not become
+    # the 3-user reference, or the episode would "recover" against a reference of the collapse
+    wins = _windows(30, 22, users=2) + _windows(5, 23, start=30, users=2, scale={"output_tps": 0.3})
+    wins += _windows(20, 24, start=35, users=3, scale={"output_tps": 0.3})
+    det = ChangeDetector()
+    events = [e for w in wins for e in det.update(w)]
+    assert [(e.kind, e.metric) for e in events] == [("collapse", "output_tps")]
+    assert det.state()["output_tps"].in_episode
+    assert det.judged() == (True, None)  # the other metrics built the 3-user reference and are judged
+
+
+def test_rss_warm_up_growth_then_flat_is_not_a_collapse() -> None:
+    wins = _windows(600, 17, noise=0.01)
+    for i, w in enumerate(wins):  # +15% over the first 10 minutes, then flat
+        w["engine_rss_mib"] = 2000.0 * (1 + 0.15 * min(i, 10) / 10) * (1 + 0.01 * np.sin(i))
+    assert detect_series(wins) == []
+    # a leak that carries RSS +50% above it is
+    for i, w in enumerate(wins[300:]):
+        w["engine_rss_mib"] = 2300.0 * (1 + 0.5 * min(i, 60) / 60)
+    got = _collapses(detect_series(wins))
+    assert [e.metric for e in got] == ["engine_rss_mib"]
+
+
+def test_memory_forecast_slope_and_headroom() -> None:
+    rng = np.random.default_rng(18)
+    t = [T0 + 60.0 * i for i in range(31)]  # the last 30 minutes
+    rss = [3000.0 + 120.0 * (ti - T0) / 3600 + rng.normal(0, 2.0) for ti in t]
+    rss[7] += 500.0  # one spike moves a least-squares fit, not the median of pairwise slopes
+    f = memory_forecast(t, rss, available_mib=600.0)
+    assert f is not None and f.n == 31
+    assert f.slope_mib_per_h == pytest.approx(120.0, rel=0.05)
+    assert f.headroom_s == pytest.approx(600.0 / 120.0 * 3600, rel=0.05)
+    flat = memory_forecast(t, [3000.0] * 31, available_mib=600.0)
+    assert flat is not None and flat.slope_mib_per_h == 0.0 and flat.headroom_s is None
+    shrinking = memory_forecast(t, [3000.0 - i for i in range(31)], available_mib=600.0)
+    assert shrinking is not None and shrinking.headroom_s is None
+    assert memory_forecast(t[:2], rss[:2], 600.0) is None  # fewer than 3 points
+    assert memory_forecast(t[:6], rss[:6], 600.0) is None  # a 5-minute span
+    assert memory_forecast([T0, T0 + 400, T0 + 800, float("nan")], [1.0, 2.0, float("nan"), 4.0], 600.0) is None
+
+
+def test_error_ratio_from_zero_to_half_alarms_on_an_absolute_scale() -> None:
+    wins = _windows(30, 19, error_ratio=0.0) + _windows(5, 20, start=30, error_ratio=0.5)
+    got = _collapses(detect_series(wins))
+    assert [e.metric for e in got] == ["error_ratio"]
+    assert got[0].reference == 0.0 and got[0].relative_change == pytest.approx(0.5)
+    assert WATCHED_CHANGES["error_ratio"].absolute
+
+
+def test_detect_series_restarts_and_refuses_mixed_configurations() -> None:
+    wins = _windows(40, 21)
+    for w in wins[20:22]:  # a crash: the restart window and the next are cold, and would alarm if judged
+        w["output_tps"] = 10.0
+    wins[20]["engine_restart"] = True
+    assert detect_series(wins) == []
+    del wins[20]["engine_restart"]
+    assert [e.metric for e in _collapses(detect_series(wins))] == ["output_tps"]
+    # older windows.jsonl without the key: a new slice (a new engine) or the CPU meter's restart flag
+    assert detect_series([{**w, "slice": "s1" if i < 20 else "s2"} for i, w in enumerate(wins)]) == []
+    assert detect_series([{**w, "cpu": {"engine_restarted": i == 20}} for i, w in enumerate(wins)]) == []
+    # when the soak recorded engine_restart, it is the word (the live detector saw exactly that)
+    assert _collapses(detect_series([{**w, "engine_restart": False, "slice": "s1" if i < 20 else "s2"} for i, w in enumerate(wins)]))
+    with pytest.raises(ValueError, match="one configuration"):
+        detect_series([{**wins[0], "config": "a"}, {**wins[1], "config": "b"}])
+
+
+def test_settings_are_checked() -> None:
+    with pytest.raises(ValueError):
+        DetectorSettings(confirm_windows=0)
+    with pytest.raises(ValueError):
+        DetectorSettings(reference_windows=10, refine_windows=5)
+    assert DetectorSettings().threshold == 5.0
