@@ -358,8 +358,9 @@ class Runner:
                             stop_run = f"{cfg.name}: {result.outcome.why}"
                     elif result.gave_up:
                         stopped[cfg.name] = "gave up restarting the engine"
-                    done = soak.duration_s - elapsed.get(cfg.name, 0.0) <= 1.0 or cfg.name in stopped
-                    if done and not soak.slice_s and session.alive() and stop_run is None:
+                    # the bracket after a soak that ran its course (a stopped configuration's engine is not measured again)
+                    done = soak.duration_s - elapsed.get(cfg.name, 0.0) <= 1.0
+                    if done and not soak.slice_s and session.alive() and cfg.name not in stopped and stop_run is None:
                         self._after_soak(cfg, session, requests)
                 except EngineError as exc:
                     self.console.print(f"  [red]soak failed to start ({type(exc).__name__}): {exc}[/]")
