@@ -20,7 +20,7 @@ from typing import Any
 
 from harness.errors import ResultsError
 from harness.metrics.exporter import MetricsExporter
-from harness.records import FAILURES, PHASES, REQUESTS, read_jsonl
+from harness.records import FAILURES, PHASES, REQUESTS, VERDICTS, WINDOWS, read_jsonl
 
 SKIP_SUFFIXES = ("_created", "_gsum", "_gcount")
 Labels = tuple[tuple[str, str], ...]
@@ -42,6 +42,9 @@ def _events(run_dir: Path) -> tuple[dict[str, Any], list[tuple[float, int, str, 
     requests = list(read_jsonl(run_dir / REQUESTS))
     phases = list(read_jsonl(run_dir / PHASES))
     failures = list(read_jsonl(run_dir / FAILURES))
+    # the soak's windows and verdicts (hundreds per configuration); its per-request records are not replayed
+    windows = list(read_jsonl(run_dir / WINDOWS))
+    verdicts = list(read_jsonl(run_dir / VERDICTS))
     events: list[tuple[float, int, str, Any]] = []  # (time, order, kind, payload)
     t_run = float(manifest.get("started_unix") or 0.0)
     for seq, (name, info) in enumerate((manifest.get("configurations") or {}).items()):
@@ -58,6 +61,8 @@ def _events(run_dir: Path) -> tuple[dict[str, Any], list[tuple[float, int, str, 
         start = max(t_run, first - float(cap.get("ready_s") or 0.0) - 0.001)
         ends = [float(r["start_unix_s"]) + float(r.get("e2e_s") or 0.0) for r in requests if r.get("config") == name]
         ends += [float(p["end_unix_s"]) for p in phases if p.get("config") == name and p.get("end_unix_s")]
+        ends += [float(w["t_end_unix"]) for w in windows if w.get("config") == name and w.get("t_end_unix")]
+        ends += [float(v["t_unix"]) for v in verdicts if v.get("config") == name and v.get("t_unix")]
         ends += times
         events.append((start, 0, "config_start", (name, info, seq)))
         if cap:
@@ -69,6 +74,10 @@ def _events(run_dir: Path) -> tuple[dict[str, Any], list[tuple[float, int, str, 
         events.append((float(p.get("end_unix_s") or p.get("start_unix_s") or 0.0), 3, "phase", p))
     for f in failures:
         events.append((float(f.get("unix_s") or 0.0), 4, "failure", f))
+    for w in windows:
+        events.append((float(w.get("t_end_unix") or w.get("t_unix") or 0.0), 5, "window", w))
+    for v in verdicts:
+        events.append((float(v.get("t_unix") or 0.0), 6, "verdict", v))
     events.sort(key=lambda e: (e[0], e[1]))
     return manifest, events
 
@@ -141,6 +150,10 @@ def export_openmetrics(run_dir: Path, step_s: float = 15.0) -> str:
             exp.on_phase(payload)
         elif kind == "failure":
             exp.on_failure(payload)
+        elif kind == "window":
+            exp.on_window(payload)
+        elif kind == "verdict":
+            exp.on_verdict(payload)
         elif kind == "config_end":
             exp.on_config_end(*payload)
         snapshot(t, every=kind == "tick")

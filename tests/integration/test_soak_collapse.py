@@ -232,3 +232,14 @@ def test_the_same_soak_without_the_plant_gives_no_verdict(tmp_path: Path) -> Non
     assert windows[-1]["engine_uptime_s"] >= SOAK_S - WINDOW_S
     after = list(read_jsonl(run_dir / AFTER_SOAK))
     assert after and all(p["phase"] == "after_soak" and p["engine_uptime_s"] >= SOAK_S for p in after)
+
+
+def test_a_finished_soak_backfills_its_windows_and_verdicts(planted: dict[str, Any]) -> None:
+    from harness.metrics.openmetrics import export_openmetrics
+
+    text = export_openmetrics(planted["run_dir"])
+    run = planted["run_dir"].name
+    collapsed = [ln for ln in text.splitlines() if ln.startswith("specsoak_soak_collapsed{") and f'run="{run}"' in ln]
+    assert any(ln.split()[-2] == "1.0" for ln in collapsed), "the collapse is in the backfill"
+    assert any(ln.startswith("specsoak_watchdog_verdicts_total{") and 'kind="collapse"' in ln for ln in text.splitlines())
+    assert text.rstrip().endswith("# EOF")
