@@ -48,7 +48,7 @@ from harness.records import (
     read_jsonl,
     write_json_atomic,
 )
-from harness.scenario import Configuration, LoadedScenario, safe_name
+from harness.scenario import Configuration, LoadedScenario, safe_name, verdict_fails
 from harness.servable import search_max_streams, slo_verdict
 from harness.session import EngineSession, RunContext, launch_spec
 
@@ -317,7 +317,7 @@ class Runner:
         Default: one engine process per configuration for its whole soak, then the measurement phases
         again on that aged engine (``after_soak.jsonl``: the report's before/after). With ``slice_s``
         the configurations alternate, each slice on a fresh engine."""
-        from harness.soak import FAILURE_KINDS, SoakSlice, load_history, replay_detector, soak_elapsed
+        from harness.soak import SoakSlice, load_history, replay_detector, soak_elapsed
 
         assert self.run_dir is not None and self.sc.soak is not None
         soak = self.sc.soak
@@ -386,7 +386,7 @@ class Runner:
         verdicts = [v for v in read_jsonl(self.run_dir / VERDICTS_FILE) if v.get("config") in detectors]
         soak_failed = []
         for cfg in cfgs:
-            bad = [v for v in verdicts if v["config"] == cfg.name and (v.get("kind") in FAILURE_KINDS or v.get("action") in ("stop_config", "stop_run"))]
+            bad = [v for v in verdicts if v["config"] == cfg.name and verdict_fails(v)]
             summary = {"status": "failed" if bad or cfg.name in stopped else "ok", "soak_s": round(elapsed.get(cfg.name, 0.0), 1),
                        "stopped_by": stopped.get(cfg.name)}
             if bad:

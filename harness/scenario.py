@@ -227,6 +227,16 @@ DEFAULT_ACTIONS: dict[str, str] = {
 }
 
 
+ENGINE_FAILURES = ("crash", "hang", "restart_failed", "gave_up")  # the engine itself failed: always a failed soak
+
+
+def verdict_fails(verdict: dict[str, Any]) -> bool:
+    """Whether a watchdog verdict makes its configuration's soak a failure (exit code 4): the engine failed, a
+    collapse or memory verdict that was acted on (not set to 'record'), or any verdict that stopped the soak."""
+    kind, action = verdict.get("kind"), verdict.get("action")
+    return kind in ENGINE_FAILURES or (kind in ("collapse", "memory") and action != "record") or action in ("stop_config", "stop_run")
+
+
 class Watchdog(_Strict):
     """What the soak watchdog calls a failure (docs/soak.md)."""
 

@@ -47,9 +47,9 @@ from harness.scenario import Configuration, Soak, Watchdog
 from harness.session import EngineSession, RunContext
 from harness.trend import WATCHED, trend
 
-# verdict kinds that make a configuration's soak a failure (the verdict table, exit code 4)
+# shown in red, and reported to the observers as failures of the configuration (harness.scenario.verdict_fails
+# decides which make the soak fail: the verdict table, exit code 4)
 FAILURE_KINDS = ("crash", "hang", "restart_failed", "gave_up", "collapse", "memory")
-# reported to the observers as failures of the configuration
 OBSERVED_FAILURES = (*FAILURE_KINDS, "error_rate", "no_load")
 RSS_TREND_AFTER_S = 600.0  # the slow RSS trend ignores the engine's first 10 minutes (warm-up growth is not a leak)
 

@@ -15,6 +15,7 @@ import pandas as pd
 
 from harness.report.load import RunData
 from harness.report.stats import break_even, expected_tokens_per_step, isnum, t_interval
+from harness.scenario import verdict_fails
 from harness.servable import kv_kib_per_token, servable_context, slo_verdict
 
 WATCHDOG_FAILURES = ("crash", "hang", "restart_failed", "gave_up", "collapse", "memory")
@@ -222,7 +223,7 @@ def soak_table(runs: list[RunData]) -> pd.DataFrame:
             failures = sum(kinds.values())
             ftimes = [t for t in fail_times if t is not None]
             drift = [f"{v.get('metric')}: {v.get('message')}" for v in verdicts if v.get("kind") == "drift"]
-            failing = [v for v in verdicts if v.get("kind") in WATCHDOG_FAILURES]
+            failing = [v for v in verdicts if verdict_fails(v)]
             first_up = next((float(v["engine_uptime_s"]) for v in failing if v.get("engine_uptime_s") is not None), None)
             episodes = collapse_episodes(verdicts)
             cw = [w for w in run.soak_windows if w.get("config") == name]
@@ -237,7 +238,7 @@ def soak_table(runs: list[RunData]) -> pd.DataFrame:
                 "windows": sum(1 for w in run.soak_windows if w.get("config") == name),
                 "drift_verdicts": len(drift),
                 "drift": " | ".join(drift) if drift else "none",
-                "soak_verdict": "failed" if failing or any(v.get("action") in ("stop_config", "stop_run") for v in verdicts) else "ok",
+                "soak_verdict": "failed" if failing else "ok",
                 "first_failure_engine_uptime_h": first_up / 3600 if first_up is not None else None,
                 "first_failure": f"{failing[0]['kind']}" + (f" of {failing[0]['metric']}" if failing and failing[0].get("metric") else "") if failing else "none",
                 "collapse_episodes": " | ".join(episodes) if episodes else "none",
