@@ -107,13 +107,15 @@ def soak_timeline(runs: list[RunData], path: Path) -> Path | None:
     fig, axes = plt.subplots(5, 1, figsize=(8.5, 11.0), dpi=100, sharex=True)
     multi = len(runs) > 1
     panels = (("output_tps", "output t/s (window)"), ("decode_tps", "median decode t/s"), ("ttft_p95_s", "TTFT p95 s"))
+    longest = max(float(s[2][-1]["t_unix"]) - float(s[2][0]["t_unix"]) for s in series)
+    unit_s, unit = (3600.0, "hours") if longest >= 2 * 3600 else (60.0, "minutes")
     for i, (run_id, cfg, wins, verdicts) in enumerate(series):
         colour = _COLORS[i % len(_COLORS)]
         label = _label(run_id, cfg, False, multi)
         # x: hours of engine uptime when one engine lived through the soak, else hours since the first window
         one_engine = len({w.get("engine_pid") for w in wins}) == 1 and all(isnum(w.get("engine_uptime_s")) for w in wins)
         t0 = float(wins[0]["t_unix"])
-        x = [(float(w["engine_uptime_s"]) if one_engine else float(w["t_unix"]) - t0) / 3600 for w in wins]
+        x = [(float(w["engine_uptime_s"]) if one_engine else float(w["t_unix"]) - t0) / unit_s for w in wins]
         judged = [bool(w.get("judged", True)) for w in wins]
         for ax, (key, ylabel) in zip(axes[:3], panels):
             pts = [(xx, w.get(key), j) for xx, w, j in zip(x, wins, judged) if isnum(w.get(key))]
@@ -135,11 +137,11 @@ def soak_timeline(runs: list[RunData], path: Path) -> Path | None:
             if not isnum(up):
                 continue
             for ax in axes:
-                ax.axvline(float(up) / 3600, color={"recovered": "tab:green"}.get(str(v["kind"]), "tab:red"), lw=0.8, alpha=0.7)
+                ax.axvline(float(up) / unit_s, color={"recovered": "tab:green"}.get(str(v["kind"]), "tab:red"), lw=0.8, alpha=0.7)
     axes[3].set_ylabel("resident MiB")
     axes[4].set_ylabel("CPU cores")
     axes[0].set_title("Soak windows (hollow: not judged; red: collapse, crash, hang or memory verdict; green: recovered)", fontsize=9)
-    axes[-1].set_xlabel("engine uptime, hours" if all(len({w.get('engine_pid') for w in s[2]}) == 1 for s in series) else "hours since the first soak window")
+    axes[-1].set_xlabel(f"engine uptime, {unit}" if all(len({w.get('engine_pid') for w in s[2]}) == 1 for s in series) else f"{unit} since the first soak window")
     for ax in axes:
         ax.grid(alpha=0.3)
         if ax.lines:
