@@ -13,6 +13,8 @@ from typing import Any
 
 import pandas as pd
 
+from engines.base import EngineCounters, acceptance_figures
+
 from harness.report.load import RunData
 from harness.report.stats import break_even, expected_tokens_per_step, isnum, t_interval
 from harness.scenario import verdict_fails
@@ -311,7 +313,7 @@ def after_soak_table(runs: list[RunData]) -> pd.DataFrame:
 def _pooled_acceptance(ph: pd.DataFrame) -> float | None:
     drafted = sum(float((c or {}).get("draft_tokens") or 0) for c in ph.get("counters", []))
     accepted = sum(float((c or {}).get("accepted_tokens") or 0) for c in ph.get("counters", []))
-    return accepted / drafted if drafted else None
+    return acceptance_figures(EngineCounters(draft_tokens=drafted, accepted_tokens=accepted))["acceptance"]
 
 
 def _soak_cpu(windows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -10,6 +10,8 @@ from typing import Any
 
 import pandas as pd
 
+from engines.base import EngineCounters, acceptance_figures
+
 from harness.report.load import RunData
 from harness.report.stats import t_interval
 
@@ -63,8 +65,8 @@ def verdict_table(runs: list[RunData]) -> pd.DataFrame:
                 drafted = _sum(c.get("draft_tokens") for c in p["counters"])
                 accepted = _sum(c.get("accepted_tokens") for c in p["counters"])
                 steps = _sum(c.get("verify_steps") for c in p["counters"])
-                row["acceptance"] = accepted / drafted if drafted and accepted is not None else None
-                row["mean_accept_len"] = 1 + accepted / steps if steps and accepted is not None else None
+                pooled = acceptance_figures(EngineCounters(draft_tokens=drafted, accepted_tokens=accepted, verify_steps=steps))
+                row["acceptance"], row["mean_accept_len"] = pooled["acceptance"], pooled["mean_accept_len"]
                 row["drafted_tokens"] = drafted
                 client = _sum(p["client_draft_tokens"]) if "client_draft_tokens" in p else None
                 row["client_drafted_tokens"] = client
