@@ -103,6 +103,15 @@ class Capacity:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def recognised(self) -> bool:
+        """Whether the log held any start-up line the parser knows (an all-empty capacity: nothing was)."""
+        return bool(
+            self.slots is not None or self.ctx_per_slot is not None or self.ctx_total is not None or self.memory_lines_seen
+            or self.spec_types or self.fatal or self.model_file_mib is not None or self.model_params_m is not None
+            or self.max_concurrency is not None or self.kv_blocks is not None or self.threads is not None
+            or self.target.kv_mib is not None or self.target.model_mib is not None
+        )
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Capacity:
         d = dict(d)

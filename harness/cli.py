@@ -76,9 +76,13 @@ def resume(
     metrics_linger: Annotated[float, typer.Option(help="seconds /metrics keeps serving after the run, for the last scrape")] = 10.0,
 ) -> None:
     """Finish a run that was cut short: measured phases and soak time are kept, the rest is run."""
+    from harness.errors import ResultsError
     from harness.report.load import read_manifest
 
-    manifest = read_manifest(run_dir)
+    try:
+        manifest = read_manifest(run_dir)
+    except ResultsError as exc:
+        raise ScenarioError(str(exc)) from None  # not a run folder: bad input, exit 2
     copy = run_dir / "scenario.yaml"
     original = Path(str(manifest.get("scenario_file") or ""))
     # the original file resolves relative model paths; the copy is what was run
@@ -225,6 +229,10 @@ def inspect_log(
         raise ScenarioError(f"{log}: cannot read ({exc.strerror})") from None
     cls = ENGINES[engine]
     cap = cls.parse_startup_log(text)
+    if not cap.recognised() and cls.failure_reason(text) is None:
+        others = [name for name, other in sorted(ENGINES.items()) if name != engine and other.parse_startup_log(text).recognised()]
+        hint = f"; is this a {others[0]} log? try --engine {others[0]}" if others else ""
+        raise ScenarioError(f"{log}: no {engine} start-up lines found{hint}")
     data = cap.to_dict()
     data["failure_reason"] = cls.failure_reason(text)
     if as_json:

@@ -206,3 +206,23 @@ def test_engines_without_synthetic_acceptance_refuse_it_at_start(name: str, tmp_
     with pytest.raises(EngineStartError, match=f"{name} has no synthetic acceptance"):
         engine.start()
     assert engine.proc is None and not list(tmp_path.glob("*.yaml"))  # nothing started, nothing written
+
+
+def test_inspect_log_on_a_binary_file_says_nothing_was_recognised(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.log"
+    junk.write_bytes(bytes(range(256)) * 8)  # 2,048 bytes of binary
+    r = cli("inspect-log", "--engine", "llamacpp", str(junk))
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [f"specsoak: error: {junk}: no llamacpp start-up lines found"]
+
+
+def test_inspect_log_with_the_wrong_engine_names_the_right_one() -> None:
+    log = FIXTURES / "llamacpp" / "base.server.log"
+    r = cli("inspect-log", "--engine", "vllm", str(log))
+    assert r.returncode == 2
+    assert "no vllm start-up lines found; is this a llamacpp log? try --engine llamacpp" in " ".join(r.stderr.split())
+
+
+def test_resume_on_a_folder_that_is_not_a_run_is_bad_input(tmp_path: Path) -> None:
+    r = cli("resume", str(tmp_path))
+    assert r.returncode == 2 and "not a run folder (no manifest.json)" in r.stderr
