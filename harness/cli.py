@@ -83,15 +83,15 @@ def resume(
         manifest = read_manifest(run_dir)
     except ResultsError as exc:
         raise ScenarioError(str(exc)) from None  # not a run folder: bad input, exit 2
-    copy = run_dir / "scenario.yaml"
-    original = Path(str(manifest.get("scenario_file") or ""))
-    # the original file resolves relative model paths; the copy is what was run
-    same = original.is_file() and copy.is_file() and original.read_text() == copy.read_text()
-    loaded = _load(original if same else copy)
     code = EXIT_OK
     if manifest.get("status") in ("completed", "completed_with_failures", "stopped_by_verdict"):
         err.print(f"specsoak: {run_dir} is already complete ({manifest.get('status')}); nothing to resume")
     else:
+        copy = run_dir / "scenario.yaml"
+        original = Path(str(manifest.get("scenario_file") or ""))
+        # the original file resolves relative model paths; the copy is what was run
+        same = original.is_file() and copy.is_file() and original.read_text() == copy.read_text()
+        loaded = _load(original if same else copy)
         result = _run_observed(loaded, run_dir.parent, metrics_port, metrics_host, metrics_linger, resume_dir=run_dir)
         code = _exit_code(result)
     if report:
@@ -131,6 +131,8 @@ def _report(run_dirs: list[Path], out_dir: Optional[Path], slo: Optional[dict] =
     from harness.report.build import build_report
 
     rep = build_report(run_dirs, out_dir, slo=slo, memory_budget_mib=memory_budget_mib)
+    for problem in rep.read_problems:
+        err.print(f"specsoak: could not read {problem}", markup=False, highlight=False, soft_wrap=True)
     if not rep.display.empty:
         table = Table(title="specsoak verdict", show_lines=False)
         for col in rep.display.columns:

@@ -129,20 +129,67 @@ def _drop_torn_tail(path: Path) -> None:
         f.truncate(0)
 
 
-def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    """Every complete record in ``path``; a torn or corrupt line is skipped."""
+@dataclass
+class Skipped:
+    """Lines of one file a reader could not use: how many, the first one's number, and why (reason -> lines)."""
+
+    lines: int = 0
+    first_line: int = 0
+    why: dict[str, int] = field(default_factory=dict)
+
+
+class ReadLog:
+    """What the readers of a folder could not read, per file (the report's notes and stderr say it)."""
+
+    def __init__(self) -> None:
+        self.files: dict[Path, Skipped] = {}
+
+    def skip(self, path: Path, line: int, why: str) -> None:
+        s = self.files.setdefault(path, Skipped(first_line=line))
+        s.lines += 1
+        s.why[why] = s.why.get(why, 0) + 1
+
+    def messages(self, root: Path | None = None) -> list[str]:
+        out = []
+        for path, s in self.files.items():
+            name = path.relative_to(root) if root is not None and path.is_relative_to(root) else path
+            why = ", ".join(f"{w}: {n}" if len(s.why) > 1 else w for w, n in s.why.items())
+            out.append(f"{name}: {s.lines} line{'s' if s.lines > 1 else ''} skipped, the first at line {s.first_line} ({why})")
+        return out
+
+
+def read_jsonl(path: Path, log: ReadLog | None = None, require: dict[str, type | tuple[type, ...]] | None = None) -> Iterator[dict[str, Any]]:
+    """Every complete record in ``path``. A torn last line, a line that is not a JSON object, or (with
+    ``require``: field -> type) a record without those fields of those types is skipped, and told to ``log``."""
     if not path.exists():
         return
     with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
+        for n, line in enumerate(f, start=1):
             if not line.endswith("\n"):
-                break  # torn last line
+                if log is not None and line.strip():
+                    log.skip(path, n, "torn last line: cut mid-write")
+                break
             try:
                 obj = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
+                if log is not None:
+                    log.skip(path, n, "not JSON")
                 continue
-            if isinstance(obj, dict):
-                yield obj
+            if not isinstance(obj, dict):
+                if log is not None:
+                    log.skip(path, n, "not a JSON object")
+                continue
+            if require:
+                bad = next((k for k, t in require.items() if not isinstance(obj.get(k), t) or isinstance(obj.get(k), bool) and bool not in _types(t)), None)
+                if bad is not None:
+                    if log is not None:
+                        log.skip(path, n, f"field '{bad}' missing or of the wrong type")
+                    continue
+            yield obj
+
+
+def _types(t: type | tuple[type, ...]) -> tuple[type, ...]:
+    return t if isinstance(t, tuple) else (t,)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -43,6 +43,7 @@ class Report:
     html: Path | None = None
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     images: tuple[Path, ...] = ()
+    read_problems: tuple[str, ...] = ()  # lines of the run folders that could not be read (also in the notes)
 
 
 def build_report(
@@ -104,7 +105,7 @@ def build_report(
     md.write_text(to_markdown(blocks), encoding="utf-8")
     page = out / "report.html"
     page.write_text(to_html(blocks, "specsoak report: " + ", ".join(r.run_id for r in runs)), encoding="utf-8")
-    return Report(out, md, verdict, shown, page, tables, tuple(i for i in images.values() if i is not None))
+    return Report(out, md, verdict, shown, page, tables, tuple(i for i in images.values() if i is not None), tuple(read_problems(runs)))
 
 
 # ---- the document ---------------------------------------------------------------------------------
@@ -334,9 +335,17 @@ def _max_streams(v: Any, lower_bound: Any) -> str:
     return ("≥" if str(lower_bound) == "True" else "") + f"{int(v)}"
 
 
+def read_problems(runs: list[RunData]) -> list[str]:
+    """What the report could not read, per run and file: skipped lines, the first one's number, why."""
+    return [f"run {run.run_id}: {m}" for run in runs for m in run.read_log.messages(run.run_dir)]
+
+
 def _notes(runs: list[RunData], table_: pd.DataFrame) -> list[str]:
-    out: list[str] = []
+    out: list[str] = [f"**Could not read** {m}: figures are computed without these lines." for m in read_problems(runs)]
     for _, row in table_.iterrows():
+        if isnum(row.get("records_missing")) and row["records_missing"] > 0:
+            out.append(f"**{row['config']}**: its phases recorded {int(row['records_expected'])} requests; only "
+                       f"{int(row['records_expected'] - row['records_missing'])} request records could be read: its row is marked.")
         if isinstance(row.get("failure"), str) and row["failure"]:
             out.append(f"**{row['config']}** failed: {row['failure']}")
         if row.get("contaminated_phases"):

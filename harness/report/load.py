@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from harness.errors import ResultsError
-from harness.records import AFTER_SOAK, FAILURES, FILL_CHECKS, MANIFEST, PHASES, RAMP, REQUESTS, SLICES, SOAK_DIR, VERDICTS, WINDOWS, read_jsonl
+from harness.records import AFTER_SOAK, FAILURES, FILL_CHECKS, MANIFEST, PHASES, RAMP, REQUESTS, SLICES, SOAK_DIR, VERDICTS, WINDOWS, ReadLog, read_jsonl
 from harness.report.scale import soak_requests_frame
 
 VERIFY = "verify.jsonl"
@@ -34,6 +34,7 @@ class RunData:
     ramp: list[dict[str, Any]] = field(default_factory=list)
     fill_checks: list[dict[str, Any]] = field(default_factory=list)
     after_soak: list[dict[str, Any]] = field(default_factory=list)  # the measurement phases again, after each soak
+    read_log: ReadLog = field(default_factory=ReadLog)  # what could not be read (the report's notes say it)
 
     @property
     def run_id(self) -> str:
@@ -61,29 +62,43 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
     return data
 
 
+NUM = (int, float)
+# the fields a record must have, with their types, for the report to use it (docs/metrics.md#records)
+REQUEST_FIELDS: dict[str, type | tuple[type, ...]] = {"config": str, "phase": str, "status": str, "streams": int, "repetition": int, "start_unix_s": NUM}
+PHASE_FIELDS: dict[str, type | tuple[type, ...]] = {"config": str, "streams": int, "repetition": int, "total_tps": NUM, "requests": int,
+                                                   "counters": dict, "cpu": dict}
+WINDOW_FIELDS: dict[str, type | tuple[type, ...]] = {"config": str, "t_unix": NUM}
+VERDICT_FIELDS: dict[str, type | tuple[type, ...]] = {"config": str, "kind": str, "t_unix": NUM}
+
+
 def load_run(run_dir: Path) -> RunData:
     manifest = read_manifest(run_dir)
-    phases = pd.DataFrame(list(read_jsonl(run_dir / PHASES)))
-    requests = pd.DataFrame(list(read_jsonl(run_dir / REQUESTS)))
+    log = ReadLog()
+    phases = pd.DataFrame(list(read_jsonl(run_dir / PHASES, log, PHASE_FIELDS)))
+    requests = pd.DataFrame(list(read_jsonl(run_dir / REQUESTS, log, REQUEST_FIELDS)))
     capacity: dict[str, dict[str, Any]] = {}
     for f in sorted((run_dir / "capacity").glob("*.json")):
         try:
             data = json.loads(f.read_text())
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
             capacity[data.get("config", f.stem)] = data
-        except ValueError:
+        except (ValueError, OSError, UnicodeDecodeError) as exc:
+            log.skip(f, 1, f"unreadable capacity record: {exc}")
             continue
-    failures = list(read_jsonl(run_dir / FAILURES))
+    failures = list(read_jsonl(run_dir / FAILURES, log, {"config": str}))
     # columnar and cached, in bounded memory: a soak holds ~1M records (harness/report/scale.py)
     soak_requests = soak_requests_frame(run_dir / SOAK_DIR)
     return RunData(
         run_dir, manifest, phases, requests, capacity, failures,
-        soak_windows=list(read_jsonl(run_dir / WINDOWS)),
-        soak_verdicts=list(read_jsonl(run_dir / VERDICTS)),
-        soak_slices=list(read_jsonl(run_dir / SLICES)),
+        soak_windows=list(read_jsonl(run_dir / WINDOWS, log, WINDOW_FIELDS)),
+        soak_verdicts=list(read_jsonl(run_dir / VERDICTS, log, VERDICT_FIELDS)),
+        soak_slices=list(read_jsonl(run_dir / SLICES, log, {"event": str, "slice": str, "config": str})),
         soak_requests=soak_requests,
-        verify=list(read_jsonl(run_dir / VERIFY)),
-        verify_dist=list(read_jsonl(run_dir / VERIFY_DIST)),
-        ramp=list(read_jsonl(run_dir / RAMP)),
-        fill_checks=list(read_jsonl(run_dir / FILL_CHECKS)),
-        after_soak=list(read_jsonl(run_dir / AFTER_SOAK)),
+        verify=list(read_jsonl(run_dir / VERIFY, log)),
+        verify_dist=list(read_jsonl(run_dir / VERIFY_DIST, log)),
+        ramp=list(read_jsonl(run_dir / RAMP, log, {"config": str, "event": str})),
+        fill_checks=list(read_jsonl(run_dir / FILL_CHECKS, log, {"config": str})),
+        after_soak=list(read_jsonl(run_dir / AFTER_SOAK, log, PHASE_FIELDS)),
+        read_log=log,
     )

@@ -77,6 +77,7 @@ def verdict_table(runs: list[RunData]) -> pd.DataFrame:
                 row.update(acceptance=None, mean_accept_len=None, drafted_tokens=None, client_drafted_tokens=None,
                            contaminated_phases=0, harness_cores=None, other_cores_max=None)
             row["soak"] = soak_verdict(meta.get("soak"))
+            row["records_expected"], row["records_missing"] = _missing_records(p, r)
             row["requests_ok"] = int((r["status"] == "ok").sum()) if not r.empty else 0
             row["requests_failed"] = int((r["status"] != "ok").sum()) if not r.empty else 0
             row["slots"] = cap.get("slots")
@@ -108,6 +109,19 @@ def verdict_table(runs: list[RunData]) -> pd.DataFrame:
             row["memory_vs_baseline"] = _ratio(row["memory_mib"], base["memory_mib"]) if base else None
         rows.extend(run_rows)
     return pd.DataFrame(rows)
+
+
+def _missing_records(p: pd.DataFrame, r: pd.DataFrame) -> tuple[int, int]:
+    """(requests the configuration's phases recorded, how many of them have no readable request record)."""
+    if p.empty or "requests" not in p:
+        return 0, 0
+    expected = int(pd.Series(p["requests"], dtype="float64").fillna(0).sum())
+    if "attempt" in p and not r.empty and "attempt" in r:
+        have = r["attempt"].value_counts()
+        missing = sum(max(0, int(n) - int(have.get(a, 0))) for a, n in zip(p["attempt"], p["requests"]) if isinstance(a, str))
+    else:
+        missing = max(0, expected - len(r))
+    return expected, int(missing)
 
 
 def _tps_by_rep(ph: pd.DataFrame, config: str, n: int) -> dict[int, float]:
@@ -175,6 +189,8 @@ def display_table(df: pd.DataFrame, counts: list[int], multi_run: bool) -> pd.Da
     out["slots"] = df["slots"].map(_fmt0)
     out["memory MiB"] = df["memory_mib"].map(_fmt0)
     out["failures"] = [_failures(ok, failed, f) for ok, failed, f in zip(df["requests_ok"], df["requests_failed"], df["failure"])]
+    if "records_missing" in df and (df["records_missing"].fillna(0) > 0).any():
+        out["request records read"] = [f"✗ {int(e - m)} of {int(e)}" if m else "all" for e, m in zip(df["records_expected"], df["records_missing"].fillna(0))]
     if "soak" in df and df["soak"].map(lambda v: isinstance(v, str) and v != "").any():
         out["soak"] = df["soak"].map(lambda v: v if isinstance(v, str) and v else "–")
     return out

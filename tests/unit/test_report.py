@@ -269,3 +269,53 @@ def test_every_table_is_named_in_the_docs() -> None:
     for name in TABLES:
         if name != "verdict":
             assert f"`{name}.csv`" in docs or f"`{name}.csv`" in docs.replace(", `verify_distribution.csv`", ""), name
+
+
+# ---- damaged run folders (a copy of a real `make run` folder, then cut, corrupted, wrong-typed) ------------------
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "COLUMNS": "250"})
+
+
+def test_a_cut_and_corrupted_requests_file_is_named_and_its_rows_marked(run_dir: Path) -> None:
+    req = run_dir / "requests.jsonl"
+    req.write_bytes(req.read_bytes()[:5000] + b"\x00\x01\xff binary\n" + b'{"config": 3, "phase": "measure", "status": "ok"}\n')
+    p = _cli("report", str(run_dir))
+    assert p.returncode == 0, p.stderr
+    first = next(ln for ln in p.stderr.splitlines() if "could not read" in ln)
+    assert "requests.jsonl: 2 lines skipped, the first at line 3" in first and "not JSON: 1" in first and "field 'config'" in first
+    md = (run_dir / "report.md").read_text()
+    assert "**Could not read** run 20261129T102500Z-quick: requests.jsonl: 2 lines skipped" in md
+    verdict = pd.read_csv(run_dir / "verdict.csv")
+    # every phase recorded 30 requests per configuration; the cut file keeps 1 of the baseline's and none of the others'
+    assert list(verdict["records_expected"]) == [30, 30, 30]
+    assert list(verdict["records_missing"]) == [29, 30, 30]
+    assert "request records read" in md and "✗ 1 of 30" in md and "✗ 1 of 30" in p.stdout
+    assert "only 1 request records could be read: its row is marked" in md
+
+
+def test_an_intact_run_folder_reports_nothing_skipped_and_marks_no_row(run_dir: Path) -> None:
+    p = _cli("report", str(run_dir))
+    assert p.returncode == 0 and "could not read" not in p.stderr
+    assert (pd.read_csv(run_dir / "verdict.csv")["records_missing"] == 0).all()
+    assert "request records read" not in (run_dir / "report.md").read_text()
+
+
+def test_wrong_typed_phase_records_and_a_broken_capacity_file_are_named(run_dir: Path) -> None:
+    phases = (run_dir / "phases.jsonl").read_text().splitlines()
+    bad = json.loads(phases[0])
+    bad["total_tps"] = "fast"
+    (run_dir / "phases.jsonl").write_text("\n".join([json.dumps(bad), *phases[1:]]) + "\n")
+    cap = sorted((run_dir / "capacity").glob("*.json"))[0]
+    cap.write_text("{not json")
+    p = _cli("report", str(run_dir))
+    assert p.returncode == 0, p.stderr
+    assert "phases.jsonl: 1 line skipped, the first at line 1 (field 'total_tps' missing or of the wrong type)" in p.stderr
+    assert f"capacity/{cap.name}: 1 line skipped" in p.stderr and "unreadable capacity record" in p.stderr
+
+
+def test_resume_of_a_finished_run_says_so_and_measures_nothing(run_dir: Path) -> None:
+    before = (run_dir / "requests.jsonl").read_bytes()
+    p = _cli("resume", str(run_dir), "--no-report")
+    assert p.returncode == 0 and "already complete (completed); nothing to resume" in " ".join(p.stderr.split())
+    assert (run_dir / "requests.jsonl").read_bytes() == before

@@ -88,8 +88,8 @@ def _ramp_run(tmp_path: Path) -> Path:
     for i, (n, v) in enumerate(tps.items()):
         att = f"draft-self-k3/ramp/{n}/{i + 1}/x"
         steps.append({"event": "step", "config": "draft-self-k3", "streams": n, "attempt": att, "passed": v >= 10})
-        reqs += [{"config": "draft-self-k3", "phase": "ramp", "streams": n, "attempt": att, "status": "ok", "decode_tps": v, "ttft_s": 0.5}
-                 for _ in range(n)]
+        reqs += [{"config": "draft-self-k3", "phase": "ramp", "streams": n, "repetition": i + 1, "start_unix_s": 1.8e9 + i, "attempt": att,
+                  "status": "ok", "decode_tps": v, "ttft_s": 0.5} for _ in range(n)]
     steps.append({"event": "result", "config": "draft-self-k3", "max_streams": 5, "first_failing": 6})
     (d / "ramp.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
     with (d / "requests.jsonl").open("a") as f:
