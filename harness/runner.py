@@ -559,13 +559,14 @@ class Runner:
                 self._phase_loop = None
 
         records = asyncio.run(measured())
+        # the clocks stop when the last response has ended: writing the records is not part of the phase's time
+        cpu = meter.stop()
+        t1 = time.time()
         requests.flush()  # every request record on disk before its phase closes
         if collect is not None:
             collect.extend(records)
         if self._interrupted is not None:
             raise RunInterrupted(self._interrupted)  # the phase is incomplete: no phase record, resume measures it again
-        cpu = meter.stop()
-        t1 = time.time()
         if not engine.alive():
             raise EngineCrashed(f"engine exited during {phase} at {streams} streams: " + (engine.failure_reason(engine.read_log()) or f"exit {engine.proc.returncode if engine.proc else '?'}"))
         after = engine.scrape()

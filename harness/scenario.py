@@ -93,6 +93,9 @@ class Configuration(_Strict):
     engine_args: list[str] = Field(default_factory=list, description="extra engine arguments, as a list")
     sweep: Sweep | None = Field(None, description="expand into one configuration per k (and synthetic length)")
     sweep_of: str | None = Field(None, description="set by the sweep expansion: the configuration this one came from")
+    baseline: str | None = Field(
+        None, description="the 'none' configuration its speedups are against; default: the one serving the same target model"
+    )
 
     @field_validator("algorithm")
     @classmethod
@@ -140,7 +143,7 @@ class Configuration(_Strict):
             for length in lengths:
                 synthetic = Synthetic(length=length) if length is not None else self.synthetic
                 name = f"{self.name}-k{k}" + (f"-L{length:g}" if length is not None else "")
-                data = self.model_dump(exclude={"sweep", "synthetic", "name", "k", "sweep_of"})
+                data = self.model_dump(exclude={"sweep", "synthetic", "name", "k", "sweep_of"})  # baseline, model kept
                 out.append(Configuration(**data, name=name, k=k, synthetic=synthetic, sweep_of=self.name))
         return out
 
@@ -341,6 +344,32 @@ class Scenario(_Strict):
                 if n not in names:
                     raise ValueError(f"soak.configurations: no configuration named '{n}'; configurations: {', '.join(sorted(names))}")
         return self
+
+    @model_validator(mode="after")
+    def _baselines(self) -> Scenario:
+        """Every speculative configuration is compared with a baseline that serves its target model: named by
+        ``baseline``, or found by model. A scenario without any baseline (a soak of one configuration) has no speedups."""
+        runs = self.runs()
+        bases = [c for c in runs if c.algorithm == "none"]
+        names = {c.name: c for c in runs}
+        for c in runs:
+            if c.baseline is not None:
+                base = names.get(c.baseline)
+                if base is None or base.algorithm != "none":
+                    raise ValueError(f"configuration '{c.name}': baseline '{c.baseline}' is not a configuration with algorithm 'none'; "
+                                     f"baselines: {', '.join(b.name for b in bases) or 'none'}")
+            elif c.algorithm != "none" and bases and not any((b.model or self.server.model) == (c.model or self.server.model) for b in bases):
+                raise ValueError(f"configuration '{c.name}' targets {c.model or self.server.model}, which no baseline serves "
+                                 f"(baselines: {', '.join(f'{b.name} on {b.model or self.server.model}' for b in bases)}); add an "
+                                 f"'algorithm: none' configuration with that model, or name the one to compare with in 'baseline:'")
+        return self
+
+    def baseline_of(self, cfg: Configuration) -> Configuration | None:
+        """The configuration ``cfg``'s speedups are against (None: the scenario has no baseline for it)."""
+        runs = self.runs()
+        if cfg.baseline is not None:
+            return next((c for c in runs if c.name == cfg.baseline), None)
+        return next((c for c in runs if c.algorithm == "none" and (c.model or self.server.model) == (cfg.model or self.server.model)), None)
 
     def runs(self) -> list[Configuration]:
         """The configurations to run, sweeps expanded (one per k and synthetic length)."""

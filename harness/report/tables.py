@@ -387,7 +387,9 @@ def explain_table(runs: list[RunData], verdict: pd.DataFrame) -> pd.DataFrame:
             if meta.get("algorithm") in (None, "none") or meta.get("status") != "done":
                 continue
             vb = verdict[(verdict["run"] == run.run_id) & (verdict["config"] == name)]
-            base = vb["baseline"].iloc[0] if "baseline" in vb and not vb.empty and isinstance(vb["baseline"].iloc[0], str) else first_base
+            if "baseline" not in vb or vb.empty or not isinstance(vb["baseline"].iloc[0], str):
+                continue  # no baseline serves its target model: nothing to explain against
+            base = vb["baseline"].iloc[0]
             b_secs, b_toks, _ = _solo_decode(run, base)
             t_base = b_secs / b_toks if b_toks else None
             secs, toks, by_rep = _solo_decode(run, name)

@@ -91,11 +91,14 @@ def verdict_table(runs: list[RunData]) -> pd.DataFrame:
             row["memory_mib"] = _add(_add(row["model_mib"], row["kv_mib"]), row["compute_mib"])
             row["failure"] = meta.get("failure")
             run_rows.append(row)
-        bases = [x for x in run_rows if x["algorithm"] == "none" and x["status"] == "done"]
+        bases = {x["config"]: x for x in run_rows if x["algorithm"] == "none" and x["status"] == "done"}
         for row in run_rows:
-            # compare with the baseline that serves the same target model (a tiny MTP target has its own)
-            model = (cfgs.get(row["config"]) or {}).get("model")
-            base = next((x for x in bases if model and (cfgs.get(x["config"]) or {}).get("model") == model), bases[0] if bases else None)
+            # compare with the baseline the configuration names, else the one serving the same target model; never
+            # another model's (a run recorded before scenarios refused that gets no speedup rather than a wrong one)
+            meta = cfgs.get(row["config"]) or {}
+            named = (meta.get("spec") or {}).get("baseline")
+            model = target_model(run, row["config"])
+            base = bases.get(named) if named else next((x for x in bases.values() if model is not None and target_model(run, x["config"]) == model), None)
             row["baseline"] = base["config"] if base else None
             row["solo_speedup"] = _ratio(row["solo_decode_tps"], base["solo_decode_tps"]) if base else None
             solo_ratios = _rep_ratios(_solo_by_rep(rq, row["config"]), _solo_by_rep(rq, base["config"])) if base else []
@@ -109,6 +112,15 @@ def verdict_table(runs: list[RunData]) -> pd.DataFrame:
             row["memory_vs_baseline"] = _ratio(row["memory_mib"], base["memory_mib"]) if base else None
         rows.extend(run_rows)
     return pd.DataFrame(rows)
+
+
+def target_model(run: RunData, config: str) -> str | None:
+    """The configuration's target model as the manifest recorded it (runs recorded before it was kept per
+    configuration: the configuration's own ``model``, else the scenario's server model)."""
+    meta = run.manifest.get("configurations", {}).get(config) or {}
+    if meta.get("model"):
+        return str(meta["model"])
+    return (meta.get("spec") or {}).get("model") or ((run.scenario.get("server") or {}).get("model"))
 
 
 def _missing_records(p: pd.DataFrame, r: pd.DataFrame) -> tuple[int, int]:

@@ -125,3 +125,38 @@ def test_server_env_reaches_the_engine_process_and_bad_names_are_refused(tmp_pat
     assert "VLLM_CPU_KVCACHE_SPACE=1" in (tmp_path / "env.txt").read_text().splitlines()
     with pytest.raises(ScenarioError, match=r"server\.env\.1BAD"):
         load_scenario(write(tmp_path, GOOD.replace("  model: model.gguf\n", "  model: model.gguf\n  env: {1BAD: x}\n")), LlamaCpp.methods)
+
+
+OTHER_TARGET = GOOD + """\
+  - name: other-target
+    algorithm: draft-simple
+    model: draft.gguf
+    draft: draft.gguf
+    k: 2
+"""
+
+
+def test_a_speculative_configuration_on_another_target_than_every_baseline_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, OTHER_TARGET.replace("measurement:\n  streams: [4, 1]\n", "") + "measurement:\n  streams: [1]\n")
+    p = subprocess.run([sys.executable, "-m", "harness.cli", "validate", str(path)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stdout
+    msg = " ".join(p.stderr.split())
+    assert "configuration 'other-target' targets draft.gguf, which no baseline serves (baselines: baseline on model.gguf)" in msg
+
+
+def test_an_explicit_baseline_pairs_across_models_and_must_be_a_baseline(tmp_path: Path) -> None:
+    text = OTHER_TARGET.replace("measurement:\n  streams: [4, 1]\n", "") + "    baseline: baseline\nmeasurement:\n  streams: [1]\n"
+    loaded = load_scenario(write(tmp_path, text), LlamaCpp.methods)
+    sc = loaded.scenario
+    assert sc.baseline_of(sc.runs()[2]).name == "baseline" and sc.baseline_of(sc.runs()[1]).name == "baseline"
+    with pytest.raises(ScenarioError, match="baseline 'draft' is not a configuration with algorithm 'none'"):
+        load_scenario(write(tmp_path, text.replace("baseline: baseline", "baseline: draft")), LlamaCpp.methods)
+
+
+def test_validate_prints_the_wall_clock_estimate_and_warns_about_slices(tmp_path: Path) -> None:
+    text = GOOD + "soak:\n  duration_s: 7200\n  slice_s: 600\n"
+    p = subprocess.run([sys.executable, "-m", "harness.cli", "validate", str(write(tmp_path, text))], capture_output=True, text=True, timeout=120,
+                       env={**__import__("os").environ, "COLUMNS": "300"})
+    assert p.returncode == 0, p.stderr
+    assert "estimated wall clock 4.0 h" in p.stdout and "soak 4.0 h" in p.stdout  # 2 configurations x 2 h
+    assert "soak.slice_s (10 min) restarts each configuration's engine every slice" in " ".join(p.stderr.split())
