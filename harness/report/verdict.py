@@ -76,6 +76,7 @@ def verdict_table(runs: list[RunData]) -> pd.DataFrame:
             else:
                 row.update(acceptance=None, mean_accept_len=None, drafted_tokens=None, client_drafted_tokens=None,
                            contaminated_phases=0, harness_cores=None, other_cores_max=None)
+            row["engine_agreement"] = engine_agreement(p, int((meta.get("spec") or {}).get("max_tokens") or run.scenario.get("measurement", {}).get("max_tokens") or 0))
             row["soak"] = soak_verdict(meta.get("soak"))
             row["records_expected"], row["records_missing"] = _missing_records(p, r)
             row["requests_ok"] = int((r["status"] == "ok").sum()) if not r.empty else 0
@@ -112,6 +113,37 @@ def verdict_table(runs: list[RunData]) -> pd.DataFrame:
             row["memory_vs_baseline"] = _ratio(row["memory_mib"], base["memory_mib"]) if base else None
         rows.extend(run_rows)
     return pd.DataFrame(rows)
+
+
+AGREEMENT_TOLERANCE = 0.005  # client and engine counts within 0.5% agree
+
+
+def engine_agreement(p: pd.DataFrame, max_tokens: int) -> str:
+    """The client's counts against the engine's counters over the configuration's measured phases: output,
+    drafted and accepted tokens. '✓' within 0.5%; '✗ what: engine E vs client C' otherwise, with a word on
+    why (another client used the engine when it counted more than the client sent and no request failed).
+    A failed request's tokens reach only the engine's count: up to max_tokens each is allowed for them."""
+    if p.empty:
+        return "–"
+    failed = int(pd.Series(p.get("errors", []), dtype="float64").fillna(0).sum())
+    pairs = [("output", _sum(c.get("output_tokens") for c in p["counters"]), _sum(p.get("output_tokens", [])))]
+    if "client_draft_tokens" in p:
+        pairs.append(("drafted", _sum(c.get("draft_tokens") for c in p["counters"]), _sum(p["client_draft_tokens"])))
+    if "client_accepted_tokens" in p:
+        pairs.append(("accepted", _sum(c.get("accepted_tokens") for c in p["counters"]), _sum(p["client_accepted_tokens"])))
+    checked, bad = 0, []
+    for what, engine, client in pairs:
+        if engine is None or client is None:
+            continue
+        checked += 1
+        slack = failed * max_tokens if what == "output" else 0.0
+        if abs(engine - client) <= AGREEMENT_TOLERANCE * max(engine, client, 1.0) or 0 <= engine - client <= slack:
+            continue
+        why = " (another client used the engine?)" if engine > client and not failed else ""
+        bad.append(f"{what}: engine {engine:,.0f} vs client {client:,.0f}{why}")
+    if not checked:
+        return "–"
+    return ("✗ " + "; ".join(bad)) if bad else ("✓" + (f" ({failed} failed)" if failed else ""))
 
 
 def target_model(run: RunData, config: str) -> str | None:
@@ -201,6 +233,8 @@ def display_table(df: pd.DataFrame, counts: list[int], multi_run: bool) -> pd.Da
     out["slots"] = df["slots"].map(_fmt0)
     out["memory MiB"] = df["memory_mib"].map(_fmt0)
     out["failures"] = [_failures(ok, failed, f) for ok, failed, f in zip(df["requests_ok"], df["requests_failed"], df["failure"])]
+    if "engine_agreement" in df:
+        out["engine agreement"] = df["engine_agreement"].fillna("–")
     if "records_missing" in df and (df["records_missing"].fillna(0) > 0).any():
         out["request records read"] = [f"✗ {int(e - m)} of {int(e)}" if m else "all" for e, m in zip(df["records_expected"], df["records_missing"].fillna(0))]
     if "soak" in df and df["soak"].map(lambda v: isinstance(v, str) and v != "").any():
