@@ -35,7 +35,6 @@ from harness.prompts import PromptError, load_prompts
 from harness.runner_util import free_port  # noqa: F401 - re-exported for the tests
 from harness.records import (
     AFTER_SOAK,
-    VERDICTS as VERDICTS_FILE,
     FAILURES,
     FILL_CHECKS,
     MANIFEST,
@@ -48,6 +47,7 @@ from harness.records import (
     read_jsonl,
     write_json_atomic,
 )
+from harness.records import VERDICTS as VERDICTS_FILE
 from harness.scenario import Configuration, LoadedScenario, safe_name, verdict_fails
 from harness.servable import search_max_streams, slo_verdict
 from harness.session import EngineSession, RunContext, launch_spec

@@ -136,9 +136,21 @@ def _has_data(result: list[dict[str, Any]]) -> bool:
 
 
 class _Linger(BaseObserver):
-    """Holds each measured phase's end (the engine still up) long enough for 2+ scrapes at 1 s."""
+    """Holds each measured phase's end (the engine still up) until Prometheus scrapes that engine, then for
+    2+ more scrapes at 1 s. Prometheus hands discovered targets to its scrapers at most every 5 s, so an
+    engine that lives a few seconds on a quiet machine would otherwise never be scraped."""
+
+    def __init__(self, prom: Prometheus):
+        self.prom = prom
 
     def on_phase(self, record: dict[str, Any]) -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            targets = self.prom.api("targets")["activeTargets"]
+            if any(t["labels"].get("config") == record["config"] and t["labels"].get("job") == promconfig.ENGINES_JOB
+                   and t["health"] == "up" for t in targets):
+                break
+            time.sleep(0.5)
         time.sleep(2.5)
 
 
@@ -186,7 +198,7 @@ def live(prometheus_bin: str, llama_server_bin: Path, tmp_path_factory: pytest.T
         (tmp / "promlive.yaml").write_text(SCENARIO)
         loaded = load_scenario(tmp / "promlive.yaml")
         t0 = time.time()
-        result = Runner(loaded, results, observers=[EngineTargetsFile(results), exporter, _Linger()]).run()
+        result = Runner(loaded, results, observers=[EngineTargetsFile(results), exporter, _Linger(prom)]).run()
         assert result.failed_configs == ["broken"], result
         exporter.record_verdict("self-draft", "collapse")  # what the soak watchdog does
         time.sleep(4)  # last scrapes and rule evaluations
