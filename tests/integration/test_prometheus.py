@@ -136,21 +136,33 @@ def _has_data(result: list[dict[str, Any]]) -> bool:
 
 
 class _Linger(BaseObserver):
-    """Holds each measured phase's end (the engine still up) until Prometheus scrapes that engine, then for
-    2+ more scrapes at 1 s. Prometheus hands discovered targets to its scrapers at most every 5 s, so an
-    engine that lives a few seconds on a quiet machine would otherwise never be scraped."""
+    """Holds each engine's start until Prometheus scrapes it, and each measured phase's end (the engine still
+    up) for 2+ more scrapes at 1 s, so that every engine counter is seen before and after its phase.
+    Prometheus hands discovered targets to its scrapers at most every 5 s: an engine that lives a few
+    seconds on a quiet machine would otherwise be scraped late or never."""
 
     def __init__(self, prom: Prometheus):
         self.prom = prom
 
-    def on_phase(self, record: dict[str, Any]) -> None:
+    def on_config_start(self, config: str, algorithm: str, synthetic: bool, engine: str, engine_url: str, engine_pid: int | None) -> None:
+        import psutil
+
+        def alive() -> bool:
+            try:
+                return engine_pid is not None and psutil.Process(engine_pid).status() != psutil.STATUS_ZOMBIE
+            except psutil.Error:
+                return False
+
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and alive():
             targets = self.prom.api("targets")["activeTargets"]
-            if any(t["labels"].get("config") == record["config"] and t["labels"].get("job") == promconfig.ENGINES_JOB
+            if any(t["labels"].get("config") == config and t["labels"].get("job") == promconfig.ENGINES_JOB
                    and t["health"] == "up" for t in targets):
-                break
+                time.sleep(1.5)  # one more scrape of the idle engine: the counters' value before the phase
+                return
             time.sleep(0.5)
+
+    def on_phase(self, record: dict[str, Any]) -> None:
         time.sleep(2.5)
 
 
