@@ -25,7 +25,7 @@ from typing import Any
 from rich.console import Console
 
 from engines import engine_class
-from engines.base import Engine, acceptance_figures, counters_delta
+from engines.base import acceptance_figures, counters_delta  # acceptance_figures: also imported from here by tests
 from harness import __version__
 from harness.client import RequestParams, run_streams
 from harness.cpu import CpuMeter
