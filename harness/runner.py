@@ -328,10 +328,11 @@ class Runner:
         ports = {c.name: free_port() for c in cfgs}
         slice_len = soak.slice_s or soak.duration_s
         stopped: dict[str, str] = {}  # config -> why its soak was ended by a verdict
-        for v in read_jsonl(self.run_dir / VERDICTS_FILE):
+        earlier = list(read_jsonl(self.run_dir / VERDICTS_FILE))  # a resumed run: what verdicts already stopped
+        for v in earlier:
             if v.get("action") in ("stop_config", "stop_run") and v.get("config") in detectors:
                 stopped.setdefault(v["config"], f"{v.get('kind')}: {v.get('message')}")
-        stop_run = next((f"{v.get('config')}: {v.get('kind')}" for v in read_jsonl(self.run_dir / VERDICTS_FILE) if v.get("action") == "stop_run"), None)
+        stop_run = next((f"{v.get('config')}: {v.get('kind')}" for v in earlier if v.get("action") == "stop_run"), None)
         self.manifest["soak"] = {"duration_s": soak.duration_s, "configurations": [c.name for c in cfgs],
                                  "design": "interleaved slices, engine restarted per slice" if soak.slice_s else "one engine per configuration for its whole soak"}
         self._write_manifest()
