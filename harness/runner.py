@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import platform
+import random
 import signal
 import socket
 import sys
@@ -32,7 +33,7 @@ from harness.cpu import CpuMeter
 from harness.errors import EngineCrashed, EngineError, ResultsError, ScenarioError
 from harness.observe import Observers, RunObserver
 from harness.prompts import PromptError, load_prompts
-from harness.runner_util import free_port  # noqa: F401 - re-exported for the tests
+from harness.runner_util import block_order, free_port, prompt_offset  # free_port: re-exported for the tests
 from harness.records import (
     AFTER_SOAK,
     FAILURES,
@@ -176,6 +177,7 @@ class Runner:
             "stopped_unix": None,
             "status": "running",
             "stop_reason": None,
+            "design": {"kind": self.sc.measurement.design},
             "configurations": {
                 c.name: {
                     "status": "pending",
@@ -251,14 +253,18 @@ class Runner:
         self._ramp_out = JsonlWriter(self.run_dir / RAMP)
         self._fill_out = JsonlWriter(self.run_dir / FILL_CHECKS)
         try:
+            if self.sc.measurement.design == "interleaved":
+                self._interleaved(requests, phases, failures, failed)
             for cfg in self.sc.runs():
-                if cfg.name in self.failed_before:
+                if cfg.name in failed:
                     continue
                 if not self._config_done(cfg):
                     ok = self._run_config(cfg, requests, phases, failures)
                     if not ok:
                         failed.append(cfg.name)
                         continue
+                elif self.manifest["configurations"][cfg.name].get("status") != "done":
+                    self._set_config_status(cfg.name, status="done")  # measured in the interleaved blocks
                 if self.sc.report.fill_check and cfg.name not in self.fill_done:
                     self._fill_check(cfg)
             soak_failed: list[str] = []
@@ -306,10 +312,15 @@ class Runner:
 
     def _config_done(self, cfg: Configuration) -> bool:
         """Every phase measured, and the ramp's result written when the scenario has a ramp."""
-        m = self.sc.measurement
         if self.sc.slo and self.sc.slo.ramp and cfg.name not in self.ramp_done:
             return False
-        return all((cfg.name, n, r) in self.done_phases for n in m.streams for r in range(1, m.repetitions + 1))
+        return self._phases_done(cfg)
+
+    def _phases_done(self, cfg: Configuration, rep: int | None = None) -> bool:
+        """Every phase of ``cfg`` (of repetition ``rep`` only, when given) measured."""
+        m = self.sc.measurement
+        reps = [rep] if rep is not None else range(1, m.repetitions + 1)
+        return all((cfg.name, n, r) in self.done_phases for n in m.streams for r in reps)
 
     def _soak(self, failed: list[str], failures: _Tee, requests: _Tee) -> tuple[list[str], str | None]:
         """Each configuration's soak; returns the configurations whose soak failed, and why the run was stopped (if it was).
@@ -416,15 +427,65 @@ class Runner:
             self.obs.on_config_end(name, fields["status"])
 
     def _run_config(self, cfg: Configuration, requests: _Tee, phases: _Tee, failures: _Tee) -> bool:
+        """What is left of a configuration on one engine: its phases not yet measured (all of them in the
+        sequential design), then its ramp. False when the engine failed (recorded)."""
+
+        def body(session: EngineSession, where: dict[str, str]) -> None:
+            if not self._phases_done(cfg):
+                self._measure(cfg, session, requests, phases)
+            if self.sc.slo and self.sc.slo.ramp and cfg.name not in self.ramp_done:
+                where["stage"] = "ramp"
+                self._ramp(cfg, session, requests)
+
+        ok = self._with_engine(cfg, None, failures, body)
+        if ok:
+            self._set_config_status(cfg.name, status="done")
+        return ok
+
+    def _interleaved(self, requests: _Tee, phases: _Tee, failures: _Tee, failed: list[str]) -> None:
+        """The interleaved design (docs/reports.md#design): repetition r is a block that measures every configuration
+        once, in an order shuffled per block from a recorded seed, each on a fresh engine; so repetition r of a
+        configuration and of its baseline are seconds apart, and a machine that speeds up or slows down over minutes
+        moves both. The ramp and the fill check follow, per configuration, in the main loop."""
+        m = self.sc.measurement
+        design = self.manifest.setdefault("design", {"kind": "interleaved"})
+        if design.get("order_seed") is None:
+            design["order_seed"] = m.order_seed if m.order_seed is not None else random.SystemRandom().randrange(2**31)
+        seed = int(design["order_seed"])
+        design.setdefault("blocks", [])
+        self._write_manifest()
+        cfgs = [c for c in self.sc.runs() if c.name not in failed]
+        for rep in range(1, m.repetitions + 1):
+            order = block_order([c.name for c in cfgs], seed, rep)
+            if not any(b.get("repetition") == rep for b in design["blocks"]):
+                design["blocks"].append({"repetition": rep, "order": order, "start_unix_s": time.time()})
+                self._write_manifest()
+            self.console.print(f"[bold]block {rep}/{m.repetitions}[/]: {', '.join(order)}")
+            by_name = {c.name: c for c in cfgs}
+            for name in order:
+                cfg = by_name[name]
+                if cfg.name in failed or self._phases_done(cfg, rep):
+                    continue
+
+                def body(session: EngineSession, _where: dict[str, str], cfg: Configuration = cfg, rep: int = rep) -> None:
+                    self._measure(cfg, session, requests, phases, reps=[rep])
+
+                if not self._with_engine(cfg, f"block{rep}", failures, body):
+                    failed.append(cfg.name)
+
+    def _with_engine(self, cfg: Configuration, log_stage: str | None, failures: _Tee, body: Any) -> bool:
+        """Start ``cfg``'s engine (ready, speculation checked, capacity recorded), run ``body(session, where)``, stop
+        the engine. False when the engine failed: a failure record says at which stage (``where["stage"]``)."""
         assert self.run_dir is not None
         name = safe_name(cfg.name)
-        session = self.ctx.session(cfg, None)
-        self.console.print(f"[bold]{cfg.name}[/] ({cfg.algorithm}{', synthetic' if cfg.is_synthetic else ''}): starting {self.engine_cls.name}")
+        session = self.ctx.session(cfg, log_stage)
+        self.console.print(f"[bold]{cfg.name}[/] ({cfg.algorithm}{', synthetic' if cfg.is_synthetic else ''}): starting {self.engine_cls.name}"
+                           + (f" ({log_stage})" if log_stage else ""))
         self._set_config_status(cfg.name, status="starting", command=session.display_command())
-        stage = "start"
+        where = {"stage": "start"}
         try:
             ready_s = session.start()
-            stage = "capacity"
+            where["stage"] = "capacity"
             capacity = session.capacity()
             cap_record = {"config": cfg.name, "ready_s": ready_s, **capacity.to_dict()}
             write_json_atomic(self.run_dir / "capacity" / f"{name}.json", cap_record)
@@ -434,15 +495,12 @@ class Runner:
                 f"KV {capacity.target.kv_mib} MiB" + (f", draft KV {capacity.draft.kv_mib} MiB" if capacity.draft else "")
             )
             self._set_config_status(cfg.name, status="measuring", pid=session.pid)
-            stage = "measure"
-            self._measure(cfg, session, requests, phases)
-            if self.sc.slo and self.sc.slo.ramp and cfg.name not in self.ramp_done:
-                stage = "ramp"
-                self._ramp(cfg, session, requests)
-            self._set_config_status(cfg.name, status="done")
+            where["stage"] = "measure"
+            body(session, where)
             return True
         except EngineError as exc:
             kind = type(exc).__name__
+            stage = where["stage"]
             if stage == "start" and session.starts and session.ready_s is not None:
                 stage = "speculation"  # ready, but the speculation asked for is not active
             failures.write({"config": cfg.name, "stage": stage, "kind": kind, "message": str(exc), "unix_s": time.time(), "log": str(session.log_path)})
@@ -454,18 +512,23 @@ class Runner:
             self.manifest["configurations"][cfg.name]["engine_exit"] = code
             self._write_manifest()
 
-    def _measure(self, cfg: Configuration, session: EngineSession, requests: _Tee, phases: _Tee, phase: str = "measure", warmup: bool = True) -> None:
+    def _measure(self, cfg: Configuration, session: EngineSession, requests: _Tee, phases: _Tee, phase: str = "measure", warmup: bool = True,
+                 reps: list[int] | None = None) -> None:
+        """The phases of ``reps`` (default: every repetition) at every stream count, on ``session``'s engine, after a warm-up.
+
+        Phase (N, r) sends the same prompts whatever the design or configuration (``prompt_offset``): repetition r of a
+        configuration and of its baseline answer the same prompts; the repetitions differ in their prompts."""
         m = self.sc.measurement
         if m.warmup_requests and warmup:
             self._phase(cfg, session, requests, None, "warmup", streams=1, repetition=0, n=m.warmup_requests)
-        offset = 0
         for streams in m.streams:
-            for rep in range(1, m.repetitions + 1):
+            for rep in reps or range(1, m.repetitions + 1):
                 if phase == "measure" and (cfg.name, streams, rep) in self.done_phases:
-                    offset += streams * m.requests_per_stream
                     continue
-                rec = self._phase(cfg, session, requests, phases, phase, streams, rep, m.requests_per_stream, offset)
-                offset += streams * m.requests_per_stream
+                self.done_phases.discard((cfg.name, streams, rep))
+                rec = self._phase(cfg, session, requests, phases, phase, streams, rep, m.requests_per_stream, prompt_offset(m.requests_per_stream, m.streams, m.repetitions, streams, rep))
+                if phase == "measure":
+                    self.done_phases.add((cfg.name, streams, rep))
                 acc = rec.get("acceptance")
                 self.console.print(
                     f"  {'after soak: ' if phase == 'after_soak' else ''}{streams:>3} stream{'s' if streams > 1 else ' '} rep {rep}: {rec['total_tps']:.1f} t/s total"

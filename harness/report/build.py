@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from harness.report import plots
+from harness.report.design import control_summary, control_table, design_notes
 from harness.report.load import RunData, load_run
 from harness.report.render import Block, h, img, p, table, to_html, to_markdown, ul
 from harness.report.stats import isnum
@@ -30,8 +31,8 @@ from harness.report.tables import (
 )
 from harness.report.verdict import display_table, stream_counts, verdict_table
 
-TABLES = ("verdict", "memory", "max_streams", "break_even", "explanation", "roofline", "k_sweep", "soak", "after_soak", "verify", "verify_distribution")
-PLOTS = ("tps_vs_streams.png", "acceptance_over_time.png", "soak_timeline.png", "latency.png", "memory.png", "k_sweep.png")
+TABLES = ("verdict", "control", "control_summary", "memory", "max_streams", "break_even", "explanation", "roofline", "k_sweep", "soak", "after_soak", "verify", "verify_distribution")
+PLOTS = ("tps_vs_streams.png", "control.png", "acceptance_over_time.png", "soak_timeline.png", "latency.png", "memory.png", "k_sweep.png")
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,8 @@ def build_report(
         ms = tables["max_streams"][["run", "config", "max_streams", "max_streams_is_lower_bound"]]
         verdict = verdict.merge(ms, on=["run", "config"], how="left")
         tables["verdict"] = verdict
+    tables["control"] = control_table(runs)
+    tables["control_summary"] = control_summary(runs, tables["control"])
     tables["memory"] = memory_table(runs, memory_budget_mib)
     mem = tables["memory"]
     if not verdict.empty and not mem.empty and "servable_ctx_per_slot" in mem:
@@ -89,6 +92,7 @@ def build_report(
         (out / name).unlink(missing_ok=True)
     images: dict[str, Path | None] = {
         "tps": plots.tps_vs_streams(verdict, counts, tables["break_even"], out / "tps_vs_streams.png", multi) if not verdict.empty else None,
+        "control": plots.control_over_time(tables["control"], tables["control_summary"], out / "control.png", multi),
         "acc": plots.acceptance_over_time(runs, out / "acceptance_over_time.png"),
         "soak": plots.soak_timeline(runs, out / "soak_timeline.png"),
         "lat": plots.latency_distributions(runs, out / "latency.png"),
@@ -129,9 +133,11 @@ def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame
     else:
         b += [table(shown), p(
             "Solo decode t/s: median per-request decode rate at 1 stream. Total t/s @N: all output tokens of the phase over its",
-            "wall time. `vs baseline`: ratio of medians to the run's `algorithm: none` configuration; the bracket is the 95% Student-t",
-            "interval of the per-repetition ratios (repetition r of a configuration paired with repetition r of the baseline;",
-            "`[–]` with fewer than two repetitions). Acceptance = accepted / drafted tokens; mean length = 1 + accepted / verify steps",
+            "wall time. `vs baseline`: against the `algorithm: none` configuration serving the same target model (or the one named",
+            "by `baseline:`), the geometric mean of the paired ratios (repetition r of the configuration over repetition r of its",
+            "baseline: the same prompts, and in the interleaved design the same block, seconds apart); the bracket is its 95%",
+            "Student-t interval, on the logarithms (`[–]` with fewer than two pairs); `no difference shown` when it straddles 1.0.",
+            "The design and what differs between pairs: see *Measurement design* below. Acceptance = accepted / drafted tokens; mean length = 1 + accepted / verify steps",
             "(bonus token counted), from the engine's /metrics deltas. Max streams: the largest N meeting the SLO, from the ramp or the",
             "measured N (see below; `≥`: no N tried failed). Slots, ctx and memory: the engine's start-up log. `[synthetic]` rows use synthetic",
             "acceptance: their speed is a cost measurement, their output is not valid. Definitions: docs/metrics.md.",
@@ -139,14 +145,34 @@ def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame
     if images["tps"]:
         b.append(img(images["tps"], "total t/s against streams"))
 
+    b.append(h(2, "Measurement design and the machine's speed"))
+    b.append(ul(design_notes(runs, t["verdict"])))
+    cs = t["control_summary"]
+    if cs.empty:
+        b.append(p("No baseline was measured at 1 stream: no control for the machine's speed."))
+    else:
+        cols = {"baseline": "control (baseline)", "blocks": "blocks", "control_median_tps": "median solo t/s", "control_min_tps": "min",
+                "control_max_tps": "max", "control_spread": "spread", "first_to_last": "first → last", "drift_bound": "bound", "drifted": "drifted"}
+        b += [table(_show(cs, ["run"] * multi + list(cols), cols)), p(
+            "The control is each baseline's solo decode t/s in each block (repetition): the same configuration every time, so",
+            "its spread ((max − min) / median) is the machine's drift over the run. `drifted`: the spread exceeds the scenario's",
+            "`measurement.control_drift_max`; in the interleaved design every configuration saw the same drift, in the",
+            "sequential design it landed on whichever configuration was running.",
+        )]
+        if images.get("control"):
+            b.append(img(images["control"], "control: baseline solo decode t/s block by block"))
+
     b.append(h(2, "Break-even concurrency"))
     be = t["break_even"]
     if be.empty:
         b.append(p("No speculative configuration was measured against a baseline."))
     else:
-        b += [table(_show(be, ["run"] * multi + ["config", "algorithm", "break_even"], {"break_even": "stops beating the baseline at"})), p(
+        b += [table(_show(be, ["run"] * multi + ["config", "algorithm", "break_even", "shown_by_intervals"],
+                          {"break_even": "stops beating the baseline at", "shown_by_intervals": "what the intervals show"})), p(
             "The stream count from which a configuration's total t/s no longer exceeds the baseline's, linearly interpolated",
-            "between the last measured N where it wins and the first where it does not (the two points in brackets).",
+            "between the last measured N where it wins and the first where it does not (the two points in brackets), from the",
+            "point estimates. `what the intervals show`: at each N, `faster` or `slower` only when the ratio's 95% interval",
+            "excludes 1.0; `no difference shown` when it straddles 1.0.",
         )]
 
     b.append(h(2, "Max streams under the SLO"))
@@ -179,11 +205,18 @@ def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame
                 "draft_kv_kib_per_token": "draft KV KiB/token", "compute_mib": "compute/verify buffers MiB",
                 "recurrent_mib": "recurrent state MiB", "recurrent_cells": "state slots", "total_mib": "total MiB",
                 "memory_budget_mib": "budget MiB", "servable_ctx_total": "servable ctx (all slots)",
-                "servable_ctx_per_slot": "servable ctx/slot", "servable_ctx_vs_baseline": "vs baseline"}
-        b += [table(_show(mem, ["run"] * multi + ["config"] + list(cols), cols)), p(
+                "servable_ctx_per_slot": "servable ctx/slot", "servable_ctx_vs_baseline": "vs baseline",
+                "gpu_used_mib": "GPU used MiB", "engine_gpu_mib": "engine GPU MiB"}
+        shown = _show(mem, ["run"] * multi + ["config"] + list(cols), cols)
+        for c in ("GPU used MiB", "engine GPU MiB"):  # not sampled is n/a, never 0 (harness/gpu.py)
+            if c in shown:
+                shown[c] = shown[c].replace("–", "n/a")
+        b += [table(shown), p(
             "From the start-up log (capacity/*.json). KV per token = the KV buffer over the context it holds (ctx total);",
             "servable context = (budget − weights − compute buffers − recurrent state) / (target + draft KV per token),",
             "the budget from the scenario's `report.memory_budget_mib` (– when none is given).",
+            "GPU used / engine GPU: the peak over the measurement phases of all GPUs' used memory and of the engine's",
+            "processes' share, through NVML (n/a: not sampled; memory.csv's `gpu_note` says why).",
         )]
         checked = mem[mem["fill_check"] != "not run"] if "fill_check" in mem else mem.iloc[0:0]
         if checked.empty:
@@ -342,6 +375,13 @@ def read_problems(runs: list[RunData]) -> list[str]:
 
 def _notes(runs: list[RunData], table_: pd.DataFrame) -> list[str]:
     out: list[str] = [f"**Could not read** {m}: figures are computed without these lines." for m in read_problems(runs)]
+    cs = control_summary(runs, control_table(runs))
+    for _, row in cs.iterrows() if not cs.empty else []:
+        if row["drifted"]:
+            out.append(f"**The machine's speed drifted** (run {row['run']}): the control {row['baseline']} spread "
+                       f"{row['control_spread']:.0%} over {row['blocks']} blocks ({row['control_min_tps']:.1f}–{row['control_max_tps']:.1f} "
+                       f"solo t/s), beyond the {row['drift_bound']:.0%} bound; ratios from the sequential design are suspect, "
+                       f"interleaved pairs share the drift.")
     for _, row in table_.iterrows():
         if isnum(row.get("records_missing")) and row["records_missing"] > 0:
             out.append(f"**{row['config']}**: its phases recorded {int(row['records_expected'])} requests; only "

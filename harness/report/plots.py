@@ -272,3 +272,33 @@ def k_sweep(verdict: pd.DataFrame, runs: list[RunData], counts: list[int], path:
 
 def _f(v: Any) -> float | None:
     return float(v) if isnum(v) and not math.isinf(float(v)) else None
+
+
+def control_over_time(control: pd.DataFrame, summary: pd.DataFrame, path: Path, multi: bool) -> Path | None:
+    """The machine's speed over the run: each baseline's solo decode t/s block by block, against minutes since the
+    run's first block, with the drift bound around the median (docs/reports.md#control)."""
+    if control.empty or len(control) < 2:
+        return None
+    fig, ax = plt.subplots(figsize=(7.5, 3.6), dpi=110)
+    t0 = float(control["start_unix_s"].min())
+    for i, ((run_id, base), g) in enumerate(control.groupby(["run", "baseline"], sort=False)):
+        g = g.sort_values("start_unix_s")
+        color = _COLORS[i % len(_COLORS)]
+        x = [(float(t) - t0) / 60 for t in g["start_unix_s"]]
+        ax.plot(x, list(g["control_decode_tps"]), marker="o", color=color, label=_label(str(run_id), str(base), False, multi))
+        for xx, rep in zip(x, g["repetition"]):
+            ax.annotate(str(int(rep)), (xx, float(g[g["repetition"] == rep]["control_decode_tps"].iloc[0])), textcoords="offset points",
+                        xytext=(3, 4), fontsize=7, color=color)
+        s = summary[(summary["run"] == run_id) & (summary["baseline"] == base)] if not summary.empty else summary
+        if not s.empty:
+            med, bound = float(s["control_median_tps"].iloc[0]), float(s["drift_bound"].iloc[0])
+            ax.axhspan(med * (1 - bound / 2), med * (1 + bound / 2), color=color, alpha=0.08)
+            if bool(s["drifted"].iloc[0]):
+                ax.annotate(f"drifted: spread {float(s['control_spread'].iloc[0]):.0%} > {bound:.0%}", (0.01, 0.04 + 0.08 * i),
+                            xycoords="axes fraction", fontsize=8, color="tab:red")
+    ax.set_xlabel("minutes since the first block")
+    ax.set_ylabel("baseline solo decode t/s")
+    ax.set_title("Control: the machine's speed, block by block (band: the drift bound)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)

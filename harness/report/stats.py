@@ -32,6 +32,33 @@ def t_interval(values: Sequence[float], level: float = CI_LEVEL) -> tuple[float 
     return mean - half, mean + half
 
 
+def ratio_interval(ratios: Sequence[float], level: float = CI_LEVEL) -> tuple[float | None, float | None, float | None]:
+    """(geometric mean, low, high) of paired ratios: the Student-t interval of their logarithms, back-transformed.
+
+    A ratio of two speeds is symmetric in the log (0.5× is as far from 1 as 2×), and the point estimate is the
+    centre of its own interval. (None, None, None) with no ratio; no interval with fewer than two."""
+    xs = [math.log(float(r)) for r in ratios if isnum(r) and float(r) > 0]
+    if not xs:
+        return None, None, None
+    centre = math.exp(sum(xs) / len(xs))
+    lo, hi = t_interval(xs, level)
+    if lo is None or hi is None:
+        return centre, None, None
+    return centre, math.exp(lo), math.exp(hi)
+
+
+def shown_difference(lo: object, hi: object) -> str | None:
+    """'faster' or 'slower' when the interval [lo, hi] of a ratio excludes 1.0, 'no difference shown' when it
+    straddles it, None without an interval: a ratio is never called a win or a loss on its point alone."""
+    if not (isnum(lo) and isnum(hi)):
+        return None
+    if float(lo) > 1.0:  # type: ignore[arg-type]
+        return "faster"
+    if float(hi) < 1.0:  # type: ignore[arg-type]
+        return "slower"
+    return "no difference shown"
+
+
 def expected_tokens_per_step(alpha: float, k: int) -> float:
     """(1 − α^(K+1)) / (1 − α): tokens one verification step yields if each drafted token is
     accepted with probability α independently, bonus token included; K+1 when α = 1."""

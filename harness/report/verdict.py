@@ -13,7 +13,7 @@ import pandas as pd
 from engines.base import EngineCounters, acceptance_figures
 
 from harness.report.load import RunData
-from harness.report.stats import t_interval
+from harness.report.stats import ratio_interval, shown_difference
 
 
 def _median(values: Any) -> float | None:
@@ -101,14 +101,17 @@ def verdict_table(runs: list[RunData]) -> pd.DataFrame:
             model = target_model(run, row["config"])
             base = bases.get(named) if named else next((x for x in bases.values() if model is not None and target_model(run, x["config"]) == model), None)
             row["baseline"] = base["config"] if base else None
-            row["solo_speedup"] = _ratio(row["solo_decode_tps"], base["solo_decode_tps"]) if base else None
-            solo_ratios = _rep_ratios(_solo_by_rep(rq, row["config"]), _solo_by_rep(rq, base["config"])) if base else []
-            row["solo_speedup_ci_low"], row["solo_speedup_ci_high"] = t_interval(solo_ratios)
+            # each ratio from the pairs (repetition r of the configuration and of its baseline: in the interleaved
+            # design, the same block, seconds apart): their geometric mean and its interval; the ratio of the
+            # medians only where no repetition pairs up
+            solo_ratios = _rep_ratios(solo_by_rep(rq, row["config"]), solo_by_rep(rq, base["config"])) if base else []
+            centre, row["solo_speedup_ci_low"], row["solo_speedup_ci_high"] = ratio_interval(solo_ratios)
+            row["solo_speedup"] = centre if centre is not None else _ratio(row["solo_decode_tps"], base["solo_decode_tps"]) if base else None
             row["solo_speedup_reps"] = len(solo_ratios)
             for n in counts:
-                row[f"speedup_{n}"] = _ratio(row.get(f"total_tps_{n}"), base.get(f"total_tps_{n}")) if base else None
                 ratios = _rep_ratios(_tps_by_rep(ph, row["config"], n), _tps_by_rep(ph, base["config"], n)) if base else []
-                row[f"speedup_{n}_ci_low"], row[f"speedup_{n}_ci_high"] = t_interval(ratios)
+                centre, row[f"speedup_{n}_ci_low"], row[f"speedup_{n}_ci_high"] = ratio_interval(ratios)
+                row[f"speedup_{n}"] = centre if centre is not None else _ratio(row.get(f"total_tps_{n}"), base.get(f"total_tps_{n}")) if base else None
                 row[f"speedup_{n}_reps"] = len(ratios)
             row["memory_vs_baseline"] = _ratio(row["memory_mib"], base["memory_mib"]) if base else None
         rows.extend(run_rows)
@@ -176,7 +179,7 @@ def _tps_by_rep(ph: pd.DataFrame, config: str, n: int) -> dict[int, float]:
     return {int(r): float(t) for r, t in zip(p["repetition"], p["total_tps"])}
 
 
-def _solo_by_rep(rq: pd.DataFrame, config: str) -> dict[int, float]:
+def solo_by_rep(rq: pd.DataFrame, config: str) -> dict[int, float]:
     """Median decode t/s of each repetition's successful requests at 1 stream."""
     if rq.empty:
         return {}
@@ -216,11 +219,14 @@ def display_table(df: pd.DataFrame, counts: list[int], multi_run: bool) -> pd.Da
     out["configuration"] = [f"{c} [synthetic]" if s else c for c, s in zip(df["config"], df["synthetic"])]
     out["algorithm"] = df["algorithm"]
     out["solo decode t/s"] = df["solo_decode_tps"].map(_fmt1)
-    out["solo vs baseline [95% CI]"] = [_fmtci(v, lo, hi) for v, lo, hi in zip(df["solo_speedup"], df["solo_speedup_ci_low"], df["solo_speedup_ci_high"])]
+    itself = [c == b for c, b in zip(df["config"], df.get("baseline", [None] * len(df)))]  # a baseline's own row
+    out["solo vs baseline [95% CI]"] = ["(baseline)" if me else _fmtci(v, lo, hi)
+                                        for me, v, lo, hi in zip(itself, df["solo_speedup"], df["solo_speedup_ci_low"], df["solo_speedup_ci_high"])]
     for n in counts:
         out[f"total t/s @{n}"] = df[f"total_tps_{n}"].map(_fmt1)
         out[f"@{n} vs baseline [95% CI]"] = [
-            _fmtci(v, lo, hi) for v, lo, hi in zip(df[f"speedup_{n}"], df[f"speedup_{n}_ci_low"], df[f"speedup_{n}_ci_high"])
+            "(baseline)" if me else _fmtci(v, lo, hi)
+            for me, v, lo, hi in zip(itself, df[f"speedup_{n}"], df[f"speedup_{n}_ci_low"], df[f"speedup_{n}_ci_high"])
         ]
     out["acceptance"] = df["acceptance"].map(_fmt2)
     out["mean length"] = df["mean_accept_len"].map(_fmt2)
@@ -286,4 +292,7 @@ def _fmtx(v: Any) -> str:
 def _fmtci(v: Any, lo: Any, hi: Any) -> str:
     if not _isnum(v):
         return "–"
-    return f"{v:.2f}× [{lo:.2f}, {hi:.2f}]" if _isnum(lo) and _isnum(hi) else f"{v:.2f}× [–]"
+    if not (_isnum(lo) and _isnum(hi)):
+        return f"{v:.2f}× [–]"
+    straddles = shown_difference(lo, hi) == "no difference shown"
+    return f"{v:.2f}× [{lo:.2f}, {hi:.2f}]" + (" no difference shown" if straddles else "")

@@ -105,7 +105,7 @@ def test_verdict_has_per_repetition_confidence_intervals(run_dir: Path) -> None:
     assert draft["speedup_4_ci_low"] < draft["speedup_4"] < draft["speedup_4_ci_high"] < 1.0
     assert v.loc["baseline", "speedup_4_ci_low"] == pytest.approx(1.0)
     md = rep.markdown.read_text()
-    assert "0.54× [0.49, 0.57]" in md  # the README's figure, with its interval
+    assert "0.53× [0.49, 0.57]" in md  # the geometric mean of the paired ratios, with its interval
 
 
 def test_memory_table_reads_the_log_figures_and_the_budget(run_dir: Path) -> None:
@@ -164,7 +164,7 @@ def test_html_is_self_contained(run_dir: Path) -> None:
     assert rep.html is not None
     page = rep.html.read_text()
     imgs = re.findall(r"<img [^>]*>", page)
-    assert len(imgs) == 3
+    assert len(imgs) == 4  # throughput, control, latency, memory
     assert all('src="data:image/png;base64,' in i for i in imgs)
     assert not re.search(r'(src|href)="(?!data:)', page)  # nothing fetched from anywhere
     assert "<table" in page and "draft-self-k3" in page
