@@ -17,9 +17,10 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from engines.base import EngineCounters
-from harness.errors import ScrapeError
+from engines.errors import ScrapeError
 
 GIB = 1024.0  # MiB per GiB
+MAX_POSITIONS = 1024  # draft positions a per-position counter may have: a larger label is not a position
 
 
 def gib_mib(value: str | float) -> float:
@@ -36,6 +37,7 @@ class Samples:
     """One /metrics scrape: every sample summed over its label sets, and per-label breakdowns."""
 
     def __init__(self, text: str, engine: str):
+        self.engine = engine
         self.totals: dict[str, float] = defaultdict(float)
         self.by_label: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
         try:
@@ -43,10 +45,11 @@ class Samples:
                 for sample in family.samples:
                     if sample.name.endswith("_created"):
                         continue
-                    self.totals[sample.name] += sample.value
-                    for label, value in sample.labels.items():
-                        self.by_label[(sample.name, label)][value] += sample.value
-        except (ValueError, TypeError) as exc:
+                    value = float(sample.value)  # the parser gives integers as int: 1e400 does not fit a float
+                    self.totals[sample.name] += value
+                    for label, label_value in sample.labels.items():
+                        self.by_label[(sample.name, label)][label_value] += value
+        except (ValueError, TypeError, OverflowError) as exc:
             raise ScrapeError(f"{engine}: /metrics is not valid Prometheus text: {exc}") from exc
 
     def get(self, *names: str) -> float | None:
@@ -61,7 +64,12 @@ class Samples:
         d = self.by_label.get((name, label))
         if not d:
             return ()
-        idx = {int(k): v for k, v in d.items() if k.lstrip("-").isdigit()}
+        idx: dict[int, float] = {}
+        for k, v in d.items():
+            if k.isascii() and k.lstrip("-").isdigit():
+                if len(k) > 5 or int(k) >= MAX_POSITIONS:
+                    raise ScrapeError(f'{self.engine}: /metrics: {name}{{{label}="{k[:20]}"}} is not a draft position (0 to {MAX_POSITIONS - 1})')
+                idx[int(k)] = v
         return tuple(idx.get(i, 0.0) for i in range(max(idx) + 1)) if idx else ()
 
 

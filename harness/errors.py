@@ -1,22 +1,47 @@
 """The harness's error tree and the exit codes the CLI maps them to.
 
-Exit codes (README): 0 ok, 1 a verdict failed, 2 bad input, 3 engine or infrastructure failure,
-4 a soak failed (a configuration crashed, hung, gave up, collapsed or ran out of memory during its soak).
+The engine errors and the base class live in engines/errors.py (the adapters raise them and must
+not import the harness); they are re-exported here, so ``from harness.errors import ...`` names
+the whole tree. Exit codes (README): 0 ok, 1 a verdict failed, 2 bad input, 3 engine or
+infrastructure failure, 4 a soak failed (a configuration crashed, hung, gave up, collapsed or ran
+out of memory during its soak).
 """
 
 from __future__ import annotations
 
-EXIT_OK = 0
-EXIT_VERDICT = 1
-EXIT_INPUT = 2
-EXIT_ENGINE = 3
-EXIT_SOAK = 4
+from engines.errors import (
+    EXIT_ENGINE,
+    EXIT_INPUT,
+    EXIT_OK,
+    EXIT_SOAK,
+    EXIT_VERDICT,
+    EngineCrashed,
+    EngineError,
+    EngineHung,
+    EngineNotInstalled,
+    EngineStartError,
+    HarnessError,
+    ScrapeError,
+    SpeculationInactive,
+)
 
-
-class HarnessError(Exception):
-    """Base of every error the harness raises on purpose; carries its CLI exit code."""
-
-    exit_code = EXIT_ENGINE
+__all__ = [
+    "EXIT_ENGINE",
+    "EXIT_INPUT",
+    "EXIT_OK",
+    "EXIT_SOAK",
+    "EXIT_VERDICT",
+    "EngineCrashed",
+    "EngineError",
+    "EngineHung",
+    "EngineNotInstalled",
+    "EngineStartError",
+    "HarnessError",
+    "ResultsError",
+    "ScenarioError",
+    "ScrapeError",
+    "SpeculationInactive",
+]
 
 
 class ScenarioError(HarnessError):
@@ -29,33 +54,3 @@ class ResultsError(HarnessError):
     """A results folder cannot be read or written (missing, not writable, disk full)."""
 
     exit_code = EXIT_ENGINE
-
-
-class EngineError(HarnessError):
-    """The engine did not do what a configuration asked."""
-
-    exit_code = EXIT_ENGINE
-
-
-class EngineNotInstalled(EngineError):
-    pass
-
-
-class EngineStartError(EngineError):
-    """The engine exited, or never became ready, during start-up."""
-
-
-class SpeculationInactive(EngineError):
-    """The engine serves, but without the speculation the configuration asked for."""
-
-
-class EngineCrashed(EngineError):
-    """The engine process exited while serving."""
-
-
-class EngineHung(EngineError):
-    """The engine stopped answering within the allowed time."""
-
-
-class ScrapeError(EngineError):
-    """The engine's /metrics (or /slots) could not be read or parsed."""

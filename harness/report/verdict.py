@@ -232,7 +232,7 @@ def display_table(df: pd.DataFrame, counts: list[int], multi_run: bool) -> pd.Da
     out["mean length"] = df["mean_accept_len"].map(_fmt2)
     out["ctx/slot"] = df["ctx_per_slot"].map(_fmt0)
     out["ctx total"] = df["ctx_total"].map(_fmt0)
-    if "servable_ctx_per_slot" in df and df["servable_ctx_per_slot"].map(_isnum).any():
+    if "servable_ctx_per_slot" in df and df["servable_ctx_per_slot"].map(_present).any():
         # under the scenario's memory budget (the memory table), marked ✓ when the fill check proved it
         out["servable ctx/slot (budget)"] = [_fmt0(v) + (" ✓" if f == "ok" else " ✗" if f in ("failed", "engine_failed") else "")
                                              for v, f in zip(df["servable_ctx_per_slot"], df.get("fill_check", [None] * len(df)))]
@@ -269,30 +269,31 @@ def _failures(ok: int, failed: int, failure: Any) -> str:
     return f"{failed}/{ok + failed}" if failed else "0"
 
 
-def _isnum(v: Any) -> bool:
+def _present(v: Any) -> bool:
+    """Not None and not NaN (any type; compare harness.report.stats.isnum: a real number only)."""
     return v is not None and not (isinstance(v, float) and math.isnan(v))
 
 
 def _fmt0(v: Any) -> str:
-    return f"{v:,.0f}" if _isnum(v) else "–"
+    return f"{v:,.0f}" if _present(v) else "–"
 
 
 def _fmt1(v: Any) -> str:
-    return f"{v:.1f}" if _isnum(v) else "–"
+    return f"{v:.1f}" if _present(v) else "–"
 
 
 def _fmt2(v: Any) -> str:
-    return f"{v:.2f}" if _isnum(v) else "–"
+    return f"{v:.2f}" if _present(v) else "–"
 
 
 def _fmtx(v: Any) -> str:
-    return f"{v:.2f}×" if _isnum(v) else "–"
+    return f"{v:.2f}×" if _present(v) else "–"
 
 
 def _fmtci(v: Any, lo: Any, hi: Any) -> str:
-    if not _isnum(v):
+    if not _present(v):
         return "–"
-    if not (_isnum(lo) and _isnum(hi)):
+    if not (_present(lo) and _present(hi)):
         return f"{v:.2f}× [–]"
     straddles = shown_difference(lo, hi) == "no difference shown"
     return f"{v:.2f}× [{lo:.2f}, {hi:.2f}]" + (" no difference shown" if straddles else "")

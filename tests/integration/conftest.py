@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from engines.base import LaunchSpec
-from engines.llamacpp import LlamaCpp, default_binary
+from engines.llamacpp import LlamaCpp, default_binary, missing_binary_hint
 from harness.models_ref import resolve_model
 from harness.runner import free_port
 
@@ -28,8 +28,8 @@ def smollm2() -> Path:
 @pytest.fixture(scope="session")
 def llama_server_bin() -> Path:
     binary = default_binary()
-    if not binary.exists():
-        pytest.fail(f"llama-server is not installed ({binary}); `make test` installs it", pytrace=False)
+    if binary is None or not binary.exists():
+        pytest.fail(f"llama-server is not installed ({binary or missing_binary_hint()}); `make test` installs it", pytrace=False)
     return binary
 
 
