@@ -207,6 +207,9 @@ SOAK = DashboardSpec(
     ),
 )
 
+# the engine-side panels read the engine-neutral series of promconfig.ENGINE_SERIES, whatever the engine
+ENGINE_NOTE = "From the engine's own /metrics, mapped to one set of names (docs/observability.md); empty for an engine that does not report it."
+
 SPECULATIVE = DashboardSpec(
     "specsoak-speculative",
     "specsoak: speculative decoding",
@@ -218,7 +221,7 @@ SPECULATIVE = DashboardSpec(
             Query(f"specsoak:acceptance_ratio:rate5m{{{S}}}", "{{config}} 5m"),
             Query(f"max by (config) (specsoak_soak_acceptance_ratio{{{S}}})", "{{config}} soak window"),
             Query(f"max by (config) (specsoak_cumulative_acceptance_ratio{{{S}}})", "{{config}} cumulative"),
-            Query(f"specsoak:engine_acceptance_ratio:rate1m{{{S}}}", "{{config}} engine counters 1m"),
+            Query(f"max by (config) ({promconfig.ENGINE_ACCEPTANCE}{{{S}}})", "{{config}} engine 1m"),
         ), unit="percentunit"),
         PanelSpec("Mean acceptance length", "timeseries", (
             Query(f"max by (config) (specsoak_phase_mean_acceptance_length{{{S}}})", "{{config}} last phase"),
@@ -236,11 +239,11 @@ SPECULATIVE = DashboardSpec(
             Query(f"sum by (config) (rate(specsoak_draft_tokens_total{{{S}}}[{W}]))", "{{config}} drafted"),
             Query(f"sum by (config) (rate(specsoak_accepted_tokens_total{{{S}}}[{W}]))", "{{config}} accepted"),
         )),
-        PanelSpec("Drafted vs accepted tokens/s (engine /metrics)", "timeseries", (
-            Query(f"sum by (config) (rate(llamacpp:spec_decode_num_draft_tokens_total{{{S}}}[{W}]))", "{{config}} drafted"),
-            Query(f"sum by (config) (rate(llamacpp:spec_decode_num_accepted_tokens_total{{{S}}}[{W}]))", "{{config}} accepted"),
-            Query(f"sum by (config) (rate(llamacpp:spec_decode_num_drafts_total{{{S}}}[{W}]))", "{{config}} verify steps"),
-        )),
+        PanelSpec("Drafted vs accepted tokens/s (engine /metrics, 1 min)", "timeseries", (
+            Query(f"sum by (config) ({promconfig.ENGINE_DRAFT_TOKENS}{{{S}}})", "{{config}} drafted"),
+            Query(f"sum by (config) ({promconfig.ENGINE_ACCEPTED_TOKENS}{{{S}}})", "{{config}} accepted"),
+            Query(f"sum by (config) ({promconfig.ENGINE_VERIFY_STEPS}{{{S}}})", "{{config}} verify steps"),
+        ), description=ENGINE_NOTE),
     ),
 )
 
@@ -266,9 +269,12 @@ CAPACITY = DashboardSpec(
             Query(f"max by (config, streams) (specsoak_phase_engine_cpu_cores{{{S}}})", "{{config}} @{{streams}}"),
         )),
         PanelSpec("Engine queue (engine /metrics)", "timeseries", (
-            Query(f"max by (config) (llamacpp:requests_processing{{{S}}})", "{{config}} processing"),
-            Query(f"max by (config) (llamacpp:requests_deferred{{{S}}})", "{{config}} deferred"),
-        )),
+            Query(f"sum by (config) ({promconfig.ENGINE_RUNNING}{{{S}}})", "{{config}} running"),
+            Query(f"sum by (config) ({promconfig.ENGINE_WAITING}{{{S}}})", "{{config}} waiting"),
+        ), description=ENGINE_NOTE),
+        PanelSpec("Engine KV cache usage (engine /metrics)", "timeseries", (
+            Query(f"max by (config) ({promconfig.ENGINE_KV_USAGE}{{{S}}})", "{{config}} KV used"),
+        ), unit="percentunit", description=ENGINE_NOTE),
     ),
 )
 
@@ -335,8 +341,22 @@ def soak_only(uid: str, expr: str) -> bool:
     return uid == "specsoak-soak" or any(m in expr for m in SOAK_ONLY_MARKERS)
 
 
+def reported_by(engine: str, uid: str, expr: str) -> bool:
+    """Whether an expression can have data where only ``engine`` is scraped: not another engine's rule
+    (uid ``rules:<engine>``), and no engine-neutral series the engine does not report."""
+    if uid.startswith("rules:"):
+        return uid == f"rules:{engine}"
+    return promconfig.engine_outputs_in(expr) <= set(promconfig.ENGINE_SERIES[engine])
+
+
+def engine_side(uid: str, expr: str) -> bool:
+    """An expression over the engines' own scrape: an engine-neutral series, the engine job, or an engine's rule."""
+    return uid.startswith("rules:") or bool(promconfig.engine_outputs_in(expr)) or f'job="{promconfig.ENGINES_JOB}"' in expr
+
+
 def all_expressions() -> list[tuple[str, str, str]]:
-    """(dashboard uid, where, PromQL) for every panel target and annotation, then every rule."""
+    """(dashboard uid, where, PromQL) for every panel target and annotation, then every rule (an engine's
+    rules under uid ``rules:<engine>``)."""
     out: list[tuple[str, str, str]] = []
     for d in DASHBOARDS:
         for p in d.panels:
@@ -348,6 +368,8 @@ def all_expressions() -> list[tuple[str, str, str]]:
         out.append(("variables", f"variable ${name}", variable_selector(query)))
     for r in promconfig.RECORDS:
         out.append(("rules", f"record {r.record}", r.expr))
+    for er in promconfig.ENGINE_RECORDS:
+        out.append((f"rules:{er.engine}", f"record {er.record}", er.expr))
     for al in promconfig.ALERTS:
         out.append(("rules", f"alert {al.name} (its watched value)", al.value))
     return out

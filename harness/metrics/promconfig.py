@@ -1,6 +1,7 @@
 """Generated Prometheus configuration: scrape jobs, recording rules, alerting rules, rule unit tests.
 
-Recording rules compute the verdict figures from the exporter's counters over a window; alerting
+Recording rules compute the verdict figures from the exporter's counters over a window, and map
+each engine's own series to one engine-neutral set (``specsoak:engine_*``, ``ENGINE_SERIES``); alerting
 rules are the soak verdicts. Every alert is written as ``VALUE OP THRESHOLD``: ``Alert.value`` is
 the ratio or series it watches, which has data while what it watches runs (a measured phase, or a
 soak window; the soak alerts that compare with the change detector's reference once the detector
@@ -77,11 +78,6 @@ RECORDS: tuple[Record, ...] = (
         "total t/s @N relative to the run's configuration with algorithm none",
     ),
     Record("specsoak:engine_memory_bytes:sum", f"sum by ({BY}) (specsoak_engine_buffer_bytes)", "model + KV + compute (+ recurrent) buffers of target and draft"),
-    Record(
-        "specsoak:engine_acceptance_ratio:rate1m",
-        f"{_rate('llamacpp:spec_decode_num_accepted_tokens_total', '1m')} / {_rate('llamacpp:spec_decode_num_draft_tokens_total', '1m')}",
-        "acceptance from the engine's own counters (updated per finished request)",
-    ),
 )
 
 def _max(metric: str, sel: str = "") -> str:
@@ -133,10 +129,143 @@ ALERTS: tuple[Alert, ...] = (
 )
 
 
+# ---- each engine's own /metrics under one engine-neutral set of names -------------------------
+# The engines' series carry the run's labels (the file_sd target, harness/metrics/targets.py); the
+# rules below give every engine the same `specsoak:engine_*` series, so one dashboard serves all.
+# Names are those the adapters read (engines/*.py normalise_metrics) or that
+# ../shared/reference/engines.md cites; an output an engine does not report has no rule for it
+# (docs/observability.md's table), so its panel shows nothing rather than a made-up 0.
+@dataclass(frozen=True)
+class EngineOutput:
+    record: str
+    help: str
+
+
+ENGINE_DRAFT_TOKENS = "specsoak:engine_draft_tokens:rate1m"
+ENGINE_ACCEPTED_TOKENS = "specsoak:engine_accepted_tokens:rate1m"
+ENGINE_VERIFY_STEPS = "specsoak:engine_verify_steps:rate1m"
+ENGINE_ACCEPTANCE = "specsoak:engine_acceptance_ratio:rate1m"
+ENGINE_RUNNING = "specsoak:engine_requests_running:sum"
+ENGINE_WAITING = "specsoak:engine_requests_waiting:sum"
+ENGINE_KV_USAGE = "specsoak:engine_kv_cache_usage_ratio:max"
+ENGINE_OUTPUTS: tuple[EngineOutput, ...] = (
+    EngineOutput(ENGINE_DRAFT_TOKENS, "drafted tokens per second"),
+    EngineOutput(ENGINE_ACCEPTED_TOKENS, "accepted drafted tokens per second (no bonus token)"),
+    EngineOutput(ENGINE_VERIFY_STEPS, "verification steps per second"),
+    EngineOutput(ENGINE_ACCEPTANCE, "accepted / drafted"),
+    EngineOutput(ENGINE_RUNNING, "requests being generated now (summed over data-parallel ranks)"),
+    EngineOutput(ENGINE_WAITING, "requests queued now"),
+    EngineOutput(ENGINE_KV_USAGE, "used share of the KV cache, 0..1 (the fullest pool)"),
+)
+
+
+def _r1(metric: str, sel: str = "") -> str:
+    return _rate(metric, "1m", sel)
+
+
+def _sum(metric: str) -> str:
+    return f"sum by ({BY}) ({metric})"
+
+
+def _or_zero(expr: str, like: str) -> str:
+    """``expr``, or 0 with the labels of ``like`` where ``expr`` has no series (an older engine lacks it)."""
+    return f"({expr} or {like} * 0)"
+
+
+def _while_positive(expr: str, gate: str) -> str:
+    """``expr`` where ``gate`` > 0, else ``gate`` (0): the adapters' 'nothing drafted, nothing accepted'."""
+    return f"((({expr}) and on ({BY}) ({gate} > 0)) or {gate})"
+
+
+_SGL_VERIFY = _r1("sglang:spec_verify_calls_total")
+_TRT_DRAFT = f"({_r1('trtllm_spec_decode_num_draft_tokens_total')} or {_r1('trtllm_spec_decode_drafted_tokens_total')})"
+_TRT_ACCEPTED = f"({_r1('trtllm_spec_decode_num_accepted_tokens_total')} or {_r1('trtllm_spec_decode_accepted_tokens_total')})"
+_TRT_REQUESTS = f"({_r1('trtllm_request_success_total')} or {_r1('trtllm_num_requests_completed_total')})"
+_TRT_GENERATED = _r1("trtllm_generation_tokens_total")
+_TRT_POSITION0 = _r1("trtllm_spec_decode_drafted_tokens_total", 'token_position="0"')
+
+# engine -> output -> PromQL over the engine's own series (the same arithmetic as its normalise_metrics)
+ENGINE_SERIES: dict[str, dict[str, str]] = {
+    "llamacpp": {
+        ENGINE_DRAFT_TOKENS: _r1("llamacpp:spec_decode_num_draft_tokens_total"),
+        ENGINE_ACCEPTED_TOKENS: _r1("llamacpp:spec_decode_num_accepted_tokens_total"),
+        ENGINE_VERIFY_STEPS: _r1("llamacpp:spec_decode_num_drafts_total"),
+        ENGINE_ACCEPTANCE: f"{_r1('llamacpp:spec_decode_num_accepted_tokens_total')} / {_r1('llamacpp:spec_decode_num_draft_tokens_total')}",
+        ENGINE_RUNNING: _sum("llamacpp:requests_processing"),
+        ENGINE_WAITING: _sum("llamacpp:requests_deferred"),
+    },
+    "vllm": {
+        ENGINE_DRAFT_TOKENS: _r1("vllm:spec_decode_num_draft_tokens_total"),
+        ENGINE_ACCEPTED_TOKENS: _r1("vllm:spec_decode_num_accepted_tokens_total"),
+        # V0 had no drafts counter: every step emits its accepted tokens plus one
+        ENGINE_VERIFY_STEPS: f"({_r1('vllm:spec_decode_num_drafts_total')} or ({_r1('vllm:spec_decode_num_emitted_tokens_total')} - {_r1('vllm:spec_decode_num_accepted_tokens_total')}))",
+        ENGINE_ACCEPTANCE: f"{_r1('vllm:spec_decode_num_accepted_tokens_total')} / {_r1('vllm:spec_decode_num_draft_tokens_total')}",
+        ENGINE_RUNNING: _sum("vllm:num_requests_running"),
+        ENGINE_WAITING: _sum("vllm:num_requests_waiting"),
+        ENGINE_KV_USAGE: f"max by ({BY}) (vllm:kv_cache_usage_perc)",
+    },
+    "sglang": {
+        # every verification step yields its accepted drafts plus one token; every request's first comes from prefill
+        ENGINE_ACCEPTED_TOKENS: _while_positive(
+            f"{_r1('sglang:generation_tokens_total')} - {_SGL_VERIFY} - {_or_zero(_r1('sglang:num_requests_total'), _SGL_VERIFY)}", _SGL_VERIFY
+        ),
+        ENGINE_VERIFY_STEPS: _SGL_VERIFY,
+        # drafted tokens are not counted: SGLang's own gauge, its last logging window (40 decode steps)
+        ENGINE_ACCEPTANCE: f"max by ({BY}) (sglang:spec_accept_rate)",
+        ENGINE_RUNNING: _sum("sglang:num_running_reqs"),
+        ENGINE_WAITING: _sum("sglang:num_queue_reqs"),
+        ENGINE_KV_USAGE: f"max by ({BY}) (sglang:token_usage)",
+    },
+    "trtllm": {
+        ENGINE_DRAFT_TOKENS: _TRT_DRAFT,
+        ENGINE_ACCEPTED_TOKENS: _TRT_ACCEPTED,
+        # every step drafts position 0; without per-position counters: generated - accepted - requests
+        ENGINE_VERIFY_STEPS: f"({_TRT_POSITION0} or {_while_positive(f'{_TRT_GENERATED} - {_TRT_ACCEPTED} - {_TRT_REQUESTS}', _TRT_DRAFT)})",
+        ENGINE_ACCEPTANCE: f"{_TRT_ACCEPTED} / {_TRT_DRAFT}",
+        ENGINE_RUNNING: _sum("trtllm_num_requests_running"),
+        ENGINE_WAITING: _sum("trtllm_num_requests_waiting"),
+        ENGINE_KV_USAGE: f"max by ({BY}) (trtllm_kv_cache_utilization)",
+    },
+    "tgi": {
+        # tgi_request_skipped_tokens: one observation per generation step (0 at prefill), the accepted drafts
+        ENGINE_ACCEPTED_TOKENS: _r1("tgi_request_skipped_tokens_sum"),
+        ENGINE_VERIFY_STEPS: f"{_r1('tgi_request_skipped_tokens_count')} - {_r1('tgi_request_generated_tokens_count')}",
+        ENGINE_RUNNING: _sum("tgi_batch_current_size"),
+        ENGINE_WAITING: _sum("tgi_queue_size"),
+    },
+}
+
+
+@dataclass(frozen=True)
+class EngineRecord:
+    engine: str
+    record: str
+    expr: str
+
+
+ENGINE_RECORDS: tuple[EngineRecord, ...] = tuple(
+    EngineRecord(engine, o.record, series[o.record]) for engine, series in ENGINE_SERIES.items() for o in ENGINE_OUTPUTS if o.record in series
+)
+
+
+def engine_outputs_in(expr: str) -> frozenset[str]:
+    """The engine-neutral series an expression reads."""
+    return frozenset(o.record for o in ENGINE_OUTPUTS if o.record in expr)
+
+
+def rule_count() -> int:
+    return len(RECORDS) + len(ENGINE_RECORDS) + len(ALERTS)
+
+
 def rules_document() -> dict[str, Any]:
     return {
         "groups": [
             {"name": "specsoak-verdict", "rules": [{"record": r.record, "expr": r.expr} for r in RECORDS]},
+            *(
+                # the label the target already has: it tells promtool the same name from another group is no duplicate
+                {"name": f"specsoak-engine-{engine}", "rules": [{"record": r.record, "expr": r.expr, "labels": {"engine": engine}} for r in ENGINE_RECORDS if r.engine == engine]}
+                for engine in ENGINE_SERIES
+            ),
             {
                 "name": "specsoak-soak",
                 "rules": [
@@ -179,8 +308,106 @@ def _series(name: str, labels: dict[str, str]) -> str:
     return name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
 
 
+def _engine_case(engine: str, title: str, series: list[tuple[str, dict[str, str], str]], expect: dict[str, float]) -> dict[str, Any]:
+    """One engine's own series, named and labelled as Prometheus stores its scrape (the file_sd target's
+    labels win, an engine's clashing label becomes ``exported_*``), against every engine-neutral output:
+    ``expect``'s value, or no series at all."""
+    target = {"run": "r1", "config": "spec", "engine": engine, "algorithm": "draft-eagle3", "synthetic": "false", "job": ENGINES_JOB, "instance": "r1/spec"}
+    out = {k: target[k] for k in BY_LABELS}
+    return {
+        "name": f"engine series: {engine}, {title}",
+        "interval": "15s",
+        "input_series": [{"series": _series(name, {**target, **own}), "values": values} for name, own, values in series],
+        "promql_expr_test": [
+            {"expr": f'{o.record}{{engine="{engine}"}}', "eval_time": "5m", "exp_samples": [{"labels": _series(o.record, out), "value": expect[o.record]}] if o.record in expect else []}
+            for o in ENGINE_OUTPUTS
+        ],
+    }
+
+
+def engine_rule_tests() -> list[dict[str, Any]]:
+    """Per engine (the first case of each is its full set): counters grow every 15 s, so each rate is
+    the increment / 15. Gauges keep their value."""
+    d, a, v, ratio = ENGINE_DRAFT_TOKENS, ENGINE_ACCEPTED_TOKENS, ENGINE_VERIFY_STEPS, ENGINE_ACCEPTANCE
+    run, wait, kv = ENGINE_RUNNING, ENGINE_WAITING, ENGINE_KV_USAGE
+    m = {"model_name": "/models/Llama-3.1-8B-Instruct"}
+    trt = {**m, "engine_type": "pytorch"}
+    dp0, dp1 = {**m, "exported_engine": "0"}, {**m, "exported_engine": "1"}  # vLLM's own `engine` label
+    return [
+        _engine_case("llamacpp", "all series", [
+            ("llamacpp:spec_decode_num_draft_tokens_total", {}, "0+60x40"),
+            ("llamacpp:spec_decode_num_accepted_tokens_total", {}, "0+45x40"),
+            ("llamacpp:spec_decode_num_drafts_total", {}, "0+30x40"),
+            ("llamacpp:requests_processing", {}, "2x40"),
+            ("llamacpp:requests_deferred", {}, "1x40"),
+        ], {d: 4, a: 3, v: 2, ratio: 0.75, run: 2, wait: 1}),
+        _engine_case("vllm", "two data-parallel engines", [
+            ("vllm:spec_decode_num_draft_tokens_total", dp0, "0+30x40"),
+            ("vllm:spec_decode_num_draft_tokens_total", dp1, "0+30x40"),
+            ("vllm:spec_decode_num_accepted_tokens_total", dp0, "0+15x40"),
+            ("vllm:spec_decode_num_accepted_tokens_total", dp1, "0+30x40"),
+            ("vllm:spec_decode_num_drafts_total", dp0, "0+15x40"),
+            ("vllm:spec_decode_num_drafts_total", dp1, "0+15x40"),
+            ("vllm:num_requests_running", dp0, "1x40"),
+            ("vllm:num_requests_running", dp1, "2x40"),
+            ("vllm:num_requests_waiting", dp0, "0x40"),
+            ("vllm:num_requests_waiting", dp1, "1x40"),
+            ("vllm:kv_cache_usage_perc", dp0, "0.25x40"),
+            ("vllm:kv_cache_usage_perc", dp1, "0.5x40"),
+        ], {d: 4, a: 3, v: 2, ratio: 0.75, run: 3, wait: 1, kv: 0.5}),
+        _engine_case("vllm", "V0: steps = emitted - accepted", [
+            ("vllm:spec_decode_num_draft_tokens_total", m, "0+60x40"),
+            ("vllm:spec_decode_num_accepted_tokens_total", m, "0+45x40"),
+            ("vllm:spec_decode_num_emitted_tokens_total", m, "0+75x40"),
+        ], {d: 4, a: 3, v: 2, ratio: 0.75}),
+        _engine_case("sglang", "accepted = generated - steps - requests", [
+            ("sglang:generation_tokens_total", m, "0+82.5x40"),
+            ("sglang:spec_verify_calls_total", m, "0+30x40"),
+            ("sglang:num_requests_total", m, "0+7.5x40"),
+            ("sglang:spec_accept_rate", m, "0.75x40"),
+            ("sglang:num_running_reqs", m, "3x40"),
+            ("sglang:num_queue_reqs", m, "2x40"),
+            ("sglang:token_usage", m, "0.5x40"),
+        ], {a: 3, v: 2, ratio: 0.75, run: 3, wait: 2, kv: 0.5}),
+        _engine_case("sglang", "no speculation: nothing accepted", [
+            ("sglang:generation_tokens_total", m, "0+60x40"),
+            ("sglang:spec_verify_calls_total", m, "0x40"),
+            ("sglang:num_requests_total", m, "0+7.5x40"),
+        ], {a: 0, v: 0}),
+        _engine_case("sglang", "older, without the requests counter", [
+            ("sglang:generation_tokens_total", m, "0+75x40"),
+            ("sglang:spec_verify_calls_total", m, "0+30x40"),
+        ], {a: 3, v: 2}),
+        _engine_case("trtllm", "steps = generated - accepted - requests", [
+            ("trtllm_spec_decode_num_draft_tokens_total", trt, "0+60x40"),
+            ("trtllm_spec_decode_num_accepted_tokens_total", trt, "0+45x40"),
+            ("trtllm_generation_tokens_total", trt, "0+82.5x40"),
+            ("trtllm_request_success_total", {**trt, "finished_reason": "length"}, "0+4.5x40"),
+            ("trtllm_request_success_total", {**trt, "finished_reason": "stop"}, "0+3x40"),
+            ("trtllm_num_requests_running", trt, "3x40"),
+            ("trtllm_num_requests_waiting", trt, "1x40"),
+            ("trtllm_kv_cache_utilization", trt, "0.5x40"),
+        ], {d: 4, a: 3, v: 2, ratio: 0.75, run: 3, wait: 1, kv: 0.5}),
+        _engine_case("trtllm", "per-position counters: steps = drafts at position 0", [
+            ("trtllm_spec_decode_drafted_tokens_total", {**m, "token_position": "0"}, "0+30x40"),
+            ("trtllm_spec_decode_drafted_tokens_total", {**m, "token_position": "1"}, "0+30x40"),
+            ("trtllm_spec_decode_accepted_tokens_total", {**m, "token_position": "0"}, "0+27x40"),
+            ("trtllm_spec_decode_accepted_tokens_total", {**m, "token_position": "1"}, "0+18x40"),
+            ("trtllm_generation_tokens_total", m, "0+90x40"),
+        ], {d: 4, a: 3, v: 2, ratio: 0.75}),
+        _engine_case("tgi", "steps = skipped-token observations - requests", [
+            ("tgi_request_skipped_tokens_count", {}, "0+37.5x40"),
+            ("tgi_request_skipped_tokens_sum", {}, "0+45x40"),
+            ("tgi_request_generated_tokens_count", {}, "0+7.5x40"),
+            ("tgi_batch_current_size", {}, "3x40"),
+            ("tgi_queue_size", {}, "1x40"),
+        ], {a: 3, v: 2, run: 3, wait: 1}),
+    ]
+
+
 def rule_tests_document(rule_file: str) -> dict[str, Any]:
-    """promtool unit tests: each alert fires on a synthetic soak that breaks it, and not before."""
+    """promtool unit tests: each alert fires on a synthetic soak that breaks it, and not before; each
+    engine's own series give the engine-neutral outputs."""
     cfg = {"run": "r1", "config": "spec", "engine": "llamacpp", "algorithm": "draft-simple", "synthetic": "false"}
     base = {**cfg, "config": "base", "algorithm": "none"}
     exp = {**cfg}
@@ -336,6 +563,7 @@ def rule_tests_document(rule_file: str) -> dict[str, Any]:
                     }
                 ],
             },
+            *engine_rule_tests(),
         ],
     }
 

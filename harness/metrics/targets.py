@@ -3,7 +3,8 @@
 ``<run folder>/prometheus/engines.json`` lists the engine of the configuration that is running
 (one target, labelled run/config/engine/algorithm/synthetic) and is emptied when it stops, so a
 Prometheus that reads ``results/*/prometheus/engines.json`` scrapes each engine's own /metrics
-while it serves and never alerts on an engine that was stopped on purpose. Written atomically.
+while it serves and never alerts on an engine that was stopped on purpose. A target whose engine
+serves Prometheus text elsewhere than /metrics says where (``__metrics_path__``). Written atomically.
 
 file_sd globs only the last path element, so the same content is also kept in
 ``<results root>/prometheus-targets/<run>.json``: one pattern (``prometheus-targets/*.json``)
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from engines import ENGINES
 from harness.observe import BaseObserver
 
 TARGETS_FILE = Path("prometheus") / "engines.json"
@@ -62,8 +64,12 @@ class EngineTargetsFile(BaseObserver):
             "algorithm": algorithm,
             "synthetic": "true" if synthetic else "false",
         }
-        if url.path not in ("", "/"):
-            labels["__metrics_path__"] = url.path.rstrip("/") + "/metrics"
+        # each engine's Prometheus text is at its adapter's metrics_path (TensorRT-LLM: /prometheus/metrics;
+        # its /metrics is JSON), under the engine URL's own path if it has one
+        cls = ENGINES.get(engine)
+        path = url.path.rstrip("/") + (cls.metrics_path if cls is not None else "/metrics")
+        if path != "/metrics":
+            labels["__metrics_path__"] = path
         self._write([{"targets": [url.netloc], "labels": labels}])
 
     def on_config_end(self, config: str, status: str) -> None:

@@ -7,18 +7,22 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import subprocess
+import threading
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from engines import ENGINES
 from harness.metrics import dashboards, promconfig
 from harness.metrics.exporter import MetricsExporter
 from harness.metrics.openmetrics import export_openmetrics
@@ -59,7 +63,7 @@ def _promtool(promtool: str, *args: str, cwd: Path | None = None) -> str:
 def test_promtool_checks_config_and_rules(promtool: str) -> None:
     prom_dir = ROOT / "dashboards" / "prometheus"
     out = _promtool(promtool, "check", "config", str(prom_dir / "prometheus.yml"))
-    assert f"{len(promconfig.RECORDS) + len(promconfig.ALERTS)} rules found" in out
+    assert f"{promconfig.rule_count()} rules found" in out
     _promtool(promtool, "check", "rules", str(prom_dir / "rules.yml"))
 
 
@@ -68,6 +72,8 @@ def test_promtool_rule_unit_tests(promtool: str) -> None:
     assert "SUCCESS" in out
     tested = {t["alertname"] for g in promconfig.rule_tests_document("x")["tests"] for t in g.get("alert_rule_test", [])}
     assert tested == {a.name for a in promconfig.ALERTS} - {"SpecsoakEngineScrapeDown"}
+    engines = {t["name"].split(":")[1].split(",")[0].strip() for t in promconfig.rule_tests_document("x")["tests"] if t["name"].startswith("engine series:")}
+    assert engines == set(promconfig.ENGINE_SERIES), "every engine's series have a promtool test"
 
 
 def test_promtool_rule_tests_can_fail(promtool: str, tmp_path: Path) -> None:
@@ -233,7 +239,8 @@ def test_every_dashboard_and_rule_expression_returns_data(live: tuple[Prometheus
     assert any(t["labels"]["job"] == promconfig.EXPORTER_JOB and t["health"] == "up" for t in targets)
     empty: list[str] = []
     # the soak's own expressions are checked on a real soak (tests/integration/test_soak_collapse.py)
-    exprs = [(uid, where, e) for uid, where, e in dashboards.all_expressions() if not dashboards.soak_only(uid, e)]
+    # and what llama.cpp reports: its own rules, no KV gauge (each engine: test_each_engines_own_series_...)
+    exprs = [(uid, where, e) for uid, where, e in dashboards.all_expressions() if not dashboards.soak_only(uid, e) and dashboards.reported_by("llamacpp", uid, e)]
     assert len(exprs) > 50
     for uid, where, expr in exprs:
         q = _substitute(expr, run)
@@ -247,7 +254,7 @@ def test_every_dashboard_and_rule_expression_returns_data(live: tuple[Prometheus
 def test_every_rule_evaluates_without_error(live: tuple[Prometheus, str, float]) -> None:
     prom, _run, _t0 = live
     rules = [r for g in prom.api("rules")["groups"] for r in g["rules"]]
-    assert len(rules) == len(promconfig.RECORDS) + len(promconfig.ALERTS)
+    assert len(rules) == promconfig.rule_count()
     bad = [f"{r['name']}: {r.get('health')} {r.get('lastError', '')}" for r in rules if r.get("health") != "ok"]
     assert not bad, bad
     # the normal state of a healthy short run: no soak verdict fires
@@ -310,3 +317,141 @@ def test_cli_run_serves_metrics_and_writes_targets(llama_server_bin: Path, tmp_p
     (run_dir,) = [p for p in results.iterdir() if p.name != SHARED_DIR]
     assert json.loads((run_dir / "prometheus" / "engines.json").read_text()) == []
     assert (results / SHARED_DIR / f"{run_dir.name}.json").is_file()
+
+
+# ---- every engine's own series --------------------------------------------------------------
+# one /metrics capture per engine (tests/fixtures; llama.cpp's recorded from a real llama-server)
+ENGINE_CAPTURES = {
+    "llamacpp": "llamacpp/spec_self_draft.GET_metrics_after.txt",
+    "vllm": "vllm/eagle3.metrics.txt",
+    "sglang": "sglang/eagle3.metrics.txt",
+    "trtllm": "trtllm/eagle3_iter_stats.metrics.txt",
+    "tgi": "tgi/ngram.metrics.txt",
+}
+
+
+class _GrowingCapture:
+    """A captured /metrics text whose counters grow: the n-th scrape serves every counter (and a histogram's
+    or summary's buckets, sum and count) times n, every gauge and quantile as captured, so each rate
+    keeps the capture's proportions."""
+
+    SUFFIXES = {"counter": ("", "_total"), "histogram": ("_bucket", "_sum", "_count"), "summary": ("_sum", "_count")}
+
+    def __init__(self, text: str):
+        self.lines = text.splitlines()
+        types = [ln.split() for ln in self.lines if ln.startswith("# TYPE ")]
+        self.growing = {t[2] + suffix for t in types for suffix in self.SUFFIXES.get(t[3], ())}
+        self.n = 0
+        self.lock = threading.Lock()
+
+    def _grows(self, name: str) -> bool:
+        return name in self.growing
+
+    def render(self) -> bytes:
+        with self.lock:
+            self.n += 1
+            n = self.n
+        out = []
+        for line in self.lines:
+            if line and not line.startswith("#"):
+                series, value = line.rsplit(" ", 1)
+                if self._grows(re.split(r"[{ ]", series, maxsplit=1)[0]):
+                    line = f"{series} {float(value) * n!r}"
+            out.append(line)
+        return ("\n".join(out) + "\n").encode()
+
+
+class _EngineStub:
+    """An engine's Prometheus text on 127.0.0.1 at its adapter's metrics_path, 404 anywhere else."""
+
+    def __init__(self, engine: str, text: str):
+        path, capture = ENGINES[engine].metrics_path, _GrowingCapture(text)
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                if self.path != path:
+                    self.send_error(404)
+                    return
+                body = capture.render()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+def test_each_engines_own_series_feed_every_engine_side_panel(prometheus_bin: str, tmp_path: Path) -> None:
+    """Each engine's captured /metrics, scraped by a real Prometheus where its file_sd target says
+    (TensorRT-LLM: /prometheus/metrics), gives the engine-neutral series: every engine-side panel and
+    the engine's own rules have data where the engine reports the figure and none where it does not,
+    and the rates keep the proportions the adapter's normalise_metrics reads from the same text."""
+    assert set(ENGINE_CAPTURES) == set(promconfig.ENGINE_SERIES)
+    results = tmp_path / "results"
+    (results / SHARED_DIR).mkdir(parents=True)
+    (tmp_path / "rules.yml").write_text(promconfig.dump_yaml(promconfig.rules_document()))
+    cfg = promconfig.prometheus_config([], [str(results / SHARED_DIR / "*.json")], [str(tmp_path / "rules.yml")], scrape_interval="1s", sd_refresh="1s")
+    (tmp_path / "prometheus.yml").write_text(promconfig.dump_yaml(cfg))
+    texts = {e: (ROOT / "tests" / "fixtures" / f).read_text() for e, f in ENGINE_CAPTURES.items()}
+    stubs = {e: _EngineStub(e, t) for e, t in texts.items()}
+    prom: Prometheus | None = None
+    try:
+        for engine, stub in stubs.items():
+            targets = EngineTargetsFile(results)
+            targets.on_run_start({"run_id": f"engines-{engine}"})
+            targets.on_config_start("spec", "draft-eagle3", False, engine, stub.url, None)
+        t0 = time.time()
+        prom = Prometheus(prometheus_bin, tmp_path / "prometheus.yml", tmp_path / "data", tmp_path / "prometheus.log")
+        side = [(uid, where, e) for uid, where, e in dashboards.all_expressions() if dashboards.engine_side(uid, e)]
+        checks = [(engine, uid, where, _substitute(e, f"engines-{engine}"), dashboards.reported_by(engine, uid, e))
+                  for engine in stubs for uid, where, e in side if not uid.startswith("rules:") or uid == f"rules:{engine}"]
+        assert sum(1 for c in checks if not c[4]) >= 5, "the table's 'not reported' cells are checked too"
+
+        def has_data(q: str) -> bool:
+            return _has_data(prom.api("query_range", query=q, start=f"{t0:.3f}", end=f"{time.time():.3f}", step="1")["result"])
+
+        deadline = time.monotonic() + 45  # Prometheus hands discovered targets to its scrapers every 5 s
+        missing = [c for c in checks if c[4]]
+        while missing and time.monotonic() < deadline:
+            missing = [c for c in missing if not has_data(c[3])]
+            time.sleep(0.5)
+        assert not missing, "no data:\n" + "\n".join(f"{e}: {uid}: {w}: {q}" for e, uid, w, q, _ in missing)
+        made_up = [c for c in checks if not c[4] and has_data(c[3])]
+        assert not made_up, "data for what the engine does not report:\n" + "\n".join(f"{e}: {w}: {q}" for e, _u, w, q, _ in made_up)
+
+        scraped = {t["labels"]["engine"]: t for t in prom.api("targets")["activeTargets"] if t["labels"]["job"] == promconfig.ENGINES_JOB}
+        time.sleep(2)
+        at = f"{time.time() - 1:.3f}"  # a second ago: every rule of that evaluation is written
+
+        def value(q: str) -> float:
+            (res,) = prom.api("query", query=q, time=at)["result"]
+            return float(res["value"][1])
+
+        for engine, text in texts.items():
+            assert scraped[engine]["health"] == "up" and urllib.parse.urlsplit(scraped[engine]["scrapeUrl"]).path == ENGINES[engine].metrics_path
+            c = ENGINES[engine].normalise_metrics(text)
+            sel = f'{{run="engines-{engine}"}}'
+            assert value(f"{promconfig.ENGINE_ACCEPTED_TOKENS}{sel} / {promconfig.ENGINE_VERIFY_STEPS}{sel}") == pytest.approx(c.accepted_tokens / c.verify_steps, rel=1e-6), engine
+            if c.draft_tokens:
+                assert value(f"{promconfig.ENGINE_ACCEPTANCE}{sel}") == pytest.approx(c.accepted_tokens / c.draft_tokens, rel=1e-6), engine
+        assert value(f'{promconfig.ENGINE_ACCEPTANCE}{{run="engines-sglang"}}') == pytest.approx(0.80), "SGLang: its own gauge"
+        rules = [r for g in prom.api("rules")["groups"] for r in g["rules"]]
+        assert len(rules) == promconfig.rule_count()
+        assert not [r["name"] for r in rules if r.get("health") != "ok"]
+    finally:
+        if prom is not None:
+            prom.stop()
+        for stub in stubs.values():
+            stub.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.metrics import dashboards as d
+from harness.metrics import dashboards as d, promconfig
 from harness.metrics.schema import check_dashboard
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,3 +100,24 @@ def test_cli_dashboards_regenerates_everything(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     for rel, text in d.generated_files().items():
         assert (tmp_path / rel).read_text() == text, rel
+
+
+def test_dashboards_read_the_engines_only_through_the_engine_neutral_rules() -> None:
+    raw = re.compile(r"(?<![\w:])(llamacpp:|vllm:|sglang:|trtllm_|tgi_)")
+    for uid, where, expr in d.all_expressions():
+        if not uid.startswith("rules"):
+            assert not raw.search(expr), f"{uid}: {where} reads an engine's own series: {expr}"
+    engine_panels = {p.title for spec in d.DASHBOARDS for p in spec.panels if any(promconfig.engine_outputs_in(q.expr) for q in p.queries)}
+    read = set().union(*(promconfig.engine_outputs_in(e) for _u, _w, e in d.all_expressions() if not _u.startswith("rules")))
+    assert read == {o.record for o in promconfig.ENGINE_OUTPUTS}, "every engine-neutral series is on a panel"
+    assert len(engine_panels) >= 4
+
+
+def test_each_engine_has_a_rule_test_of_every_output_it_reports() -> None:
+    first: dict[str, set[str]] = {}
+    for t in promconfig.engine_rule_tests():
+        engine = t["name"].removeprefix("engine series: ").split(",")[0]
+        expected = {x["expr"].split("{")[0] for x in t["promql_expr_test"] if x["exp_samples"]}
+        first.setdefault(engine, expected)
+        assert len(t["promql_expr_test"]) == len(promconfig.ENGINE_OUTPUTS), "every output: a value or none"
+    assert first == {e: set(series) for e, series in promconfig.ENGINE_SERIES.items()}

@@ -237,6 +237,21 @@ def test_targets_file_lists_the_engine_serving_now(tmp_path: Path) -> None:
     assert json.loads(run_file.read_text()) == []
 
 
+@pytest.mark.parametrize(("engine", "url", "path"), [
+    ("llamacpp", "http://127.0.0.1:8123", None),
+    ("vllm", "http://127.0.0.1:8123/", None),
+    ("trtllm", "http://127.0.0.1:8123", "/prometheus/metrics"),  # its /metrics is JSON iteration stats
+    ("llamacpp", "http://127.0.0.1:8123/proxy/", "/proxy/metrics"),
+    ("trtllm", "http://127.0.0.1:8123/proxy", "/proxy/prometheus/metrics"),
+])
+def test_targets_file_names_each_engines_metrics_path(tmp_path: Path, engine: str, url: str, path: str | None) -> None:
+    t = EngineTargetsFile(tmp_path)
+    t.on_run_start(MANIFEST)
+    t.on_config_start("spec", "draft-eagle3", False, engine, url, 1)
+    (group,) = json.loads((tmp_path / "r1" / "prometheus" / "engines.json").read_text())
+    assert group["labels"].get("__metrics_path__") == path
+
+
 def test_openmetrics_export_of_a_real_run() -> None:
     text = export_openmetrics(RUN_QUICK)
     assert text.endswith("# EOF\n")
