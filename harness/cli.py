@@ -162,6 +162,57 @@ def report_cmd(
 
 
 @app.command()
+def compare(
+    run_a: Annotated[Path, typer.Argument(help="a run folder")],
+    run_b: Annotated[Path, typer.Argument(help="another run folder of the same scenario")],
+    out_dir: Annotated[Optional[Path], typer.Option("--out", help="also write compare.csv and compare.md here")] = None,
+) -> None:
+    """Two runs side by side: per configuration and ratio, whether each lies inside the other's 95% interval.
+
+    Exit 0 when every ratio with intervals agrees, 1 when one does not (the verdict did not hold)."""
+    from harness.report.design import compare_summary, compare_table
+    from harness.report.load import load_run
+    from harness.report.verdict import verdict_table
+
+    for d in (run_a, run_b):
+        if not (d / "manifest.json").is_file():
+            raise ScenarioError(f"{d}: not a run folder (no manifest.json)")
+    a, b = load_run(run_a), load_run(run_b)
+    if a.manifest.get("scenario") != b.manifest.get("scenario"):
+        err.print(f"[yellow]specsoak: the runs are of different scenarios ({a.manifest.get('scenario')}, {b.manifest.get('scenario')})[/]")
+    cmp = compare_table(verdict_table([a]), verdict_table([b]))
+    summary = compare_summary(cmp)
+    table = Table(title=f"{a.run_id}  vs  {b.run_id}")
+    for col in ("configuration", "ratio", "run A [95% CI]", "run B [95% CI]", "B / A", "agree"):
+        table.add_column(col, justify="left" if col in ("configuration", "ratio") else "right")
+    rows_md = []
+    for _, r in cmp.iterrows():
+        cells = [str(r["config"]), str(r["figure"]), _ci(r["run_a"], r["run_a_ci_low"], r["run_a_ci_high"]),
+                 _ci(r["run_b"], r["run_b_ci_low"], r["run_b_ci_high"]), f"{r['difference']:+.1%}",
+                 "–" if r["agree"] is None else "✓" if r["agree"] else "✗"]
+        table.add_row(*cells)
+        rows_md.append("| " + " | ".join(cells) + " |")
+    out.print(table)
+    med = summary["median_abs_difference"]
+    line = (f"{summary['agree']} of {summary['figures']} ratios agree (each inside the other run's 95% interval), "
+            f"{summary['disagree']} do not, {summary['no_interval']} without interval; median |B / A − 1| = "
+            + (f"{med:.1%}" if med is not None else "–"))
+    out.print(line)
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        cmp.to_csv(out_dir / "compare.csv", index=False)
+        head = "| configuration | ratio | run A [95% CI] | run B [95% CI] | B / A | agree |\n|---|---|---|---|---|---|\n"
+        (out_dir / "compare.md").write_text(f"# {a.run_id} vs {b.run_id}\n\n{head}" + "\n".join(rows_md) + f"\n\n{line}\n", encoding="utf-8")
+    raise typer.Exit(EXIT_VERDICT if summary["disagree"] else EXIT_OK)
+
+
+def _ci(v: float, lo: object, hi: object) -> str:
+    from harness.report.stats import isnum
+
+    return f"{v:.2f}× [{lo:.2f}, {hi:.2f}]" if isnum(lo) and isnum(hi) else f"{v:.2f}× [–]"
+
+
+@app.command()
 def verify(
     scenario: Annotated[Path, typer.Argument(help="scenario YAML file (its baseline and speculative configurations)")],
     results: Annotated[Path, typer.Option(help="folder that receives the verify run folder")] = Path("results"),
@@ -212,6 +263,36 @@ def validate(
         for cfg in sc.runs():
             for warning in ENGINES[sc.server.engine].validate_warnings(cfg, sc.server):
                 err.print(f"{path}: warning: {cfg.name}: {warning}", markup=False, highlight=False, soft_wrap=True)
+
+
+@app.command()
+def plan(scenarios: Annotated[list[Path], typer.Argument(help="scenario YAML files")]) -> None:
+    """What a run would do: each configuration's engine command line, the phases in order, the wall-clock estimate.
+    Starts nothing; model files that are not here are reported, not fatal."""
+    from engines import ENGINES
+    from harness.plan import plan_lines
+
+    for i, path in enumerate(scenarios):
+        loaded = _load(path, check_model_files=False)
+        if i:
+            out.print()
+        for line in plan_lines(loaded, ENGINES[loaded.scenario.server.engine]):
+            out.print(line, markup=False, highlight=False)
+
+
+@app.command()
+def schema(
+    markdown: Annotated[bool, typer.Option("--markdown", help="docs/scenarios.md: every field, its unit, default, range and engines")] = False,
+) -> None:
+    """The JSON Schema of a scenario file (for editors), or with --markdown the scenario reference."""
+    if markdown:
+        from harness.scenario_doc import markdown as scenario_markdown
+
+        sys.stdout.write(scenario_markdown())
+    else:
+        from harness.scenario import Scenario
+
+        sys.stdout.write(json.dumps(Scenario.model_json_schema(), indent=2) + "\n")
 
 
 @app.command("inspect-log")
