@@ -11,10 +11,12 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import signal
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
@@ -48,6 +50,14 @@ class LaunchSpec:
     api_key: str | None = field(default=None, repr=False)
     # the scenario's server.env: environment of the engine process (vLLM's VLLM_CPU_KVCACHE_SPACE, ...)
     env: tuple[tuple[str, str], ...] = ()
+    # attach mode (server.url): a server specsoak did not start; never launched, restarted or stopped
+    attach_url: str | None = None
+    metrics_url: str | None = None  # its /metrics elsewhere (default: the server's own metrics path)
+    attach_log: Path | None = None  # its log, where the capacity lines are (default: none)
+
+    @property
+    def attached(self) -> bool:
+        return self.attach_url is not None
 
     @property
     def speculative(self) -> bool:
@@ -181,6 +191,16 @@ class RequestSpecStats:
     accepted_tokens: int | None = None
 
 
+_HUGE_NUMBER = re.compile(r"\d{31}")
+
+
+def startup_lines(text: str) -> list[str]:
+    """The lines of a start-up log that the parsers read figures from: a line holding a number of more
+    than 30 digits is left out (no start-up figure has one; int() refuses 4300 digits, and a ratio of
+    two 310-digit numbers overflows a float)."""
+    return [ln for ln in text.splitlines() if not _HUGE_NUMBER.search(ln)]
+
+
 def spec_count(value: Any) -> int | None:
     """A per-request count from an engine's answer (12, 12.0, "12") as an int; None when it is not one
     (a word, a list, NaN, a number beyond 64 bits): the engine's answer is data, never a crash."""
@@ -222,6 +242,7 @@ class Engine(ABC):
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
         self._log_file: Any = None
+        self._attached_pid: int | None = None
 
     # ---- engine-specific parts -------------------------------------------------------
     @abstractmethod
@@ -295,6 +316,8 @@ class Engine(ABC):
     # ---- shared process handling -----------------------------------------------------
     @property
     def base_url(self) -> str:
+        if self.spec.attach_url:
+            return self.spec.attach_url.rstrip("/")
         return f"http://{self.spec.host}:{self.spec.port}"
 
     @property
@@ -304,10 +327,32 @@ class Engine(ABC):
 
     @property
     def pid(self) -> int | None:
+        if self.spec.attached:
+            return self._attached_pid
         return self.proc.pid if self.proc else None
 
     def alive(self) -> bool:
+        if self.spec.attached:
+            return self._answers()
         return self.proc is not None and self.proc.poll() is None
+
+    def _answers(self) -> bool:
+        """An attached server is there while its process lives (found behind a local port), else while its port
+        answers HTTP at all (slow or erroring: not gone, maybe hung)."""
+        if self._attached_pid is not None:
+            import psutil
+
+            try:
+                return psutil.Process(self._attached_pid).status() != psutil.STATUS_ZOMBIE
+            except psutil.Error:
+                return False
+        try:
+            self.http_get(self.health_path, timeout=5.0)
+            return True
+        except TimeoutError:
+            return True  # a hung server is still there: the watchdog's hang limit judges it
+        except (OSError, urllib.error.URLError) as exc:
+            return isinstance(getattr(exc, "reason", None), TimeoutError)
 
     def refuse_unsupported(self) -> None:
         """A configuration this engine cannot run as asked fails at start, never runs as something else."""
@@ -316,6 +361,10 @@ class Engine(ABC):
             raise EngineStartError(f"{self.name} has no synthetic acceptance (llama.cpp and vLLM have it)")
 
     def start(self) -> None:
+        if self.spec.attached:
+            # nothing to launch: find the process behind a local server's port (its CPU and memory are then measured)
+            self._attached_pid = listening_pid(self.base_url)
+            return
         self.refuse_unsupported()
         cmd = self.command()
         if not Path(cmd[0]).exists():
@@ -339,6 +388,18 @@ class Engine(ABC):
         t0 = time.perf_counter()
         deadline = t0 + timeout_s
         while True:
+            if self.spec.attached:
+                try:
+                    status, _ = self.http_get(self.health_path, timeout=2.0)
+                    if status == 200:
+                        return time.perf_counter() - t0
+                except (OSError, urllib.error.URLError):
+                    pass
+                if time.perf_counter() > deadline:
+                    raise EngineStartError(f"the attached {self.name} server at {self.base_url} did not answer {self.health_path} "
+                                           f"with 200 within {timeout_s:.0f} s (specsoak does not start an attached server)")
+                time.sleep(0.2)
+                continue
             if not self.alive():
                 code = self.proc.returncode if self.proc else None
                 reason = self.failure_reason(self.read_log()) or "no reason in its log"
@@ -357,7 +418,9 @@ class Engine(ABC):
             time.sleep(0.2)
 
     def http_get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
-        req = urllib.request.Request(self.base_url + path, headers=self.request_headers())
+        """GET ``path`` on the server (or ``path`` itself when it is a whole URL: server.metrics_url)."""
+        url = path if path.startswith(("http://", "https://")) else self.base_url + path
+        req = urllib.request.Request(url, headers=self.request_headers())
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - loopback only
                 return resp.status, resp.read()
@@ -365,17 +428,21 @@ class Engine(ABC):
             return exc.code, exc.read()
 
     def scrape(self) -> EngineCounters:
+        where = self.spec.metrics_url or self.metrics_path
         try:
-            status, body = self.http_get(self.metrics_path, timeout=10.0)
+            status, body = self.http_get(where, timeout=10.0)
         except (OSError, urllib.error.URLError) as exc:
-            raise ScrapeError(f"{self.name}: GET {self.metrics_path} failed: {exc}") from exc
+            raise ScrapeError(f"{self.name}: GET {where} failed: {exc}") from exc
         if status != 200:
-            raise ScrapeError(f"{self.name}: GET {self.metrics_path} answered HTTP {status}")
+            raise ScrapeError(f"{self.name}: GET {where} answered HTTP {status}")
         return self.normalise_metrics(body.decode("utf-8", "replace"))
 
     def read_log(self) -> str:
+        path = self.spec.attach_log if self.spec.attached else self.log_path
+        if path is None:
+            return ""  # attached without server.log_file: no log to read
         try:
-            return self.log_path.read_text(encoding="utf-8", errors="replace")
+            return path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return ""
 
@@ -383,7 +450,10 @@ class Engine(ABC):
         return self.parse_startup_log(self.read_log())
 
     def stop(self, grace_s: float = 10.0) -> int | None:
-        """SIGTERM, then SIGKILL after ``grace_s``; the whole process group, so nothing is orphaned."""
+        """SIGTERM, then SIGKILL after ``grace_s``; the whole process group, so nothing is orphaned.
+        An attached server is never signalled: specsoak leaves it as it found it."""
+        if self.spec.attached:
+            return None
         proc = self.proc
         try:
             if proc is not None and proc.poll() is None:
@@ -400,6 +470,25 @@ class Engine(ABC):
             if self._log_file is not None:
                 self._log_file.close()
                 self._log_file = None
+
+
+def listening_pid(url: str) -> int | None:
+    """The local process listening on ``url``'s port, when the server runs on this machine and the OS tells
+    (psutil; None for a remote server, or when the socket's owner cannot be read)."""
+    import psutil
+
+    parts = urllib.parse.urlsplit(url)
+    if parts.hostname not in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):  # noqa: S104 - compared, not bound
+        return None
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return None
+    for c in conns:
+        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
+            return int(c.pid)
+    return None
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

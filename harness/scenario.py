@@ -181,6 +181,31 @@ class Server(_Strict):
     env: dict[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str | int | float] = Field(
         default_factory=dict, description="environment of the engine process (e.g. VLLM_CPU_KVCACHE_SPACE: 1); no secrets: it is stored in the manifest"
     )
+    url: str | None = Field(
+        None, pattern=r"^https?://[^\s/]+(:\d+)?/?$",
+        description="attach mode: measure the server already running here (specsoak never starts, restarts or stops it); "
+        "one configuration, whose algorithm is checked against what the server reports where the engine exposes it",
+    )
+    metrics_url: str | None = Field(
+        None, pattern=r"^https?://\S+$", description="attach mode: the server's Prometheus metrics (default: url + the engine's metrics path)"
+    )
+    log_file: str | None = Field(
+        None, description="attach mode: the server's log, read for its capacity (slots, context, memory); default: none "
+        "(llama.cpp: slots and context from /slots)"
+    )
+
+    @model_validator(mode="after")
+    def _attach(self) -> Server:
+        if self.url is None:
+            for f in ("metrics_url", "log_file"):
+                if getattr(self, f) is not None:
+                    raise ValueError(f"{f} is for attach mode: set server.url too")
+            return self
+        launch_only = [f for f in ("binary", "ctx_size", "parallel", "threads", "extra_args", "port", "env", "stop_grace_s") if f in self.model_fields_set]
+        if launch_only:
+            raise ValueError(f"server.url attaches to a running server, which specsoak does not start: {', '.join(launch_only)} "
+                             f"cannot apply (set them where the server is launched); remove them")
+        return self
 
 
 class Measurement(_Strict):
@@ -384,6 +409,22 @@ class Scenario(_Strict):
                                  f"'algorithm: none' configuration with that model, or name the one to compare with in 'baseline:'")
         return self
 
+    @model_validator(mode="after")
+    def _attached(self) -> Scenario:
+        """Attach mode (server.url): one configuration (the server runs one), nothing that needs a launch."""
+        if self.server.url is None:
+            return self
+        runs = self.runs()
+        if len(runs) != 1:
+            raise ValueError(f"server.url attaches to one running server, which runs one configuration; this scenario has "
+                             f"{len(runs)} ({', '.join(c.name for c in runs)}): one scenario per attached server")
+        if runs[0].engine_args or runs[0].is_synthetic:
+            raise ValueError(f"configuration '{runs[0].name}': {'engine_args' if runs[0].engine_args else 'synthetic'} cannot apply to "
+                             f"an attached server (server.url): it is set where the server is launched")
+        if self.report.fill_check:
+            raise ValueError("report.fill_check restarts the engine at its servable context: not possible on an attached server (server.url)")
+        return self
+
     def baseline_of(self, cfg: Configuration) -> Configuration | None:
         """The configuration ``cfg``'s speedups are against (None: the scenario has no baseline for it)."""
         runs = self.runs()
@@ -486,10 +527,11 @@ def load_scenario(
             refs.append((("configurations", i, "model"), cfg.model))
         if cfg.draft:
             refs.append((("configurations", i, "draft"), cfg.draft))
+    attached = scenario.server.url is not None
     for loc, ref in refs:
         if ref in models:
             continue
-        if not check_model_files:
+        if not check_model_files or attached:  # attached: the model names what the server serves, on its own machine
             if ref.startswith(WORKSHOP_PREFIX):
                 from harness.models import WorkshopError, path_for  # checks the name, builds nothing
 

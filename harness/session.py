@@ -19,6 +19,7 @@ from typing import Any
 from rich.console import Console
 
 from engines.base import Capacity, Engine, LaunchSpec
+from engines.errors import EngineCrashed
 from harness.client import RequestParams
 from harness.observe import Observers
 from harness.runner_util import free_port
@@ -46,6 +47,9 @@ def launch_spec(loaded: LoadedScenario, cfg: Configuration, port: int) -> Launch
         request_base_url=srv.request_base_url,
         api_key=os.environ.get(srv.api_key_env) if srv.api_key_env else None,
         env=tuple(sorted((k, str(v)) for k, v in srv.env.items())),
+        attach_url=srv.url,
+        metrics_url=srv.metrics_url,
+        attach_log=(Path(srv.log_file) if Path(srv.log_file).is_absolute() else loaded.path.parent / srv.log_file) if srv.log_file else None,
     )
 
 
@@ -70,6 +74,17 @@ class RunContext:
         return EngineSession(self, cfg, self.run_dir / "logs" / f"{name}.server.log", port)
 
 
+def _process_started(pid: int | None) -> float | None:
+    if pid is None:
+        return None
+    import psutil
+
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None
+
+
 class EngineSession:
     """One configuration's engine: ``start`` (ready, speculation checked), ``restart``, ``stop``, ``uptime_s``."""
 
@@ -91,6 +106,8 @@ class EngineSession:
         srv = self.ctx.sc.server
         self.engine.start()
         self.started_unix = time.time()
+        if self.attached:  # its uptime is its process's age where the process is on this machine, else time since attaching
+            self.started_unix = _process_started(self.engine.pid) or self.started_unix
         self.starts += 1
         self.ctx.obs.on_config_start(self.cfg.name, self.cfg.algorithm, self.cfg.is_synthetic, self.engine.name, self.engine.base_url, self.engine.pid)
         try:
@@ -101,8 +118,15 @@ class EngineSession:
             raise
         return self.ready_s
 
+    @property
+    def attached(self) -> bool:
+        """A server specsoak did not start (server.url): never restarted or stopped."""
+        return self.engine.spec.attached
+
     def restart(self, kill: bool = False) -> float:
         """Stop what is left (SIGKILL at once when ``kill``: a hung engine) and start a new process on the same port."""
+        if self.attached:
+            raise EngineCrashed(f"the attached server at {self.engine.base_url} is not specsoak's to restart")
         self.stop(0 if kill else None)
         self.engine = self.ctx.engine_cls(self.engine.spec, self.log_path)
         return self.start()

@@ -180,6 +180,9 @@ class SoakSlice:
     def verdict(self, kind: str, message: str, evidence: dict[str, Any], metric: str | None = None, action: str | None = None) -> str:
         """Write a verdict, tell the observers, and return the action to take (the scenario's, unless given)."""
         action = action or self.wd.action(kind)
+        if action == "restart" and self.session.attached:
+            action = "stop_config"  # an attached server is not specsoak's to restart: its soak ends, the verdict stays
+            message = f"attached server: {message}"
         now = time.time()
         rec = {"t_unix": now, "config": self.cfg.name, "slice": self.slice_id, "kind": kind, "metric": metric,
                "message": message, "evidence": evidence, "action": action, "engine_uptime_s": self.session.uptime_s(now),
@@ -254,7 +257,9 @@ class SoakSlice:
                     engine = self.session.engine
                     code = engine.proc.returncode if engine.proc else None
                     reason = engine.failure_reason(engine.read_log()) or "no reason in its log"
-                    action = self.verdict("crash", f"engine exited (code {code}): {reason}", {"exit_code": code, "pid": engine.pid})
+                    what = (f"the server at {engine.base_url} is gone (process {engine.pid} ended)" if self.session.attached
+                            else f"engine exited (code {code}): {reason}")
+                    action = self.verdict("crash", what, {"exit_code": code, "pid": engine.pid})
                     if action != "restart" or not self._restart("crash"):
                         gave_up = action == "restart"
                         break
