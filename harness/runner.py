@@ -291,6 +291,7 @@ class Runner:
         finally:
             for w in (requests, phases, failures, self._ramp_out, self._fill_out):
                 w.close()
+            self.ctx.gpu.close()
             for s, h in old.items():
                 signal.signal(s, h)
 
@@ -662,6 +663,7 @@ class Runner:
             "client_draft_tokens": sum(client_draft) if client_draft else None,
             "client_accepted_tokens": sum(client_acc) if client_acc else None,
             **acceptance_figures(delta),
+            "gpu": self.ctx.gpu_sample(engine.pid),
         }
         if phases is not None:
             phases.write(rec)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from rich.console import Console
 from engines.base import Capacity, Engine, LaunchSpec
 from engines.errors import EngineCrashed
 from harness.client import RequestParams
+from harness.gpu import GpuMeter, process_tree
 from harness.observe import Observers
 from harness.runner_util import free_port
 from harness.scenario import Configuration, LoadedScenario, Scenario, safe_name
@@ -63,6 +64,12 @@ class RunContext:
     obs: Observers
     engine_cls: type[Engine]
     params: RequestParams
+    gpu: GpuMeter = field(default_factory=GpuMeter)  # NVML, once per run (harness/gpu.py): "n/a" without a driver
+
+    def gpu_sample(self, pid: int | None) -> dict[str, Any]:
+        """GPU memory now (devices, and the engine's process tree where the driver says): the ``gpu`` field of
+        phase records and soak windows; ``available: false`` with the reason where there is no NVIDIA GPU."""
+        return self.gpu.sample(process_tree(pid) if pid is not None else None).to_dict()
 
     @property
     def sc(self) -> Scenario:

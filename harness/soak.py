@@ -163,6 +163,7 @@ class SoakSlice:
         self.outcome = SliceOutcome()
         self.flagged: set[str] = {v["metric"] for v in read_jsonl(self.run_dir / VERDICTS) if v.get("config") == cfg.name and v.get("kind") == "drift"}
         self.memory_warned_pid: int | None = None
+        self.gpu_warned_pid: int | None = None
         self.tail = RecordTail()
         self.records_seen = 0
         self.window: list[dict[str, Any]] = []
@@ -220,6 +221,7 @@ class SoakSlice:
             self.detector.engine_restarted()
             self.engine_restarted = True
             self.memory_warned_pid = None
+            self.gpu_warned_pid = None
             if self.cpu_meter is not None:
                 self.cpu_meter = CpuMeter(self.session.pid, client_pids=self.locust_pids).start()
             return True
@@ -396,6 +398,11 @@ class SoakSlice:
             "harness_rss_mib": (psutil.Process(os.getpid()).memory_info().rss + sum(tree_rss_bytes(p) for p in self.locust_pids)) / 2**20,
             "machine_memory_available_mib": psutil.virtual_memory().available / 2**20,
         }
+        gpu = self.ctx.gpu_sample(pid)
+        win["gpu"] = gpu
+        win["gpu_used_mib"] = gpu["used_bytes"] / 2**20 if gpu.get("used_bytes") is not None else None
+        win["gpu_total_mib"] = gpu["total_bytes"] / 2**20 if gpu.get("total_bytes") is not None else None
+        win["engine_gpu_mib"] = gpu["process_bytes"] / 2**20 if gpu.get("process_bytes") is not None else None
         self.engine_restarted = False
         if self.cpu_meter is not None:
             cpu = self.cpu_meter.stop()
@@ -409,6 +416,7 @@ class SoakSlice:
         win["judged"], win["not_judged_why"] = judged, why
         win["detectors"] = {m: asdict(st) for m, st in self.detector.state().items()}
         win["memory_headroom_s"], win["memory_slope_mib_per_h"] = self._headroom(win)
+        win["gpu_headroom_s"], win["gpu_slope_mib_per_h"] = self._headroom(win, gpu=True)
         self.windows.write(win)
         self.ctx.obs.on_window(win)
         self.history.setdefault(self.cfg.name, []).append(win)
@@ -421,19 +429,27 @@ class SoakSlice:
             self.verdict("memory", f"at the engine's memory slope, available memory ({win['machine_memory_available_mib']:,.0f} MiB) "
                          f"runs out in {win['memory_headroom_s'] / 60:.0f} min", {"window": _brief(win), "headroom_s": win["memory_headroom_s"]},
                          metric="engine_rss_mib")
+        if win["gpu_headroom_s"] is not None and win["gpu_headroom_s"] < self.wd.memory_horizon_s and self.gpu_warned_pid != pid:
+            self.gpu_warned_pid = pid
+            self.verdict("memory", f"at the GPU memory slope ({win['gpu_slope_mib_per_h']:,.0f} MiB/h), GPU memory "
+                         f"({win['gpu_total_mib'] - win['gpu_used_mib']:,.0f} MiB free) runs out in {win['gpu_headroom_s'] / 60:.0f} min",
+                         {"window": _brief(win), "headroom_s": win["gpu_headroom_s"]}, metric="gpu_used_mib")
         if len(recs) >= self.wd.min_requests and errors / len(recs) >= self.wd.error_rate:
             self.verdict("error_rate", f"{errors} of {len(recs)} requests failed in the last window", {"window": _brief(win)})
         self._drift()
 
-    def _headroom(self, win: dict[str, Any]) -> tuple[float | None, float | None]:
+    def _headroom(self, win: dict[str, Any], gpu: bool = False) -> tuple[float | None, float | None]:
         """(seconds until available memory runs out at the engine's memory slope over the last memory_fit_s, that slope
-        in MiB/h), this engine process only; (None, slope) when it does not grow, (None, None) before there is a forecast."""
+        in MiB/h), this engine process only; (None, slope) when it does not grow, (None, None) before there is a forecast.
+        ``gpu``: the GPUs' used memory against their free memory instead (None without NVML)."""
         pid = win["engine_pid"]
-        pts = [(w["t_unix"], w["engine_rss_mib"]) for w in self.history.get(self.cfg.name, []) + [win]
-               if w.get("engine_pid") == pid and w.get("engine_rss_mib") is not None and w["t_unix"] >= win["t_unix"] - self.wd.memory_fit_s]
+        key = "gpu_used_mib" if gpu else "engine_rss_mib"
+        pts = [(w["t_unix"], w[key]) for w in self.history.get(self.cfg.name, []) + [win]
+               if w.get("engine_pid") == pid and w.get(key) is not None and w["t_unix"] >= win["t_unix"] - self.wd.memory_fit_s]
         if len(pts) < 3:
             return None, None
-        fc = memory_forecast([p[0] for p in pts], [p[1] for p in pts], win["machine_memory_available_mib"], min_span_s=min(600.0, self.wd.memory_fit_s / 2))
+        available = win["gpu_total_mib"] - win["gpu_used_mib"] if gpu else win["machine_memory_available_mib"]
+        fc = memory_forecast([p[0] for p in pts], [p[1] for p in pts], available, min_span_s=min(600.0, self.wd.memory_fit_s / 2))
         return (fc.headroom_s, fc.slope_mib_per_h) if fc is not None else (None, None)
 
     def _change_verdict(self, ev: ChangeEvent, win: dict[str, Any]) -> None:

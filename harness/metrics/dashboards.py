@@ -171,6 +171,13 @@ SOAK = DashboardSpec(
         PanelSpec("Memory headroom (until available memory runs out)", "timeseries", (
             Query(f"min by (config) (specsoak_soak_memory_headroom_seconds{{{S}}})", "{{config}} headroom"),
         ), unit="s", description="Absent while the engine's memory is not growing."),
+        PanelSpec("GPU memory: used, total, engine processes; headroom", "timeseries", (
+            Query(f"max by (config, kind) (specsoak_soak_gpu_memory_bytes{{{S}}})", "{{config}} GPU {{kind}}"),
+        ), unit="bytes", description="NVML (harness/gpu.py), at the end of each soak window; absent on a machine without an NVIDIA GPU. "
+           "Engine: the engine's processes where the driver reports per-process memory."),
+        PanelSpec("GPU memory headroom (until the GPUs' free memory runs out)", "timeseries", (
+            Query(f"min by (config) (specsoak_soak_gpu_memory_headroom_seconds{{{S}}})", "{{config}} GPU headroom"),
+        ), unit="s", description="Absent without a GPU, and while GPU memory is not growing (+Inf)."),
         PanelSpec("Engine up", "timeseries", (
             Query(f"max by (config) (specsoak_engine_up{{{S}}})", "{{config}} process"),
             Query(f'max by (config) (up{{job="{promconfig.ENGINES_JOB}", {S}}})', "{{config}} /metrics"),
@@ -333,6 +340,15 @@ def variable_selector(query: str) -> str:
 # series that exist only while a soak runs (the soak's windows, verdicts and engine age)
 SOAK_ONLY_MARKERS = ("specsoak_soak_", 'phase="soak"', "specsoak_engine_uptime_seconds", "specsoak_harness_resident_memory_bytes",
                      "specsoak_watchdog_verdict", "predict_linear(")
+
+
+GPU_ONLY_MARKERS = ("specsoak_soak_gpu_",)
+
+
+def gpu_only(expr: str) -> bool:
+    """Whether an expression can only have data on a machine with an NVIDIA GPU (NVML): the live tests on a CPU
+    check these through a backfill of GPU windows instead (tests/unit/test_dashboards.py)."""
+    return any(m in expr for m in GPU_ONLY_MARKERS)
 
 
 def soak_only(uid: str, expr: str) -> bool:

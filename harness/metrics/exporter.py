@@ -54,10 +54,10 @@ E2E_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 60
 ProcessReader = Callable[[int], "int | None"]
 
 
-def _headroom(window: dict[str, Any]) -> float | None:
-    if window.get("memory_headroom_s") is not None:
-        return float(window["memory_headroom_s"])
-    return math.inf if window.get("memory_slope_mib_per_h") is not None else None
+def _headroom(window: dict[str, Any], prefix: str = "memory") -> float | None:
+    if window.get(f"{prefix}_headroom_s") is not None:
+        return float(window[f"{prefix}_headroom_s"])
+    return math.inf if window.get(f"{prefix}_slope_mib_per_h") is not None else None
 
 
 def read_rss(pid: int) -> int | None:
@@ -173,6 +173,8 @@ class MetricsExporter(BaseObserver):
         self.soak_users = Gauge("specsoak_soak_users", "offered load (Locust users) of the last soak window", L, registry=r)
         self.engine_uptime = Gauge("specsoak_engine_uptime_seconds", "seconds since the soak engine's process started, at the end of the last window", L, registry=r)
         self.soak_headroom = Gauge("specsoak_soak_memory_headroom_seconds", "seconds until the machine's available memory is used up at the engine's memory slope (+Inf when not growing, absent before the first forecast)", L, registry=r)
+        self.soak_gpu_memory = Gauge("specsoak_soak_gpu_memory_bytes", "GPU memory at the end of the last soak window (NVML): used and total over all GPUs, and the engine's processes where the driver reports them; absent without a GPU", [*L, "kind"], registry=r)
+        self.soak_gpu_headroom = Gauge("specsoak_soak_gpu_memory_headroom_seconds", "seconds until the GPUs' free memory is used up at the used memory's slope (+Inf when not growing, absent before the first forecast or without a GPU)", L, registry=r)
         self.harness_memory = Gauge("specsoak_harness_resident_memory_bytes", "resident memory of the harness and its Locust processes at the end of the last soak window", L, registry=r)
         self.soak_engine_cores = Gauge("specsoak_soak_engine_cpu_cores", "CPU cores used by the engine process tree during the last soak window", L, registry=r)
         self.soak_harness_cores = Gauge("specsoak_soak_harness_cpu_cores", "CPU cores used by the harness and its Locust processes during the last soak window", L, registry=r)
@@ -186,7 +188,7 @@ class MetricsExporter(BaseObserver):
         self.relative_change = Gauge("specsoak_soak_relative_change", "the last window's change relative to the detector's reference", [*L, "metric"], registry=r)
         self._window_gauges = (
             self.soak_output_tps, self.soak_decode_tps, self.soak_ttft_p95, self.soak_error_ratio, self.soak_acceptance, self.soak_accept_len,
-            self.soak_engine_memory, self.soak_users, self.engine_uptime, self.soak_headroom, self.harness_memory,
+            self.soak_engine_memory, self.soak_users, self.engine_uptime, self.soak_headroom, self.soak_gpu_headroom, self.harness_memory,
             self.soak_engine_cores, self.soak_harness_cores, self.soak_other_cores, self.soak_judged, self.soak_window_end,
         )
         self._detector_gauges = (self.change_score, self.collapsed, self.reference, self.relative_change)
@@ -377,8 +379,11 @@ class MetricsExporter(BaseObserver):
             (self.soak_other_cores, cpu.get("other_cores")),
             (self.soak_judged, None if judged is None else float(bool(judged))),
             (self.soak_window_end, record.get("t_end_unix") or self.clock()),
+            (self.soak_gpu_headroom, _headroom(record, "gpu")),
         ):
             _set_or_remove(gauge, values, v)
+        for kind, key in (("used", "gpu_used_mib"), ("total", "gpu_total_mib"), ("engine", "engine_gpu_mib")):
+            _set_or_remove(self.soak_gpu_memory, [*values, kind], _times(record.get(key), MIB))
         self.soak_windows.labels(**lab).inc()
         detectors = record.get("detectors") or {}
         for metric in WATCHED_METRICS:
@@ -401,6 +406,8 @@ class MetricsExporter(BaseObserver):
         for gauge in self._detector_gauges:
             for metric in WATCHED_METRICS:
                 gauge.remove(*values, metric)
+        for kind in ("used", "total", "engine"):
+            self.soak_gpu_memory.remove(*values, kind)
 
     def on_failure(self, record: dict[str, Any]) -> None:
         lab = self._cfg(str(record["config"])).labels

@@ -28,6 +28,7 @@ from harness.metrics.exporter import MetricsExporter
 from harness.metrics.openmetrics import export_openmetrics
 from harness.metrics.targets import SHARED_DIR, EngineTargetsFile
 from harness.observe import BaseObserver
+from harness.records import WINDOWS
 from harness.runner import Runner, free_port
 from harness.scenario import load_scenario
 
@@ -293,6 +294,43 @@ def test_backfill_a_finished_run(promtool: str, prometheus_bin: str, tmp_path: P
         assert {r["metric"]["config"] for r in res} == {"baseline", "ngram-map-k", "draft-self-k3"}
         res = prom.api("query", query=f'specsoak_engine_up{{run="{run}"}}', time=f"{at:.3f}")["result"]
         assert res, "the engine of the configuration running mid-run is up"
+    finally:
+        prom.stop()
+
+
+def test_gpu_panels_have_data_from_gpu_windows(promtool: str, prometheus_bin: str, tmp_path: Path) -> None:
+    """No NVIDIA GPU here: soak windows shaped as harness/soak.py writes them on a GPU machine (GPU memory growing
+    100 MiB a window, from harness/gpu.py's record) are backfilled, and every GPU panel's expression has data."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(RUN_QUICK, run_dir)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    t0, mib = float(manifest["stopped_unix"]) + 60, 2**20
+    with (run_dir / WINDOWS).open("w") as f:
+        for i in range(12):
+            used = 20_000 + 100 * i
+            gpu = {"available": True, "why": None, "used_bytes": used * mib, "total_bytes": 32_768 * mib, "process_bytes": (used - 500) * mib,
+                   "process_why": None, "devices": [{"index": 0, "name": "NVIDIA H200", "used_bytes": used * mib, "total_bytes": 32_768 * mib}]}
+            f.write(json.dumps({"config": "draft-self-k3", "slice": "s1", "t_start_unix": t0 + 60 * i, "t_end_unix": t0 + 60 * (i + 1),
+                                "t_unix": t0 + 60 * i + 30, "requests": 10, "errors": 0, "output_tps": 20.0, "engine_pid": 1, "gpu": gpu,
+                                "gpu_used_mib": used, "gpu_total_mib": 32_768, "engine_gpu_mib": used - 500,
+                                "gpu_headroom_s": (32_768 - used) / 100 * 60, "gpu_slope_mib_per_h": 6000.0}) + "\n")
+    manifest["stopped_unix"] = t0 + 60 * 13
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    om = tmp_path / "run.om"
+    om.write_text(export_openmetrics(run_dir))
+    data = tmp_path / "data"
+    _promtool(promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data))
+    (tmp_path / "prometheus.yml").write_text(promconfig.dump_yaml({"global": {"scrape_interval": "15s"}}))
+    prom = Prometheus(prometheus_bin, tmp_path / "prometheus.yml", data, tmp_path / "prometheus.log")
+    try:
+        exprs = [(where, e) for _uid, where, e in dashboards.all_expressions() if dashboards.gpu_only(e)]
+        assert len(exprs) >= 2
+        for where, expr in exprs:
+            q = expr.replace("$run", manifest["run_id"]).replace("$config", ".*").replace("$__rate_interval", "1m")
+            res = prom.api("query_range", query=q, start=f"{t0:.3f}", end=f"{t0 + 780:.3f}", step="15")["result"]
+            assert _has_data(res), f"{where}: {q}"
+        res = prom.api("query", query=f'specsoak_soak_gpu_memory_bytes{{kind="engine"}}', time=f"{t0 + 720:.3f}")["result"]
+        assert res and float(res[0]["value"][1]) == (20_000 + 1100 - 500) * mib
     finally:
         prom.stop()
 

@@ -296,3 +296,21 @@ def test_cli_export_writes_openmetrics(tmp_path: Path) -> None:
     assert out.read_text() == export_openmetrics(RUN_QUICK)
     proc = subprocess.run([*cli, "export", str(tmp_path), "--openmetrics"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "not a run folder" in proc.stderr
+
+
+def test_gpu_memory_of_a_window_is_exported_and_absent_without_a_gpu() -> None:
+    exp = _soak_exporter()
+    get = exp.registry.get_sample_value
+    mib = 1024 * 1024
+    exp.on_window(_window(gpu_used_mib=30_000.0, gpu_total_mib=32_768.0, engine_gpu_mib=29_000.0, gpu_headroom_s=5400.0))
+    assert get("specsoak_soak_gpu_memory_bytes", {**LAB, "kind": "used"}) == 30_000 * mib
+    assert get("specsoak_soak_gpu_memory_bytes", {**LAB, "kind": "total"}) == 32_768 * mib
+    assert get("specsoak_soak_gpu_memory_bytes", {**LAB, "kind": "engine"}) == 29_000 * mib
+    assert get("specsoak_soak_gpu_memory_headroom_seconds", LAB) == 5400.0
+    exp.on_window(_window(gpu_used_mib=30_000.0, gpu_total_mib=32_768.0, engine_gpu_mib=None, gpu_headroom_s=None, gpu_slope_mib_per_h=-3.0))
+    assert get("specsoak_soak_gpu_memory_bytes", {**LAB, "kind": "engine"}) is None, "unknown per-process GPU memory is no series, never 0"
+    assert get("specsoak_soak_gpu_memory_headroom_seconds", LAB) == float("inf"), "not growing"
+    exp.on_window(_window())  # no NVML: no GPU series at all
+    for kind in ("used", "total", "engine"):
+        assert get("specsoak_soak_gpu_memory_bytes", {**LAB, "kind": kind}) is None
+    assert get("specsoak_soak_gpu_memory_headroom_seconds", LAB) is None
