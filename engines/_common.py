@@ -66,7 +66,7 @@ class Samples:
             return ()
         idx: dict[int, float] = {}
         for k, v in d.items():
-            if k.isascii() and k.lstrip("-").isdigit():
+            if re.fullmatch(r"-?[0-9]+", k):
                 if len(k) > 5 or int(k) >= MAX_POSITIONS:
                     raise ScrapeError(f'{self.engine}: /metrics: {name}{{{label}="{k[:20]}"}} is not a draft position (0 to {MAX_POSITIONS - 1})')
                 idx[int(k)] = v

@@ -38,7 +38,7 @@ from engines._common import (
     python_exception,
     python_with,
 )
-from engines.base import Capacity, Engine, EngineCounters, MemoryUse, RequestSpecStats, spec_count
+from engines.base import Capacity, Engine, EngineCounters, MemoryUse, RequestSpecStats, spec_count, startup_lines
 from engines.errors import SpeculationInactive
 
 ALGORITHMS = {
@@ -59,16 +59,16 @@ _CTX = re.compile(r"context_len=(\d+)")
 # "KV Cache is allocated. [dtype: D, ]#tokens: N, K size: X GB, V size: Y GB" (MLA pools: "KV size: X GB")
 _KV = re.compile(
     r"KV Cache is allocated\.\s*(?:dtype: [^,]+,\s*)?#tokens:\s*(\d+),\s*"
-    r"(?:K size:\s*([\d.]+) GB,\s*V size:\s*([\d.]+) GB|KV size:\s*([\d.]+) GB)"
+    r"(?:K size:\s*(\d+(?:\.\d+)?) GB,\s*V size:\s*(\d+(?:\.\d+)?) GB|KV size:\s*(\d+(?:\.\d+)?) GB)"
 )
-_WEIGHTS = re.compile(r"Load weight end\..*?mem usage=([\d.]+) GB")
+_WEIGHTS = re.compile(r"Load weight end\..*?mem usage=(\d+(?:\.\d+)?) GB")
 # 0.4: "Capture cuda graph end." / "Capture draft cuda graph end."; 0.5: "Capture target verify CUDA graph end.",
 # "Capture draft decode CUDA graph end.", "Capture draft extend CUDA graph end." (summed per model)
 _GRAPH = re.compile(
-    r"Capture (?:(draft|target) )?(?:(?:decode|verify|prefill|extend) )?(?:cuda|CUDA) graph end\..*?mem usage=([\d.]+) ?GB"
+    r"Capture (?:(draft|target) )?(?:(?:decode|verify|prefill|extend) )?(?:cuda|CUDA) graph end\..*?mem usage=(\d+(?:\.\d+)?) ?GB"
 )
 _MAMBA = re.compile(
-    r"Mamba Cache is allocated\.\s*max_mamba_cache_size:\s*(\d+),\s*conv_state size:\s*([\d.]+) ?GB,\s*ssm_state size:\s*([\d.]+) ?GB"
+    r"Mamba Cache is allocated\.\s*max_mamba_cache_size:\s*(\d+),\s*conv_state size:\s*(\d+(?:\.\d+)?) ?GB,\s*ssm_state size:\s*(\d+(?:\.\d+)?) ?GB"
 )
 # server_args: "ServerArgs(key=value, ...)" (0.4) or a dict "{'key': value, ...}" (0.5)
 _ARG = r"['\"]?\s*[=:]\s*"
@@ -127,7 +127,7 @@ class SGLang(Engine):
         asked_running: str | None = None
         notes: list[str] = []
         seen = False
-        for line in text.splitlines():
+        for line in startup_lines(text):
             if (m := _TP.match(line)) and m.group(1) != "0":
                 continue  # every tensor-parallel rank prints its own copy
             if "ServerArgs(" in line or "server_args=" in line:

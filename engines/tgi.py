@@ -30,7 +30,7 @@ from engines._common import (
     python_exception,
     which,
 )
-from engines.base import Capacity, Engine, EngineCounters, MemoryUse
+from engines.base import Capacity, Engine, EngineCounters, MemoryUse, startup_lines
 from engines.errors import SpeculationInactive
 
 _LEVEL = re.compile(r"^\S*\s+(TRACE|DEBUG|INFO|WARN|ERROR)\s+(.*)$")
@@ -78,7 +78,7 @@ class Tgi(Engine):
         speculate = slots = ctx_slot = blocks = block_tokens = batch_total = None
         spec: str | None = None
         notes: list[str] = []
-        for line in _args_joined(text.splitlines()):
+        for line in _args_joined(startup_lines(text)):
             if _ARGS.search(line):
                 if m := _A_SPECULATE.search(line):
                     speculate = int(m.group(1))

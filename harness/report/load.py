@@ -55,7 +55,7 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
         raise ResultsError(f"{run_dir}: not a run folder (no {MANIFEST})")
     try:
         data = json.loads(mpath.read_text())
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise ResultsError(f"{mpath}: unreadable manifest ({exc})") from None
     if not isinstance(data, dict):
         raise ResultsError(f"{mpath}: unreadable manifest (not an object)")
@@ -82,8 +82,10 @@ def load_run(run_dir: Path) -> RunData:
             data = json.loads(f.read_text())
             if not isinstance(data, dict):
                 raise ValueError("not a JSON object")
+            if not isinstance(data.get("config", f.stem), str):
+                raise ValueError("'config' is not a string")
             capacity[data.get("config", f.stem)] = data
-        except (ValueError, OSError, UnicodeDecodeError) as exc:
+        except (ValueError, OSError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
             log.skip(f, 1, f"unreadable capacity record: {exc}")
             continue
     failures = list(read_jsonl(run_dir / FAILURES, log, {"config": str}))

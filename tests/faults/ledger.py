@@ -25,6 +25,8 @@ REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "docs" / "reliability.json"
 DOC = REPO / "docs" / "reliability.md"
 AREAS = ("request", "engine", "harness", "input", "security")
+# the document's hand-written sections (the fuzzing figures) follow this line; rewriting keeps them
+KEEP = "<!-- written by hand, not generated: tests/faults/ledger.py keeps this line and everything below it -->"
 
 
 @dataclass
@@ -91,7 +93,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     try:
         merged = merge(load(DATA), rows)
         save(DATA, merged)
-        DOC.write_text(markdown(merged), encoding="utf-8")
+        DOC.write_text(markdown(merged) + kept(DOC), encoding="utf-8")
     except OSError as exc:  # a read-only checkout still prints the figures
         terminalreporter.write_line(f"docs/reliability.md not written: {exc}")
 
@@ -116,6 +118,16 @@ def merge(old: list[dict[str, Any]], new: list[Fault]) -> list[dict[str, Any]]:
     kept = [r for r in old if (r["area"], r["fault"]) not in fresh and r.get("test") not in ran]
     out = kept + list(fresh.values())
     return sorted(out, key=lambda r: (AREAS.index(r["area"]) if r["area"] in AREAS else 99, r["test"], r["fault"]))
+
+
+def kept(path: Path) -> str:
+    """The hand-written part of ``path``, from the KEEP line to the end ("" when it has none)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return ""
+    at = text.find(KEEP)
+    return "\n" + text[at:] if at >= 0 else ""
 
 
 def _cell(text: str) -> str:
@@ -170,5 +182,5 @@ if __name__ == "__main__":
     rows = load(DATA)
     if not rows:
         sys.exit(f"{DATA}: no rows; run the suite first")
-    DOC.write_text(markdown(rows), encoding="utf-8")
+    DOC.write_text(markdown(rows) + kept(DOC), encoding="utf-8")
     print(DOC)
