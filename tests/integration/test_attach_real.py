@@ -29,7 +29,8 @@ from tests.integration.conftest import SMOLLM2, start
 pytestmark = pytest.mark.engine
 
 EXIT_SOAK = 4
-MEASUREMENT = {"prompts": "builtin:repeat", "max_tokens": 32, "streams": [1, 2], "requests_per_stream": 2, "repetitions": 2,
+SELF_DRAFT = {"name": "self-draft", "algorithm": "draft-simple", "draft": SMOLLM2, "k": 3}
+MEASUREMENT = {"prompts": "builtin:repeat", "max_tokens": 32, "streams": [1, 2], "requests_per_stream": 2, "repetitions": 3,
                "warmup_requests": 1,
                "contamination_cores": float(os.environ.get("SPECSOAK_TEST_CONTAMINATION_CORES", "0.05"))}
 
@@ -47,15 +48,22 @@ def _run(folder: Path, data: dict[str, Any], timeout: float = 600) -> tuple[int,
     return p.returncode, p.stdout + p.stderr, next((folder / "results").glob(f"*-{data['name']}"))
 
 
+def _clean_median(run_dir: Path, streams: int, key: str) -> float:
+    xs = sorted(float(p[key]) for p in read_jsonl(run_dir / "phases.jsonl") if p["streams"] == streams and not p["contaminated"] and p.get(key))
+    assert len(xs) >= 2, f"{run_dir.name}: fewer than 2 uncontaminated phases at {streams} streams: the machine was busy"
+    return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+
+
 def test_attached_server_is_measured_untouched_and_its_death_ends_the_soak(tmp_path: Path, smollm2: Path, llama_server_bin: Path) -> None:
     log = tmp_path / "own.server.log"
-    spec = LaunchSpec(model=smollm2, algorithm="ngram-map-k", ctx_size=2048, parallel=2, threads=2, port=free_port())
+    # SmolLM2 drafting for itself: greedy acceptance near 1.0, read from the attached server's own /metrics
+    spec = LaunchSpec(model=smollm2, algorithm="draft-simple", draft=smollm2, k=3, ctx_size=2048, parallel=2, threads=2, port=free_port())
     server = start(spec, log)
     pid = server.pid
     try:
         url = server.base_url
         attached = {"name": "attached", "server": {"model": SMOLLM2, "url": url, "log_file": str(log)},
-                    "configurations": [{"name": "ngram", "algorithm": "ngram-map-k"}], "measurement": MEASUREMENT}
+                    "configurations": [SELF_DRAFT], "measurement": MEASUREMENT}
         # a baseline stated for a speculative server is refused, from the server's own /slots
         wrong = {**attached, "name": "wrong", "configurations": [{"name": "base", "algorithm": "none"}]}
         code, out, _ = _run(tmp_path, wrong)
@@ -66,24 +74,28 @@ def test_attached_server_is_measured_untouched_and_its_death_ends_the_soak(tmp_p
         assert code == 0, out[-3000:]
         assert server.alive() and server.pid == pid  # never stopped, never restarted
         man = json.loads((run_dir / "manifest.json").read_text())
-        assert man["configurations"]["ngram"]["engine_exit"] is None
-        cap = json.loads((run_dir / "capacity" / "ngram.json").read_text())
+        assert man["configurations"]["self-draft"]["engine_exit"] is None
+        cap = json.loads((run_dir / "capacity" / "self-draft.json").read_text())
         assert cap["slots"] == 2 and cap["ctx_per_slot"] == 1024  # from the server's own log (server.log_file)
         phases = list(read_jsonl(run_dir / "phases.jsonl"))
         assert phases and all(p["counters"]["draft_tokens"] is not None for p in phases)  # its /metrics, scraped
         assert all(p["cpu"]["engine_cores"] is not None for p in phases)  # the process found behind the port
-        att = build_report([run_dir]).verdict.set_index("config").loc["ngram"]
+        att = build_report([run_dir]).verdict.set_index("config").loc["self-draft"]
 
         # the same configuration launched by specsoak, for comparison
         launched = {"name": "launched", "server": {"model": SMOLLM2, "ctx_size": 2048, "parallel": 2, "threads": 2},
-                    "configurations": [{"name": "ngram", "algorithm": "ngram-map-k"}], "measurement": MEASUREMENT}
+                    "configurations": [SELF_DRAFT], "measurement": MEASUREMENT}
         # (the attached server stays up meanwhile, idle: it takes no CPU while it has no request)
         code, out, launched_dir = _run(tmp_path, launched)
         assert code == 0, out[-3000:]
-        lau = build_report([launched_dir]).verdict.set_index("config").loc["ngram"]
-        for key in ("solo_decode_tps", "total_tps_2"):
-            assert 0.6 < att[key] / lau[key] < 1.6, (key, att[key], lau[key])
-        assert att["acceptance"] == pytest.approx(lau["acceptance"], abs=0.15)
+        lau = build_report([launched_dir]).verdict.set_index("config").loc["self-draft"]
+        # within noise: phase by phase, the medians of the phases no other process disturbed (a phase that another
+        # process slowed is the machine's noise, which the harness marks contaminated, not attach mode's)
+        for n in (1, 2):
+            for key in ("total_tps", "median_decode_tps"):
+                a, b = _clean_median(run_dir, n, key), _clean_median(launched_dir, n, key)
+                assert 0.7 < a / b < 1.4, (n, key, a, b)
+        assert att["acceptance"] > 0.9 and att["acceptance"] == pytest.approx(lau["acceptance"], abs=0.05)
 
         # killed mid-soak: a crash verdict that stops the configuration, exit 4
         soak = {**attached, "name": "attached-soak", "measurement": {**MEASUREMENT, "streams": [1], "repetitions": 1},
@@ -112,6 +124,6 @@ def test_attached_server_is_measured_untouched_and_its_death_ends_the_soak(tmp_p
         assert crash and crash[0]["action"] == "stop_config" and crash[0]["message"].startswith("attached server:"), verdicts
         assert not any(v["kind"] == "restart_failed" for v in verdicts)
         assert crash[0]["engine_uptime_s"] > 0
-        assert "crash" in (build_report([soak_dir]).verdict.set_index("config").loc["ngram", "soak"])
+        assert "crash" in (build_report([soak_dir]).verdict.set_index("config").loc["self-draft", "soak"])
     finally:
         server.stop(2)

@@ -160,7 +160,7 @@ def test_distributed_locust_master_and_two_workers_write_the_same_record_schema(
     assert len({r["id"].split("/")[1] for r in records}) == 2
     schema = set(RequestRecord.__dataclass_fields__)
     assert records and all(set(r) == schema for r in records)
-    assert (run_dir / "logs").glob("locust-*-worker0.log")
+    assert list((run_dir / "logs").glob("locust-*-worker0.log")), sorted(p.name for p in (run_dir / "logs").iterdir())
     slices = [e for e in read_jsonl(run_dir / "soak_slices.jsonl") if e["event"] == "end"]
     # the master's final statistics are a snapshot of what the workers had reported when it quit;
     # requests finishing during the stop timeout reach the records but may miss that snapshot

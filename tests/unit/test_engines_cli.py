@@ -33,9 +33,55 @@ def test_scenario_engine_names_are_the_registry() -> None:
         assert "none" in cls.methods
 
 
+# each method's own flags, as docs/engines/<engine>.md states them (written out here, not read from the adapters)
+VLLM_METHOD = {"draft-simple": "draft_model", "draft-mtp": "mtp", "draft-eagle3": "eagle3", "draft-dflash": "dflash",
+               "draft-dspark": "dspark", "ngram": "ngram", "ngram-gpu": "ngram_gpu", "suffix": "suffix"}
+SGLANG_ALGORITHM = {"draft-simple": "STANDALONE", "draft-mtp": "NEXTN", "draft-eagle3": "EAGLE3", "draft-dflash": "DFLASH",
+                    "draft-dspark": "DSPARK", "ngram": "NGRAM"}
+TRTLLM_DECODING = {"draft-simple": "Draft_Target", "draft-mtp": "MTP", "draft-eagle3": "Eagle3", "draft-dflash": "DFlash",
+                   "draft-dspark": "DSpark", "ngram": "NGram", "suffix": "SA"}
+TGI_SPECULATES = {"ngram", "draft-medusa"}  # --speculate k; the method is the model's (Medusa heads) or n-gram
+
+
+def _after(cmd: list[str], flag: str) -> str | None:
+    return cmd[cmd.index(flag) + 1] if flag in cmd else None
+
+
+def method_flags(engine: str, algo: str, cmd: list[str], eng: object) -> object:
+    """What the launch says about the method, k = 3 and the draft, per engine."""
+    if engine == "vllm":
+        cfg = _after(cmd, "--speculative-config")
+        return json.loads(cfg) if cfg else None
+    if engine == "sglang":
+        return {f: _after(cmd, f) for f in ("--speculative-algorithm", "--speculative-draft-model-path", "--speculative-num-steps",
+                                             "--speculative-eagle-topk", "--speculative-num-draft-tokens")}
+    if engine == "trtllm":
+        return eng.options().get("speculative_config")  # type: ignore[attr-defined]
+    return _after(cmd, "--speculate")
+
+
+def expected_flags(engine: str, algo: str) -> object:
+    draft = "/models/d" if algo in DRAFTED else None
+    if engine == "vllm":
+        return None if algo == "none" else {"method": VLLM_METHOD[algo], "num_speculative_tokens": 3, **({"model": draft} if draft else {})}
+    if engine == "sglang":
+        chain = algo not in ("none", "ngram")
+        return {"--speculative-algorithm": SGLANG_ALGORITHM.get(algo), "--speculative-draft-model-path": draft,
+                "--speculative-num-steps": "3" if chain else None, "--speculative-eagle-topk": "1" if chain else None,
+                "--speculative-num-draft-tokens": None if algo == "none" else "4"}
+    if engine == "trtllm":
+        if algo == "none":
+            return None
+        k_key = "num_nextn_predict_layers" if algo == "draft-mtp" else "max_draft_len"
+        return {"decoding_type": TRTLLM_DECODING[algo], k_key: 3, **({"speculative_model_dir": draft} if draft else {})}
+    return "3" if algo in TGI_SPECULATES else None
+
+
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm", "tgi"])
 def test_every_method_has_a_command(engine: str, tmp_path: Path) -> None:
     cls = ENGINES[engine]
+    assert set(cls.methods) - {"none"} == set({"vllm": VLLM_METHOD, "sglang": SGLANG_ALGORITHM, "trtllm": TRTLLM_DECODING,
+                                               "tgi": TGI_SPECULATES}[engine])
     for algo in sorted(cls.methods):
         spec = LaunchSpec(
             model=Path("/models/t"),
@@ -48,11 +94,24 @@ def test_every_method_has_a_command(engine: str, tmp_path: Path) -> None:
             binary=Path(BINARIES[engine]),
             extra_args=("--extra", "1"),
         )
-        cmd = cls(spec, tmp_path / "l.log").command()
+        eng = cls(spec, tmp_path / "l.log")
+        cmd = eng.command()
         assert cmd[0] == BINARIES[engine]
         assert "4321" in cmd and cmd[-2:] == ["--extra", "1"], cmd
-        if algo in DRAFTED:
-            assert any("/models/d" in a for a in cmd) or engine == "trtllm", cmd
+        assert method_flags(engine, algo, cmd, eng) == expected_flags(engine, algo), (algo, cmd)
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_the_api_key_never_shows_in_the_displayed_command(engine: str, tmp_path: Path) -> None:
+    key = "sk-test-0123456789"
+    binary = Path(BINARIES.get(engine, "/x/bin/llama-server"))
+    eng = ENGINES[engine](LaunchSpec(model=Path("/models/t"), binary=binary, api_key=key), tmp_path / "l.log")
+    shown = " ".join(eng.display_command())
+    assert key not in shown and shown
+    # SGLang takes the key on its command line only (masked when shown); the others from the environment
+    assert ("***" in shown) == (engine == "sglang"), shown
+    if engine != "sglang":
+        assert key not in " ".join(eng.command())
 
 
 def test_vllm_command() -> None:
@@ -81,15 +140,6 @@ def test_sglang_command_keeps_running_requests() -> None:
     assert "--enable-metrics" in cmd
     user = LaunchSpec(model=Path("/m"), binary=Path("/s/python"), extra_args=("--max-running-requests", "8"))
     assert ENGINES["sglang"](user, Path("/tmp/x.log")).command().count("--max-running-requests") == 1
-
-
-def test_engines_without_synthetic_refuse_it_at_start(tmp_path: Path) -> None:
-    from harness.errors import EngineStartError
-
-    for engine in ("sglang", "trtllm", "tgi"):
-        spec = LaunchSpec(model=Path("/m"), algorithm="ngram", k=3, synthetic_length=2.0, binary=Path(BINARIES[engine]))
-        with pytest.raises(EngineStartError, match="synthetic"):
-            ENGINES[engine](spec, tmp_path / "l.log").start()
 
 
 SCENARIO = """\
@@ -197,15 +247,16 @@ def test_inspect_log_unknown_engine() -> None:
 
 
 @pytest.mark.parametrize("name", ["sglang", "trtllm", "tgi"])
-def test_engines_without_synthetic_acceptance_refuse_it_at_start(name: str, tmp_path: Path) -> None:
-    from engines import ENGINES
-    from engines.base import LaunchSpec
+@pytest.mark.parametrize("binary", [None, "given"])
+def test_engines_without_synthetic_acceptance_refuse_it_at_start(name: str, binary: str | None, tmp_path: Path) -> None:
+    """Installed or not (a binary given, or none found), the refusal comes first and nothing is started or written."""
     from harness.errors import EngineStartError
 
-    engine = ENGINES[name](LaunchSpec(model=tmp_path, algorithm="ngram", k=3, synthetic_length=2.0), tmp_path / "e.log")
+    spec = LaunchSpec(model=tmp_path, algorithm="ngram", k=3, synthetic_length=2.0, binary=Path(BINARIES[name]) if binary else None)
+    engine = ENGINES[name](spec, tmp_path / "logs" / "e.log")
     with pytest.raises(EngineStartError, match=f"{name} has no synthetic acceptance"):
         engine.start()
-    assert engine.proc is None and not list(tmp_path.glob("*.yaml"))  # nothing started, nothing written
+    assert engine.proc is None and not list(tmp_path.rglob("*.yaml"))  # nothing started, nothing written
 
 
 def test_inspect_log_on_a_binary_file_says_nothing_was_recognised(tmp_path: Path) -> None:

@@ -175,10 +175,15 @@ def test_sglang_counters_not_gauges() -> None:
 
 
 def test_sglang_deltas_over_a_phase() -> None:
-    before = SGLang.normalise_metrics(text("sglang", "baseline.metrics.txt").replace("6400.0", "100.0").replace("50.0", "1.0"))
+    # the scrape before the phase: 3000 tokens, 20 requests, 1000 verify steps already counted (accepted 1980)
+    before_text = text("sglang", "baseline.metrics.txt").replace("6400.0", "3000.0").replace("50.0", "20.0")
+    before = SGLang.normalise_metrics(before_text.replace("spec_verify_calls_total{model_name=\"/models/Llama-3.1-8B-Instruct\"} 0.0",
+                                                          "spec_verify_calls_total{model_name=\"/models/Llama-3.1-8B-Instruct\"} 1000.0"))
+    assert (before.verify_steps, before.accepted_tokens) == (1000, 3000 - 1000 - 20)
     after = SGLang.normalise_metrics(text("sglang", "eagle3.metrics.txt"))
     d = counters_delta(before, after)
-    assert d.verify_steps == 4000 and d.accepted_tokens == 8700
+    assert (d.verify_steps, d.accepted_tokens, d.output_tokens) == (4000 - 1000, 8700 - 1980, 12800 - 3000)
+    assert acceptance_figures(d)["mean_accept_len"] == pytest.approx(1 + 6720 / 3000)
 
 
 def test_sglang_without_requests_counter_counts_one_extra_per_request() -> None:
@@ -273,8 +278,8 @@ def test_tgi_failure_is_the_shard_error() -> None:
 
 def test_tgi_skipped_tokens_histogram(tmp_path: Path) -> None:
     c = Tgi.normalise_metrics(text("tgi", "ngram.metrics.txt"))
+    # steps: the skipped-tokens histogram counts one observation per step, each request's first (prefill) included
     assert (c.accepted_tokens, c.verify_steps, c.output_tokens) == (770, 510 - 10, 1280)
-    assert c.output_tokens == 510 + 770  # every step yields 1 + skipped tokens
     eng = Tgi(LaunchSpec(model=Path("/m"), algorithm="ngram", k=2), tmp_path / "t.log")
     eng.http_get = lambda path, timeout=5.0: (200, text("tgi", "ngram.metrics.txt").encode())  # type: ignore[method-assign]
     f = acceptance_figures(eng.scrape())

@@ -11,8 +11,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+import scipy.stats
 
 from harness.report.build import TABLES, build_report
 from harness.report.stats import break_even, expected_tokens_per_step, percentile, t_interval
@@ -89,7 +91,7 @@ def test_report_of_the_quick_run_has_every_table_and_rebuilds_identically(run_di
     first = _files(run_dir)
     for name in ("verdict", "memory", "max_streams", "break_even", "explanation", "roofline"):
         assert f"{name}.csv" in first and f"{name}.parquet" in first, name
-        assert pd.read_parquet(run_dir / f"{name}.parquet").equals(rep.tables[name].reset_index(drop=True)) or name == "verdict"
+        assert pd.read_parquet(run_dir / f"{name}.parquet").equals(rep.tables[name].reset_index(drop=True)), name
     for absent in ("soak", "verify", "verify_distribution"):  # no soak and no verify in this run: no empty files
         assert f"{absent}.csv" not in first
     assert {"tps_vs_streams.png", "latency.png", "memory.png"} <= set(first)
@@ -104,8 +106,30 @@ def test_verdict_has_per_repetition_confidence_intervals(run_dir: Path) -> None:
     assert draft["speedup_4_reps"] == 3
     assert draft["speedup_4_ci_low"] < draft["speedup_4"] < draft["speedup_4_ci_high"] < 1.0
     assert v.loc["baseline", "speedup_4_ci_low"] == pytest.approx(1.0)
-    md = rep.markdown.read_text()
-    assert "0.53× [0.49, 0.57]" in md  # the geometric mean of the paired ratios, with its interval
+    # computed here from phases.jsonl, not copied from the report: repetition r of the configuration over
+    # repetition r of the baseline at 4 streams, geometric mean and t interval of the log ratios (docs/metrics.md)
+    tps = {(p["config"], p["repetition"]): p["total_tps"] for p in map(json.loads, (run_dir / "phases.jsonl").read_text().splitlines())
+           if p["phase"] == "measure" and p["streams"] == 4}
+    logs = np.log([tps["draft-self-k3", r] / tps["baseline", r] for r in (1, 2, 3)])
+    half = scipy.stats.t.ppf(0.975, len(logs) - 1) * logs.std(ddof=1) / math.sqrt(len(logs))
+    centre, low, high = math.exp(logs.mean()), math.exp(logs.mean() - half), math.exp(logs.mean() + half)
+    assert (draft["speedup_4"], draft["speedup_4_ci_low"], draft["speedup_4_ci_high"]) == pytest.approx((centre, low, high), rel=1e-9)
+    assert f"{centre:.2f}× [{low:.2f}, {high:.2f}]" in rep.markdown.read_text()
+
+
+def test_displayed_verdict_rows_show_the_run_s_figures(run_dir: Path) -> None:
+    """The verdict as shown (report.md, terminal): the acceptance columns pooled from phases.jsonl here."""
+    rep = build_report([run_dir])
+    shown = rep.display.set_index("configuration")
+    assert list(shown.index) == ["baseline", "ngram-map-k", "draft-self-k3"]
+    assert (shown.loc["baseline", "solo vs baseline [95% CI]"], shown.loc["baseline", "@4 vs baseline [95% CI]"]) == ("(baseline)", "(baseline)")
+    assert shown.loc["draft-self-k3", "algorithm"] == "draft-simple"
+    phases = [p for p in map(json.loads, (run_dir / "phases.jsonl").read_text().splitlines()) if p["config"] == "draft-self-k3"]
+    accepted, drafted, steps = (sum(p["counters"][k] for p in phases) for k in ("accepted_tokens", "draft_tokens", "verify_steps"))
+    assert shown.loc["draft-self-k3", "acceptance"] == f"{accepted / drafted:.2f}"
+    assert shown.loc["draft-self-k3", "mean length"] == f"{1 + accepted / steps:.2f}"
+    assert shown.loc["baseline", "acceptance"] == "–"
+    assert (shown.loc["draft-self-k3", "ctx/slot"], shown.loc["draft-self-k3", "ctx total"]) == ("2,048", "8,192")  # base_lv4 log lines
 
 
 def test_memory_table_reads_the_log_figures_and_the_budget(run_dir: Path) -> None:
