@@ -232,7 +232,7 @@ class Measurement(_Strict):
         None, description="seed of the interleaved blocks' shuffled order (default: drawn at the start and recorded in the manifest)"
     )
     control_drift_max: float = Field(
-        0.10, gt=0, le=10,
+        0.20, gt=0, le=10,
         description="the control (each baseline's solo decode t/s, block by block) may spread this much ((max − min) / median) "
         "before the report flags the machine's speed as drifting",
     )

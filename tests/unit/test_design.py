@@ -79,6 +79,9 @@ def _copy(tmp_path: Path, name: str) -> Path:
 
 def test_report_states_the_design_and_flags_a_drifting_control(tmp_path: Path) -> None:
     d = _copy(tmp_path, "a")
+    m = json.loads((d / "manifest.json").read_text())
+    m["scenario_parsed"]["measurement"]["control_drift_max"] = 0.15  # the scenario's bound, not the default, is applied
+    (d / "manifest.json").write_text(json.dumps(m))
     rep = build_report([d])
     md = rep.markdown.read_text()
     assert "**sequential**" in md  # recorded before designs existed: all repetitions of one configuration, then the next
