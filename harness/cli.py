@@ -248,7 +248,7 @@ def validate(
 ) -> None:
     """Check scenario files (fields, ranges, engine methods, model files) without starting anything."""
     from engines import ENGINES
-    from harness.scenario import ASSUMED_STREAM_TPS, describe_duration, soak_warnings, wall_clock_estimate
+    from harness.scenario import ASSUMED_STREAM_TPS, describe_duration, design_warnings, soak_warnings, wall_clock_estimate
 
     for path in scenarios:
         loaded = _load(path, check_model_files=not no_model_files)
@@ -258,7 +258,7 @@ def validate(
         parts = [f"{k.removesuffix('_s').replace('_', ' ')} {describe_duration(v)}" for k, v in est.items() if k != "total_s" and v > 0]
         out.print(f"{path}: estimated wall clock {describe_duration(est['total_s'])} ({', '.join(parts)}; phases at an assumed "
                   f"{ASSUMED_STREAM_TPS:g} t/s per stream, the soak exactly)", highlight=False)
-        for warning in soak_warnings(sc):
+        for warning in design_warnings(sc) + soak_warnings(sc):
             err.print(f"{path}: warning: {warning}", markup=False, highlight=False, soft_wrap=True)
         for cfg in sc.runs():
             for warning in ENGINES[sc.server.engine].validate_warnings(cfg, sc.server):

@@ -21,6 +21,7 @@ from typing import Any
 import aiohttp
 
 from engines.base import Engine
+from harness import jsonsafe
 from harness.prompts import Prompt
 from harness.records import RequestRecord
 
@@ -179,8 +180,11 @@ class StreamParser:
             self.done = True
             return False
         try:
-            chunk = _decode(data.decode("utf-8"))  # strict UTF-8, as json.loads on bytes
-        except (ValueError, RecursionError):  # RecursionError: nested deeper than the decoder goes
+            text = data.decode("utf-8")  # strict UTF-8, as json.loads on bytes
+            if jsonsafe.too_deep(text):
+                raise jsonsafe.NestedTooDeep("nested too deep")
+            chunk = _decode(text)
+        except ValueError:
             self.fail("malformed", f"chunk is not JSON: {data[:80]!r}")
             return False
         if not isinstance(chunk, dict):

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ResultsError
+from harness import jsonsafe
 
 MANIFEST = "manifest.json"
 REQUESTS = "requests.jsonl"
@@ -173,8 +174,8 @@ def read_jsonl(path: Path, log: ReadLog | None = None, require: dict[str, type |
                     log.skip(path, n, "torn last line: cut mid-write")
                 break
             try:
-                obj = json.loads(line)
-            except (ValueError, RecursionError):  # ValueError: not JSON, or an integer of over 4300 digits
+                obj = jsonsafe.loads(line)
+            except ValueError:  # not JSON, nested too deep, or an integer of over 4300 digits
                 if log is not None:
                     log.skip(path, n, "not JSON")
                 continue

@@ -687,7 +687,8 @@ def wall_clock_estimate(sc: Scenario) -> dict[str, float]:
     phases_s = warmup_s + sum(m.repetitions * m.requests_per_stream * request_s for _ in m.streams)
     # interleaved: a fresh engine (and its warm-up) per configuration and block
     starts = m.repetitions if m.design == "interleaved" else 1
-    measure_s = n_cfg * (starts * (ASSUMED_START_S + warmup_s) + phases_s - warmup_s)
+    start_s = SLOW_STARTING_ENGINES.get(sc.server.engine, ASSUMED_START_S)
+    measure_s = n_cfg * (starts * (start_s + warmup_s) + phases_s - warmup_s)
     ramp_s = 0.0
     if sc.slo and sc.slo.ramp:
         r = sc.slo.ramp
@@ -707,6 +708,21 @@ def describe_duration(seconds: float) -> str:
     if seconds >= 3600:
         return f"{seconds / 3600:.1f} h"
     return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+SLOW_STARTING_ENGINES = {"vllm": 60.0, "sglang": 60.0, "trtllm": 120.0, "tgi": 60.0}  # seconds to ready, roughly (docs/engines/)
+
+
+def design_warnings(sc: Scenario) -> list[str]:
+    """What the measurement design costs on this engine (``specsoak validate`` prints it)."""
+    m = sc.measurement
+    start_s = SLOW_STARTING_ENGINES.get(sc.server.engine)
+    if m.design != "interleaved" or start_s is None or m.repetitions < 2 or sc.server.url is not None:
+        return []
+    starts = m.repetitions * len(sc.runs())
+    return [f"measurement.design interleaved starts every configuration's engine once per block: {starts} starts of "
+            f"{sc.server.engine} (about {describe_duration(starts * start_s)} of start-up); 'design: sequential' starts each once, "
+            f"but then a machine that drifts over minutes lands on whichever configuration is running (docs/reports.md#design)"]
 
 
 def soak_warnings(sc: Scenario) -> list[str]:

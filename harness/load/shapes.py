@@ -6,10 +6,11 @@ here (no locust import) lets the harness test and plot shapes without gevent.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
+
+from harness import jsonsafe
 
 
 def users_at(shape: dict[str, Any], t: float, duration_s: float) -> int:
@@ -47,10 +48,10 @@ def load_trace(path: Path) -> list[tuple[float, str | None]]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = jsonsafe.loads(line)
             t_s, pid = obj["t_s"], obj.get("prompt_id")
             seconds = float(t_s) if not isinstance(t_s, bool) else math.nan
-        except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
             raise ValueError(f"{path}:{n}: a trace line is {{\"t_s\": seconds, \"prompt_id\": optional}} ({exc})") from None
         if not (math.isfinite(seconds) and seconds >= 0):
             raise ValueError(f"{path}:{n}: t_s is the seconds from the start, a number >= 0, not {str(t_s)[:40]!r}")

@@ -17,6 +17,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from harness import jsonsafe
+
 BUILTIN_PREFIX = "builtin:"
 _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
 
@@ -71,8 +73,8 @@ def _parse(text: str, where: str) -> list[Prompt]:
         for n, line in enumerate(text.split("\n"), start=1):  # lines as editors count them: U+2028 is JSON text
             if line.strip():
                 try:
-                    items.append((n, json.loads(line)))
-                except (ValueError, RecursionError) as exc:
+                    items.append((n, jsonsafe.loads(line)))
+                except ValueError as exc:
                     raise _not_json(where, n, exc) from None
     listed = stripped.startswith("[")
     prompts = [_one(obj, where, n, i if listed else n) for i, (n, obj) in enumerate(items, start=1)]
@@ -91,6 +93,9 @@ def _json_list(text: str, where: str) -> list[tuple[int, Any]]:
     start = _blank(text, 0)
     if not text.startswith("[", start):  # white space JSON does not allow before it
         raise PromptError(f"{where}:{text.count(chr(10), 0, start) + 1}: not valid JSON: Expecting value")
+    deep = jsonsafe.deep_at(text, jsonsafe.MAX_DEPTH + 1)  # the list itself is one level
+    if deep is not None:
+        raise PromptError(f"{where}:{text.count(chr(10), 0, deep) + 1}: not valid JSON: nested more than {jsonsafe.MAX_DEPTH} levels deep")
     pos = _blank(text, start + 1)  # after the "["
     line, counted = 1, 0
     closed = text.startswith("]", pos)
@@ -100,7 +105,7 @@ def _json_list(text: str, where: str) -> list[tuple[int, Any]]:
             obj, pos = decode(text, pos)
         except json.JSONDecodeError as exc:
             raise PromptError(f"{where}:{exc.lineno}: not valid JSON: {exc.msg}") from None
-        except (ValueError, RecursionError) as exc:
+        except ValueError as exc:
             raise _not_json(where, line, exc) from None
         items.append((line, obj))
         pos = _blank(text, pos)
@@ -119,7 +124,7 @@ def _blank(text: str, pos: int) -> int:
 
 
 def _not_json(where: str, n: int, exc: BaseException) -> PromptError:
-    why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+    why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply" if isinstance(exc, (RecursionError, jsonsafe.NestedTooDeep)) else str(exc)
     return PromptError(f"{where}:{n}: not valid JSON: {why}")
 
 

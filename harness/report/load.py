@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 import pandas as pd
 
 from harness.errors import ResultsError
+from harness import jsonsafe
 from harness.records import AFTER_SOAK, FAILURES, FILL_CHECKS, MANIFEST, PHASES, RAMP, REQUESTS, SLICES, SOAK_DIR, VERDICTS, WINDOWS, ReadLog, read_jsonl
 from harness.report.scale import soak_requests_frame
 
@@ -54,8 +54,8 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
     if not mpath.is_file():
         raise ResultsError(f"{run_dir}: not a run folder (no {MANIFEST})")
     try:
-        data = json.loads(mpath.read_text())
-    except (ValueError, RecursionError) as exc:
+        data = jsonsafe.loads(mpath.read_text())
+    except ValueError as exc:
         raise ResultsError(f"{mpath}: unreadable manifest ({exc})") from None
     if not isinstance(data, dict):
         raise ResultsError(f"{mpath}: unreadable manifest (not an object)")
@@ -79,13 +79,13 @@ def load_run(run_dir: Path) -> RunData:
     capacity: dict[str, dict[str, Any]] = {}
     for f in sorted((run_dir / "capacity").glob("*.json")):
         try:
-            data = json.loads(f.read_text())
+            data = jsonsafe.loads(f.read_text())
             if not isinstance(data, dict):
                 raise ValueError("not a JSON object")
             if not isinstance(data.get("config", f.stem), str):
                 raise ValueError("'config' is not a string")
             capacity[data.get("config", f.stem)] = data
-        except (ValueError, OSError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        except (ValueError, OSError) as exc:  # UnicodeDecodeError is a ValueError
             log.skip(f, 1, f"unreadable capacity record: {exc}")
             continue
     failures = list(read_jsonl(run_dir / FAILURES, log, {"config": str}))

@@ -57,7 +57,11 @@ def _scenario(folder: Path, name: str) -> Path:
         "soak": {"duration_s": SOAK_S, "shape": {"kind": "steady", "users": 1}, "prompts": "builtin:repeat", "max_tokens": 32, "stall_s": 30,
                  "watchdog": {"probe_interval_s": 0.5, "hang_s": 30, "window_s": WINDOW_S, "warmup_windows": 1,
                               "reference_windows": 3, "confirm_windows": 2, "error_rate": 0.5, "min_requests": 5,
-                              "memory_fit_s": 40}},
+                              "memory_fit_s": 40,
+                              # the VM's speed moves up to ±15% over minutes: a CI run of the healthy soak saw decode t/s
+                              # step from 71.5 to 63 t/s at 80 s of uptime, other processes at 0.02 cores. Over a 2-minute
+                              # soak the trend test (made for hours) calls that a 14% drift; 25% keeps it to the plant
+                              "drift_min_change": 0.25}},
     }
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))

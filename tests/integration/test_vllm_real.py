@@ -39,6 +39,12 @@ def vllm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_scenario(data, d, timeout=1500)
 
 
+def _server_log(run: Path, config: str) -> Path:
+    """The configuration's engine log: one per interleaved block (one block here), or one for the run (sequential)."""
+    logs = sorted((run / "logs").glob(f"{config}.block*.server.log")) or [run / "logs" / f"{config}.server.log"]
+    return logs[0]
+
+
 def test_vllm_verdict_rows_with_ngram_acceptance_from_its_counters(vllm_run: Path) -> None:
     manifest = json.loads((vllm_run / "manifest.json").read_text())
     assert manifest["engine"] == "vllm" and manifest["engine_version"] == vllm_version() == "0.32.0"
@@ -60,7 +66,7 @@ def test_vllm_verdict_rows_with_ngram_acceptance_from_its_counters(vllm_run: Pat
     # a wrong formula (accepted/steps, drafted/accepted, the bonus token left out) is far outside it
     logged = [(int(a), int(d), float(m)) for m, a, d in re.findall(
         r"SpecDecoding metrics: Mean acceptance length: ([\d.]+),.*?Accepted: (\d+) tokens, Drafted: (\d+) tokens",
-        (vllm_run / "logs" / "ngram.server.log").read_text(errors="replace"))]
+        _server_log(vllm_run, "ngram").read_text(errors="replace"))]
     assert logged, "vLLM logged no SpecDecoding metrics"
     log_accepted, log_drafted = sum(a for a, _, _ in logged), sum(d for _, d, _ in logged)
     log_steps = sum(a / (m - 1) for a, _, m in logged if m > 1)  # mean length = 1 + accepted / steps per line
@@ -79,7 +85,7 @@ def test_vllm_capacity_from_its_startup_log(vllm_run: Path) -> None:
     assert cap["ctx_per_slot"] == 1024 and cap["slots"] == 2  # --max-model-len 2048/2, --max-num-seqs 2
     assert cap["ctx_total"] > 1024 and cap["max_concurrency"] > 1  # the KV pool in tokens: VLLM_CPU_KVCACHE_SPACE=1 GiB
     assert cap["spec_types"] == ["ngram"] and cap["spec_n_max"] == 3
-    log = vllm_run / "logs" / "ngram.server.log"
+    log = _server_log(vllm_run, "ngram")
     p = subprocess.run([sys.executable, "-m", "harness.cli", "inspect-log", str(log), "--engine", "vllm", "--json"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
