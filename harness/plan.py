@@ -21,6 +21,7 @@ from harness.scenario import (
     Scenario,
     Shape,
     describe_duration,
+    load_label,
     safe_name,
     wall_clock_estimate,
 )
@@ -80,6 +81,16 @@ def _phases(sc: Scenario, reps: str) -> list[str]:
     out = []
     if m.warmup_requests:
         out.append(f"warm-up: {m.warmup_requests} request{'s' if m.warmup_requests > 1 else ''} on 1 stream, not measured")
+    if m.arrival is not None:
+        a = m.arrival
+        gaps = a.kind + (f" (cv {a.cv:g})" if a.cv is not None else "")
+        for key in a.keys():
+            rate = a.rate_of(key)
+            what = (f"{a.requests} requests at {rate:g} rps" if rate is not None
+                    else f"{len(a.stages or [])} stages over {describe_duration(a.expected_span_s(key))}")
+            out.append(f"open loop {load_label(key)}{reps}: {what}, {gaps} gaps, at most {a.max_in_flight} in flight, "
+                       f"{m.max_tokens} tokens each")
+        return out
     for n in m.streams:
         out.append(f"{n} stream{'s' if n > 1 else ''}{reps}: {n * m.requests_per_stream} requests of {m.max_tokens} tokens")
     return out
@@ -163,6 +174,8 @@ def plan_lines(loaded: LoadedScenario, engine_cls: type[Engine]) -> list[str]:
         soak = sc.soak
         shape = describe_shape(soak.shape, soak.duration_s)
         prompts = soak.prompts or "builtin:soak"
+        again = (f"the measurement phases again ({len(m.streams)} stream counts x {reps})" if m.arrival is None
+                 else "no measurement phases again (open-loop phases are not repeated after a soak)")
         for cfg in sc.soak_configurations():
             if soak.slice_s:
                 n = -(-soak.duration_s // soak.slice_s)
@@ -171,9 +184,9 @@ def plan_lines(loaded: LoadedScenario, engine_cls: type[Engine]) -> list[str]:
             else:
                 lines.append(f"  soak {cfg.name}: {start}; {describe_duration(soak.duration_s)} on {'the attached server' if attached else 'that one engine'}; {shape}; {prompts}; "
                              f"watchdog windows of {describe_duration(soak.watchdog.window_s)}")
-                lines.append(f"    after the soak, on the same engine: the measurement phases again ({len(m.streams)} stream counts x {reps}); {stop}")
+                lines.append(f"    after the soak, on the same engine: {again}; {stop}")
         if soak.slice_s:
-            lines.append(f"  after all slices, per configuration: {start}; the measurement phases again ({len(m.streams)} stream counts x {reps}); {stop}")
+            lines.append(f"  after all slices, per configuration: {start}; {again}; {stop}")
 
     est = wall_clock_estimate(sc)
     parts = [f"{k.removesuffix('_s').replace('_', ' ')} {describe_duration(v)}" for k, v in est.items() if k != "total_s" and v > 0]

@@ -66,6 +66,10 @@ class RequestRecord:
     id: str = ""  # unique within the run: resume never duplicates a record
     attempt: str = ""  # the phase attempt (or soak slice) the request belongs to
     turn: int = 0  # 0 for single-turn prompts; n for the n-th follow-up of a conversation
+    # open-loop phases (harness/arrivals.py) only; None in closed-loop phases and the soak
+    scheduled_unix_s: float | None = None  # when the schedule said to send it
+    send_delay_s: float | None = None  # start_unix_s - scheduled_unix_s (0 when on time)
+    late: bool | None = None  # it waited for a slot (max_in_flight in flight), or went out past LATE_AFTER_S
 
     def to_dict(self) -> dict[str, Any]:
         # shallow (asdict deep-copies every ITL float, ~40 % of a record's cost): the fields are

@@ -28,6 +28,7 @@ from rich.console import Console
 from engines import engine_class
 from engines.base import acceptance_figures, counters_delta  # acceptance_figures: also imported from here by tests
 from harness import __version__
+from harness.arrivals import Schedule, arrival_figures, arrival_prompt_offset, run_arrivals, schedule
 from harness.client import RequestParams, run_streams
 from harness.cpu import CpuMeter
 from harness.errors import EngineCrashed, EngineError, ResultsError, ScenarioError
@@ -49,8 +50,8 @@ from harness.records import (
     write_json_atomic,
 )
 from harness.records import VERDICTS as VERDICTS_FILE
-from harness.scenario import Configuration, LoadedScenario, safe_name, verdict_fails
-from harness.servable import search_max_streams, slo_verdict
+from harness.scenario import Configuration, LoadedScenario, load_label, safe_name, verdict_fails
+from harness.servable import goodput, search_max_streams, slo_verdict
 from harness.session import EngineSession, RunContext, launch_spec
 
 
@@ -146,7 +147,8 @@ class Runner:
         self.wall_anchor = (time.time(), time.perf_counter_ns())
         self.run_dir: Path | None = None
         self.manifest: dict[str, Any] = {}
-        self.done_phases: set[tuple[str, int, int]] = set()
+        # (configuration, stream count or open-loop key, repetition) of every phase measured
+        self.done_phases: set[tuple[str, int | str, int]] = set()
         self.ramp_done: set[str] = set()  # configurations whose ramp has its result record (resume)
         self.fill_done: set[str] = set()
         self.failed_before: list[str] = []
@@ -304,7 +306,7 @@ class Runner:
             {"t_unix": time.time(), "previous_status": self.manifest.get("status"), "previous_stop_reason": self.manifest.get("stop_reason")}
         )
         self.manifest.update(status="running", stop_reason=None, stopped_unix=None)
-        self.done_phases = {(p["config"], p["streams"], p["repetition"]) for p in read_jsonl(self.run_dir / PHASES)}
+        self.done_phases = {(p["config"], p.get("load") or p["streams"], p["repetition"]) for p in read_jsonl(self.run_dir / PHASES)}
         self.failed_before = sorted({f["config"] for f in read_jsonl(self.run_dir / FAILURES) if f.get("stage") != "soak"})
         self.ramp_done = {r["config"] for r in read_jsonl(self.run_dir / RAMP) if r.get("event") == "result"}
         self.fill_done = {r["config"] for r in read_jsonl(self.run_dir / FILL_CHECKS)}
@@ -321,7 +323,7 @@ class Runner:
         """Every phase of ``cfg`` (of repetition ``rep`` only, when given) measured."""
         m = self.sc.measurement
         reps = [rep] if rep is not None else range(1, m.repetitions + 1)
-        return all((cfg.name, n, r) in self.done_phases for n in m.streams for r in reps)
+        return all((cfg.name, n, r) in self.done_phases for n in m.phase_loads() for r in reps)
 
     def _soak(self, failed: list[str], failures: _Tee, requests: _Tee) -> tuple[list[str], str | None]:
         """Each configuration's soak; returns the configurations whose soak failed, and why the run was stopped (if it was).
@@ -515,21 +517,32 @@ class Runner:
 
     def _measure(self, cfg: Configuration, session: EngineSession, requests: _Tee, phases: _Tee, phase: str = "measure", warmup: bool = True,
                  reps: list[int] | None = None) -> None:
-        """The phases of ``reps`` (default: every repetition) at every stream count, on ``session``'s engine, after a warm-up.
+        """The phases of ``reps`` (default: every repetition) at every stream count (or open-loop rate), on ``session``'s
+        engine, after a warm-up.
 
         Phase (N, r) sends the same prompts whatever the design or configuration (``prompt_offset``): repetition r of a
-        configuration and of its baseline answer the same prompts; the repetitions differ in their prompts."""
+        configuration and of its baseline answer the same prompts; the repetitions differ in their prompts. An open-loop
+        phase (``measurement.arrival``) also has the same schedule in every configuration (harness/arrivals.py)."""
         m = self.sc.measurement
         if m.warmup_requests and warmup:
             self._phase(cfg, session, requests, None, "warmup", streams=1, repetition=0, n=m.warmup_requests)
-        for streams in m.streams:
+        for load in m.phase_loads():
+            if isinstance(load, str) and phase == "after_soak":
+                continue  # the bracket after a soak repeats the closed-loop phases only (docs/soak.md)
             for rep in reps or range(1, m.repetitions + 1):
-                if phase == "measure" and (cfg.name, streams, rep) in self.done_phases:
+                if phase == "measure" and (cfg.name, load, rep) in self.done_phases:
                     continue
-                self.done_phases.discard((cfg.name, streams, rep))
-                rec = self._phase(cfg, session, requests, phases, phase, streams, rep, m.requests_per_stream, prompt_offset(m.requests_per_stream, m.streams, m.repetitions, streams, rep))
+                self.done_phases.discard((cfg.name, load, rep))
+                if isinstance(load, str):
+                    rec = self._arrival_phase(cfg, session, requests, phases, load, rep)
+                else:
+                    rec = self._phase(cfg, session, requests, phases, phase, load, rep, m.requests_per_stream,
+                                      prompt_offset(m.requests_per_stream, m.streams, m.repetitions, load, rep))
                 if phase == "measure":
-                    self.done_phases.add((cfg.name, streams, rep))
+                    self.done_phases.add((cfg.name, load, rep))
+                if isinstance(load, str):
+                    continue
+                streams = load
                 acc = rec.get("acceptance")
                 self.console.print(
                     f"  {'after soak: ' if phase == 'after_soak' else ''}{streams:>3} stream{'s' if streams > 1 else ' '} rep {rep}: {rec['total_tps']:.1f} t/s total"
@@ -538,6 +551,24 @@ class Runner:
                     + f", errors {rec['errors']}, other CPU {rec['cpu']['other_cores']:.3f} cores"
                     + (" [yellow](contaminated)[/]" if rec["contaminated"] else "")
                 )
+
+    def _arrival_phase(self, cfg: Configuration, session: EngineSession, requests: _Tee, phases: _Tee | None, key: str,
+                       rep: int) -> dict[str, Any]:
+        """One open-loop phase: phase ``arrivals`` of ``key`` (a rate, or the stage list), repetition ``rep``."""
+        m = self.sc.measurement
+        assert m.arrival is not None
+        sched = schedule(m.arrival, key, rep)
+        rec = self._phase(cfg, session, requests, phases, "arrivals", m.arrival.max_in_flight, rep, len(sched),
+                          arrival_prompt_offset(m.arrival, m.repetitions, key, rep), arrival=(key, sched))
+        gp = rec.get("goodput_rps")
+        self.console.print(
+            f"  {load_label(key)} rep {rep}: offered {rec['offered_rps'] or 0:.2f} rps, achieved {rec['achieved_rps'] or 0:.2f}"
+            + (f", goodput {gp:.2f}" if gp is not None else "") + f", late {rec['late']}/{rec['scheduled']}"
+            + (f" (max delay {rec['max_send_delay_s']:.2f} s)" if rec["late"] else "")
+            + f", {rec['total_tps']:.1f} t/s total, errors {rec['errors']}, other CPU {rec['cpu']['other_cores']:.3f} cores"
+            + (" [yellow](contaminated)[/]" if rec["contaminated"] else "")
+        )
+        return rec
 
     def _ramp(self, cfg: Configuration, session: EngineSession, requests: _Tee) -> None:
         """Max streams under the SLO: double N from ``start`` while it holds, then bisect between the
@@ -604,9 +635,12 @@ class Runner:
         offset: int = 0,
         params: RequestParams | None = None,
         collect: list[RequestRecord] | None = None,
+        arrival: tuple[str, Schedule] | None = None,
     ) -> dict[str, Any]:
+        """One phase: ``streams`` closed-loop streams of ``n`` requests each, or (``arrival``: its key and schedule) the
+        schedule's requests sent open-loop, at most ``streams`` in flight. Its record, written to ``phases``."""
         engine = session.engine
-        attempt = f"{cfg.name}/{phase}/{streams}/{repetition}/{uuid.uuid4().hex[:8]}"
+        attempt = f"{cfg.name}/{phase}/{arrival[0] if arrival else streams}/{repetition}/{uuid.uuid4().hex[:8]}"
         meta = {"config": cfg.name, "phase": phase, "streams": streams, "repetition": repetition, "attempt": attempt}
         before = engine.scrape()
         meter = CpuMeter(engine.pid).start()
@@ -616,6 +650,11 @@ class Runner:
             self._phase_stop = asyncio.Event()
             self._phase_loop = asyncio.get_running_loop()
             try:
+                if arrival is not None:
+                    return await run_arrivals(
+                        engine, self.prompts, params or self.params, arrival[1].offsets_s.tolist(), streams, meta,
+                        lambda r: requests.write(r.to_dict()), self.wall_anchor, offset, stop=self._phase_stop,
+                    )
                 return await run_streams(
                     engine, self.prompts, params or self.params, streams, n, meta, lambda r: requests.write(r.to_dict()), self.wall_anchor, offset,
                     stop=self._phase_stop,
@@ -641,6 +680,9 @@ class Runner:
         decode = sorted(r.decode_tps for r in ok if r.decode_tps)
         client_draft = [r.draft_tokens for r in ok if r.draft_tokens is not None]
         client_acc = [r.accepted_tokens for r in ok if r.accepted_tokens is not None]
+        slo = self.sc.slo
+        met, goodput_rps = goodput(((r.status, r.ttft_s, r.decode_tps, r.e2e_s, r.send_delay_s) for r in records), cpu.wall_s,
+                                   slo.per_stream_tps_min if slo else None, slo.ttft_p95_s_max if slo else None, slo.e2e_s_max if slo else None)
         rec: dict[str, Any] = {
             **meta,
             "algorithm": cfg.algorithm,
@@ -664,7 +706,16 @@ class Runner:
             "client_accepted_tokens": sum(client_acc) if client_acc else None,
             **acceptance_figures(delta),
             "gpu": self.ctx.gpu_sample(engine.pid),
+            "slo_met": met,
+            "goodput_rps": goodput_rps,
         }
+        if arrival is not None:
+            a = self.sc.measurement.arrival
+            assert a is not None
+            rec["load"] = arrival[0]
+            rec["arrival"] = {"kind": a.kind, "rate_rps": a.rate_of(arrival[0]), "cv": a.cv, "max_in_flight": a.max_in_flight, "seed": a.seed,
+                              "stages": [st.model_dump() for st in a.stages] if a.stages and a.rate_of(arrival[0]) is None else None}
+            rec.update(arrival_figures(records, arrival[1], cpu.wall_s))
         if phases is not None:
             phases.write(rec)
         return rec

@@ -208,6 +208,95 @@ class Server(_Strict):
         return self
 
 
+class Stage(_Strict):
+    """One stretch of an open-loop schedule: arrivals at ``rate_rps`` for ``duration_s``."""
+
+    rate_rps: float = Field(gt=0, le=100_000, description="mean arrival rate during the stage")
+    duration_s: float = Field(gt=0, le=7 * 86_400, description="how long the stage lasts; the next starts where it ends")
+
+
+ArrivalKind = Literal["constant", "poisson", "gamma"]
+
+
+def rate_key(rate_rps: float) -> str:
+    """An open-loop phase's key for one rate: its phase records' ``load`` (the report shows it as '@R rps')."""
+    return f"{rate_rps:g}rps"
+
+
+STAGES_KEY = "stages"  # the ``load`` of the phase that runs a stage list
+
+
+def load_label(key: str) -> str:
+    """An open-loop phase's key as the report and the console show it: '2rps' -> '@2 rps'; 'stages' as it is."""
+    return f"@{key[:-3]} rps" if key.endswith("rps") else key
+
+
+class Arrival(_Strict):
+    """Open-loop arrivals (harness/arrivals.py): each request is sent at its scheduled time whatever the answers
+    before it, up to ``max_in_flight`` at once; one waiting for a slot is recorded late, with its delay."""
+
+    kind: ArrivalKind = Field(
+        "poisson", description="gaps between arrivals: constant (exactly 1/rate), poisson (exponential, mean 1/rate), "
+        "gamma (mean 1/rate, coefficient of variation cv: above 1 bursty, below 1 regular)",
+    )
+    rate_rps: list[Annotated[float, Field(gt=0, le=100_000)]] | None = Field(
+        None, min_length=1, max_length=64,
+        description="a rate or a list of distinct rates (requests per second): one phase each, `requests` requests long",
+    )
+    stages: list[Stage] | None = Field(
+        None, min_length=1, max_length=10_000, description="instead of rate_rps: one phase that runs these stages in order (rate × duration)"
+    )
+    cv: float | None = Field(None, gt=0, le=100, description="gamma only (and required there): coefficient of variation of the gaps")
+    requests: int = Field(32, ge=1, le=1_000_000, description="requests per phase at each rate_rps (with stages, the stages' durations set the count)")
+    max_in_flight: int = Field(
+        64, ge=1, le=65_536, description="requests in flight at most; a request due while this many are in flight waits for a slot "
+        "and is recorded late with its send delay"
+    )
+    seed: int = Field(0, description="seed of the gaps: phase (rate, repetition) has the same schedule in every configuration")
+
+    @field_validator("rate_rps", mode="before")
+    @classmethod
+    def _one_rate(cls, v: Any) -> Any:
+        return [v] if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+
+    @field_validator("rate_rps")
+    @classmethod
+    def _distinct_rates(cls, v: list[float] | None) -> list[float] | None:
+        if v is None:
+            return v
+        keys = [rate_key(r) for r in v]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"rates must be distinct (to 6 significant digits), got {v}")
+        return sorted(v)
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Arrival:
+        if (self.rate_rps is None) == (self.stages is None):
+            raise ValueError("set exactly one of 'rate_rps' (one phase per rate) or 'stages' (one phase running them in order)")
+        if self.stages is not None and "requests" in self.model_fields_set:
+            raise ValueError("'requests' is for rate_rps: with stages, each stage's rate × duration sets the count; remove 'requests'")
+        if self.kind == "gamma" and self.cv is None:
+            raise ValueError("kind 'gamma' needs 'cv', the coefficient of variation of the gaps (1 is as bursty as poisson)")
+        if self.kind != "gamma" and self.cv is not None:
+            raise ValueError(f"'cv' is for kind 'gamma'; kind '{self.kind}' has a fixed one (constant 0, poisson 1): remove 'cv'")
+        return self
+
+    def keys(self) -> list[str]:
+        """The ``load`` of each open-loop phase, in the order they run: one per rate, or 'stages'."""
+        return [rate_key(r) for r in self.rate_rps] if self.rate_rps is not None else [STAGES_KEY]
+
+    def rate_of(self, key: str) -> float | None:
+        """The rate a key stands for (None for the stage list)."""
+        return next((r for r in self.rate_rps or [] if rate_key(r) == key), None)
+
+    def expected_span_s(self, key: str) -> float:
+        """How long the phase's schedule lasts on average: requests / rate, or the stages' total duration."""
+        rate = self.rate_of(key)
+        if rate is not None:
+            return self.requests / rate
+        return sum(s.duration_s for s in self.stages or [])
+
+
 class Measurement(_Strict):
     prompts: str = Field("builtin:repeat", description="builtin:NAME or a JSONL/JSON file of prompts")
     max_tokens: int = Field(128, ge=1, le=131_072, description="tokens per answer (requests ask ignore_eos: every answer is this long)")
@@ -237,12 +326,31 @@ class Measurement(_Strict):
         "before the report flags the machine's speed as drifting",
     )
 
+    arrival: Arrival | None = Field(
+        None, description="open-loop phases instead of closed-loop streams: requests sent at scheduled times "
+        "(docs/metrics.md#open-loop-phases); streams and requests_per_stream are then not set",
+    )
+
     @field_validator("streams")
     @classmethod
     def _distinct(cls, v: list[int]) -> list[int]:
         if len(set(v)) != len(v):
             raise ValueError(f"stream counts must be distinct, got {v}")
         return sorted(v)
+
+    @model_validator(mode="after")
+    def _open_or_closed(self) -> Measurement:
+        if self.arrival is not None:
+            closed = [f for f in ("streams", "requests_per_stream") if f in self.model_fields_set]
+            if closed:
+                raise ValueError(f"{' and '.join(closed)} {'is' if len(closed) == 1 else 'are'} for closed-loop phases; with 'arrival' "
+                                 f"the phases are open-loop (their concurrency is arrival.max_in_flight): remove "
+                                 f"{' and '.join('measurement.' + f for f in closed)}")
+        return self
+
+    def phase_loads(self) -> list[int | str]:
+        """What each measured phase runs, in order: a stream count (closed loop) or an arrival key (open loop)."""
+        return list(self.arrival.keys()) if self.arrival is not None else list(self.streams)
 
 
 class Shape(_Strict):
@@ -351,10 +459,18 @@ class Ramp(_Strict):
 
 
 class Slo(_Strict):
-    """What one stream must get for a stream count to count as served (the report's max streams)."""
+    """What one stream must get for a stream count to count as served (the report's max streams), and what one
+    request must get to count toward goodput (docs/metrics.md#goodput)."""
 
-    per_stream_tps_min: float | None = Field(None, gt=0, description="median decode t/s of a request at N streams, at least")
-    ttft_p95_s_max: float | None = Field(None, gt=0, description="95th percentile TTFT at N streams, at most")
+    per_stream_tps_min: float | None = Field(
+        None, gt=0, description="median decode t/s of a request at N streams, at least; goodput: each request's decode t/s, at least"
+    )
+    ttft_p95_s_max: float | None = Field(
+        None, gt=0, description="95th percentile TTFT at N streams, at most; goodput: each request's TTFT (from its scheduled time), at most"
+    )
+    e2e_s_max: float | None = Field(
+        None, gt=0, description="goodput only: each request's end-to-end time (from its scheduled time), at most"
+    )
     ramp: Ramp | None = Field(None, description="search max streams with a ramp after each configuration's measurement")
 
 
@@ -684,7 +800,10 @@ def wall_clock_estimate(sc: Scenario) -> dict[str, float]:
     n_cfg = len(sc.runs())
     request_s = m.max_tokens / ASSUMED_STREAM_TPS + 0.5
     warmup_s = m.warmup_requests * request_s
-    phases_s = warmup_s + sum(m.repetitions * m.requests_per_stream * request_s for _ in m.streams)
+    if m.arrival is not None:  # open loop: each phase lasts its schedule, and the last answer after it
+        phases_s = warmup_s + sum(m.repetitions * (m.arrival.expected_span_s(key) + request_s) for key in m.arrival.keys())
+    else:
+        phases_s = warmup_s + sum(m.repetitions * m.requests_per_stream * request_s for _ in m.streams)
     # interleaved: a fresh engine (and its warm-up) per configuration and block
     starts = m.repetitions if m.design == "interleaved" else 1
     start_s = SLOW_STARTING_ENGINES.get(sc.server.engine, ASSUMED_START_S)
@@ -699,7 +818,7 @@ def wall_clock_estimate(sc: Scenario) -> dict[str, float]:
     if sc.soak is not None:
         n_soak = len(sc.soak_configurations())
         soak_s = n_soak * sc.soak.duration_s
-        after_s = n_soak * (ASSUMED_START_S + phases_s)
+        after_s = n_soak * (ASSUMED_START_S + (phases_s if m.arrival is None else 0.0))  # open-loop phases are not repeated
     total = measure_s + ramp_s + fill_s + soak_s + after_s
     return {"total_s": total, "measurement_s": measure_s, "ramp_s": ramp_s, "fill_check_s": fill_s, "soak_s": soak_s, "after_soak_s": after_s}
 

@@ -121,6 +121,8 @@ UNITS: dict[str, str] = {
     "control_drift_max": "fraction", "drift_alpha": "probability", "per_stream_tps_min": "tokens per second", "ttft_p95_s_max": "seconds",
     "warmup_windows": "windows", "reference_windows": "windows", "confirm_windows": "windows",
     "drift_min_windows": "windows", "max_restarts": "restarts", "repetitions": "repetitions", "port": "TCP port",
+    "rate_rps": "requests per second", "requests": "requests", "max_in_flight": "requests", "cv": "std / mean of the gaps",
+    "e2e_s_max": "seconds",
 }
 _SUFFIX_UNITS = (("_s", "seconds"), ("_mib", "MiB"), ("_cores", "CPU cores"))
 
@@ -129,6 +131,7 @@ ALLOWED: dict[str, str] = {
     "configurations[].algorithm": "an algorithm the engine implements (table: Algorithms by engine)",
     "configurations[].baseline": "the name of a configuration with algorithm `none`",
     "soak.configurations": "names of configurations (a sweep's name stands for all its K values)",
+    "measurement.arrival.rate_rps": "a number, or a list of 1 to 64 distinct numbers; each > 0 and ≤ 100000",
 }
 
 PROMPT_SET_PURPOSE: dict[str, str] = {
@@ -394,7 +397,8 @@ holds one prompt per line (JSONL) or one JSON list of prompts. A prompt is OpenA
   (the engine's own answers included), so the context grows turn after turn; each record keeps its `turn` and
   `prompt_tokens`. The measurement phases send only the first turn.
 - Phase (N streams, repetition r) sends the same prompts in every configuration; prompts are taken in order and
-  wrap around.
+  wrap around. So does an open-loop phase (`measurement.arrival`: a rate or the stage list, repetition r), with the
+  same send times in every configuration (docs/metrics.md#open-loop-phases).
 
 ### Built-in prompt sets
 

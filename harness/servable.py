@@ -3,8 +3,9 @@
 ``servable_context`` turns a capacity record (the parsed start-up log, capacity/*.json) and a
 memory budget into the context that fits; the runner's fill check starts the engine at it and
 the report's memory table shows it. ``slo_verdict`` says whether the requests of one stream count
-met the scenario's SLO; the runner's ramp and the report's max-streams table both use it.
-Definitions: docs/metrics.md#memory and #max-streams.
+met the scenario's SLO; the runner's ramp and the report's max-streams table both use it. ``goodput``
+counts the requests of a phase that met it one by one (every phase record's ``goodput_rps``).
+Definitions: docs/metrics.md#memory, #max-streams and #goodput.
 """
 
 from __future__ import annotations
@@ -101,6 +102,34 @@ def slo_verdict(requests: Iterable[tuple[str, Any, Any]], tps_min: float | None,
     if ttft_max is not None and (p95 is None or p95 > ttft_max):
         why.append(f"TTFT p95 {p95 if p95 is not None else float('nan'):.2f} s > {ttft_max:g} s")
     return SloResult(not why, med, p95, failed, "; ".join(why))
+
+
+def meets_slo(status: str, ttft_s: Any, decode_tps: Any, e2e_s: Any, send_delay_s: Any,
+              tps_min: float | None, ttft_max: float | None, e2e_max: float | None) -> bool:
+    """Whether one request counts toward goodput (docs/metrics.md#goodput): it succeeded and meets every bound
+    the SLO sets. TTFT and end-to-end time count from the request's scheduled time (its ``send_delay_s`` added:
+    an open-loop request held back by ``max_in_flight`` cannot meet the SLO by starting late); a request
+    whose figure is unknown (no decode t/s from a single chunk) does not meet that bound."""
+    if status != "ok":
+        return False
+    delay = _num(send_delay_s) or 0.0
+    if ttft_max is not None and (_num(ttft_s) is None or float(ttft_s) + delay > ttft_max):
+        return False
+    if tps_min is not None and (_num(decode_tps) is None or float(decode_tps) < tps_min):
+        return False
+    if e2e_max is not None and (_num(e2e_s) is None or float(e2e_s) + delay > e2e_max):
+        return False
+    return True
+
+
+def goodput(requests: Iterable[tuple[str, Any, Any, Any, Any]], wall_s: float, tps_min: float | None, ttft_max: float | None,
+            e2e_max: float | None) -> tuple[int | None, float | None]:
+    """``requests``: (status, ttft_s, decode_tps, e2e_s, send_delay_s) of every request of a phase. Returns (how many
+    meet the SLO, those per second of the phase's wall time); (None, None) when the SLO sets no per-request bound."""
+    if tps_min is None and ttft_max is None and e2e_max is None:
+        return None, None
+    met = sum(1 for r in requests if meets_slo(*r, tps_min, ttft_max, e2e_max))
+    return met, (met / wall_s if wall_s > 0 else None)
 
 
 def search_max_streams(passes: Callable[[int], bool], start: int, max_streams: int) -> tuple[int, int | None]:

@@ -142,6 +142,15 @@ def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame
             "measured N (see below; `≥`: no N tried failed). Slots, ctx and memory: the engine's start-up log. `[synthetic]` rows use synthetic",
             "acceptance: their speed is a cost measurement, their output is not valid. Definitions: docs/metrics.md.",
         )]
+        if any(str(c).startswith("offered / achieved rps") for c in shown.columns):
+            b.append(p(
+                "Open-loop phases (`measurement.arrival`), one set of columns per rate (`@R rps`) or stage list: offered = scheduled",
+                "requests / the schedule's span, achieved = successful requests / the phase's wall time, goodput = requests meeting",
+                "every per-request SLO bound (TTFT and end-to-end counted from the scheduled time) / wall time, medians over the",
+                "repetitions (`–`: no SLO set); late = requests sent after their time because `max_in_flight` were in flight (or the",
+                "client fell behind), summed, with the longest delay. Achieved below offered, or late sends, mean the configuration",
+                "did not keep up with that rate. Definitions: docs/metrics.md#open-loop-phases.",
+            ))
     if images["tps"]:
         b.append(img(images["tps"], "total t/s against streams"))
 

@@ -34,6 +34,8 @@ class RunData:
     ramp: list[dict[str, Any]] = field(default_factory=list)
     fill_checks: list[dict[str, Any]] = field(default_factory=list)
     after_soak: list[dict[str, Any]] = field(default_factory=list)  # the measurement phases again, after each soak
+    # open-loop phases (a ``load`` key: measurement.arrival), apart: ``phases`` holds the closed-loop ones, by stream count
+    arrival_phases: pd.DataFrame = field(default_factory=pd.DataFrame)
     read_log: ReadLog = field(default_factory=ReadLog)  # what could not be read (the report's notes say it)
 
     @property
@@ -74,7 +76,9 @@ VERDICT_FIELDS: dict[str, type | tuple[type, ...]] = {"config": str, "kind": str
 def load_run(run_dir: Path) -> RunData:
     manifest = read_manifest(run_dir)
     log = ReadLog()
-    phases = pd.DataFrame(list(read_jsonl(run_dir / PHASES, log, PHASE_FIELDS)))
+    all_phases = list(read_jsonl(run_dir / PHASES, log, PHASE_FIELDS))
+    phases = pd.DataFrame([p for p in all_phases if not isinstance(p.get("load"), str)])
+    arrival_phases = pd.DataFrame([p for p in all_phases if isinstance(p.get("load"), str)])
     requests = pd.DataFrame(list(read_jsonl(run_dir / REQUESTS, log, REQUEST_FIELDS)))
     capacity: dict[str, dict[str, Any]] = {}
     for f in sorted((run_dir / "capacity").glob("*.json")):
@@ -102,5 +106,6 @@ def load_run(run_dir: Path) -> RunData:
         ramp=list(read_jsonl(run_dir / RAMP, log, {"config": str, "event": str})),
         fill_checks=list(read_jsonl(run_dir / FILL_CHECKS, log, {"config": str})),
         after_soak=list(read_jsonl(run_dir / AFTER_SOAK, log, PHASE_FIELDS)),
+        arrival_phases=arrival_phases,
         read_log=log,
     )

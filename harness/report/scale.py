@@ -28,7 +28,8 @@ from harness.records import read_jsonl
 COMPACT_DIR = ".compact"
 BLOCK_BYTES = 8 << 20
 
-# every scalar field of RequestRecord (harness/records.py); itl_s, chunk_tokens and text stay in the JSONL only
+# every scalar field of RequestRecord (harness/records.py); itl_s, chunk_tokens and text stay in the JSONL only, and so do
+# the open-loop fields (scheduled_unix_s, send_delay_s, late), which the soak's records do not have yet
 SCHEMA = pa.schema([
     ("config", pa.string()), ("phase", pa.string()), ("streams", pa.int64()), ("repetition", pa.int64()),
     ("stream", pa.int64()), ("index", pa.int64()), ("prompt_id", pa.string()), ("status", pa.string()),

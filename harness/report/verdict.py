@@ -13,6 +13,7 @@ import pandas as pd
 from engines.base import EngineCounters, acceptance_figures
 
 from harness.report.load import RunData
+from harness.scenario import load_label
 from harness.report.stats import ratio_interval, shown_difference
 
 
@@ -34,19 +35,43 @@ def stream_counts(runs: list[RunData]) -> list[int]:
     return sorted(counts)
 
 
+def arrival_loads(runs: list[RunData]) -> list[str]:
+    """The open-loop phases' keys (``load``: '2rps', 'stages') of the runs, rates ascending, the stage list last."""
+    keys: set[str] = set()
+    for run in runs:
+        ap = run.arrival_phases
+        if not ap.empty and "load" in ap:
+            keys.update(str(k) for k in ap["load"].dropna().unique())
+    return sorted(keys, key=_load_order)
+
+
+def _load_order(key: str) -> tuple[int, float, str]:
+    try:
+        return (0, float(key[:-3]), key) if key.endswith("rps") else (1, 0.0, key)
+    except ValueError:
+        return (1, 0.0, key)
+
+
 def verdict_table(runs: list[RunData]) -> pd.DataFrame:
-    """One row per (run, configuration); speedups against the run's first 'none' configuration."""
+    """One row per (run, configuration); speedups against the run's first 'none' configuration. Closed-loop phases
+    give the columns by stream count; open-loop phases (measurement.arrival) those by rate: offered, achieved and
+    goodput requests per second, late sends (docs/metrics.md#open-loop-phases)."""
     rows: list[dict[str, Any]] = []
     counts = stream_counts(runs)
+    loads = arrival_loads(runs)
     for run in runs:
         cfgs = run.manifest.get("configurations", {})
         ph = run.phases
+        ap = run.arrival_phases
         rq = run.requests
         run_rows: list[dict[str, Any]] = []
         for name in run.config_names:
             meta = cfgs.get(name, {})
-            p = ph[ph["config"] == name] if not ph.empty else ph
-            r = rq[(rq["config"] == name) & (rq["phase"] == "measure")] if not rq.empty else rq
+            p_closed = ph[ph["config"] == name] if not ph.empty else ph
+            pa = ap[ap["config"] == name] if not ap.empty else ap
+            # pooled figures (acceptance, CPU, agreement, records, failures) over every measured phase, open loop included
+            p = pd.concat([x for x in (p_closed, pa) if not x.empty], ignore_index=True) if not (p_closed.empty and pa.empty) else p_closed
+            r = rq[(rq["config"] == name) & (rq["phase"].isin(("measure", "arrivals")))] if not rq.empty else rq
             cap = run.capacity.get(name, {})
             row: dict[str, Any] = {
                 "run": run.run_id,
@@ -56,11 +81,22 @@ def verdict_table(runs: list[RunData]) -> pd.DataFrame:
                 "synthetic": bool(meta.get("synthetic")),
                 "status": meta.get("status"),
             }
-            solo_req = r[(r["streams"] == 1) & (r["status"] == "ok")] if not r.empty else r
+            solo_req = r[(r["phase"] == "measure") & (r["streams"] == 1) & (r["status"] == "ok")] if not r.empty else r
             row["solo_decode_tps"] = _median(solo_req["decode_tps"]) if not solo_req.empty else None
             for n in counts:
-                pn = p[p["streams"] == n] if not p.empty else p
+                pn = p_closed[p_closed["streams"] == n] if not p_closed.empty else p_closed
                 row[f"total_tps_{n}"] = _median(pn["total_tps"]) if not pn.empty else None
+                row[f"goodput_rps_{n}"] = _median(pn["goodput_rps"]) if not pn.empty and "goodput_rps" in pn else None
+            for key in loads:
+                pk = pa[pa["load"] == key] if not pa.empty else pa
+                for col in ("offered_rps", "achieved_rps", "goodput_rps"):
+                    row[f"{col}_{key}"] = _median(pk[col]) if not pk.empty and col in pk else None
+                # not total_tps_{key}: that prefix is the closed-loop columns' (total_tps_N)
+                row[f"arrival_total_tps_{key}"] = _median(pk["total_tps"]) if not pk.empty else None
+                row[f"late_{key}"] = _sum(pk["late"]) if not pk.empty and "late" in pk else None
+                row[f"scheduled_{key}"] = _sum(pk["scheduled"]) if not pk.empty and "scheduled" in pk else None
+                delays = pd.Series(pk["max_send_delay_s"] if not pk.empty and "max_send_delay_s" in pk else [], dtype="float64").dropna()
+                row[f"max_send_delay_s_{key}"] = float(delays.max()) if len(delays) else None
             if not p.empty:
                 drafted = _sum(c.get("draft_tokens") for c in p["counters"])
                 accepted = _sum(c.get("accepted_tokens") for c in p["counters"])
@@ -218,16 +254,23 @@ def display_table(df: pd.DataFrame, counts: list[int], multi_run: bool) -> pd.Da
             out["engine"] = df["engine"]
     out["configuration"] = [f"{c} [synthetic]" if s else c for c, s in zip(df["config"], df["synthetic"])]
     out["algorithm"] = df["algorithm"]
-    out["solo decode t/s"] = df["solo_decode_tps"].map(_fmt1)
+    loads = [c[len("achieved_rps_"):] for c in df.columns if c.startswith("achieved_rps_")]  # open-loop phases, in order
     itself = [c == b for c, b in zip(df["config"], df.get("baseline", [None] * len(df)))]  # a baseline's own row
-    out["solo vs baseline [95% CI]"] = ["(baseline)" if me else _fmtci(v, lo, hi)
-                                        for me, v, lo, hi in zip(itself, df["solo_speedup"], df["solo_speedup_ci_low"], df["solo_speedup_ci_high"])]
+    if counts or not loads:  # a run of open-loop phases only has no solo figure
+        out["solo decode t/s"] = df["solo_decode_tps"].map(_fmt1)
+        out["solo vs baseline [95% CI]"] = ["(baseline)" if me else _fmtci(v, lo, hi)
+                                            for me, v, lo, hi in zip(itself, df["solo_speedup"], df["solo_speedup_ci_low"], df["solo_speedup_ci_high"])]
     for n in counts:
         out[f"total t/s @{n}"] = df[f"total_tps_{n}"].map(_fmt1)
         out[f"@{n} vs baseline [95% CI]"] = [
             "(baseline)" if me else _fmtci(v, lo, hi)
             for me, v, lo, hi in zip(itself, df[f"speedup_{n}"], df[f"speedup_{n}_ci_low"], df[f"speedup_{n}_ci_high"])
         ]
+    for key in loads:
+        label = load_label(key)
+        out[f"offered / achieved rps {label}"] = [f"{_fmt2(o)} / {_fmt2(a)}" for o, a in zip(df[f"offered_rps_{key}"], df[f"achieved_rps_{key}"])]
+        out[f"goodput rps {label}"] = df[f"goodput_rps_{key}"].map(_fmt2)
+        out[f"late {label}"] = [_late(n, of, d) for n, of, d in zip(df[f"late_{key}"], df[f"scheduled_{key}"], df[f"max_send_delay_s_{key}"])]
     out["acceptance"] = df["acceptance"].map(_fmt2)
     out["mean length"] = df["mean_accept_len"].map(_fmt2)
     out["ctx/slot"] = df["ctx_per_slot"].map(_fmt0)
@@ -261,6 +304,13 @@ def soak_verdict(soak: dict[str, Any] | None) -> str:
     up = first.get("engine_uptime_s")
     what = f"{first.get('kind')}" + (f" of {first['metric']}" if first.get("metric") else "")
     return f"✗ {what} at {float(up) / 3600:.2f} h engine uptime" if up is not None else f"✗ {what}"
+
+
+def _late(late: Any, scheduled: Any, max_delay: Any) -> str:
+    """Late sends of an open-loop load, over its repetitions: 'L/S (max D s)', '0/S', or '–' when not measured."""
+    if not (_present(late) and _present(scheduled)):
+        return "–"
+    return f"{late:,.0f}/{scheduled:,.0f}" + (f" (max {max_delay:.2f} s)" if late and _present(max_delay) else "")
 
 
 def _failures(ok: int, failed: int, failure: Any) -> str:

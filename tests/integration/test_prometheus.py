@@ -329,7 +329,7 @@ def test_gpu_panels_have_data_from_gpu_windows(promtool: str, prometheus_bin: st
             q = expr.replace("$run", manifest["run_id"]).replace("$config", ".*").replace("$__rate_interval", "1m")
             res = prom.api("query_range", query=q, start=f"{t0:.3f}", end=f"{t0 + 780:.3f}", step="15")["result"]
             assert _has_data(res), f"{where}: {q}"
-        res = prom.api("query", query=f'specsoak_soak_gpu_memory_bytes{{kind="engine"}}', time=f"{t0 + 720:.3f}")["result"]
+        res = prom.api("query", query='specsoak_soak_gpu_memory_bytes{kind="engine"}', time=f"{t0 + 720:.3f}")["result"]
         assert res and float(res[0]["value"][1]) == (20_000 + 1100 - 500) * mib
     finally:
         prom.stop()

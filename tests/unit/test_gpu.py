@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from harness.gpu import MIB, DeviceMemory, GpuMeter, GpuSample, process_tree
+from harness.gpu import DeviceMemory, GpuMeter, GpuSample, process_tree
 from harness.report.build import build_report
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run_quick"
