@@ -88,12 +88,30 @@ class JsonlWriter:
         except OSError as exc:
             raise ResultsError(f"cannot write {path}: {exc.strerror}") from exc
 
+    def _append(self, data: str) -> None:
+        """Write, flush and fsync ``data``; when that fails (a full disk), cut the file back to where it was, so a
+        failed append leaves no torn record behind (what went before stays whole), then raise."""
+        start = os.fstat(self._f.fileno()).st_size  # everything before is flushed: the file ends where the last append did
+        try:
+            self._f.write(data)
+            self._f.flush()
+            os.fsync(self._f.fileno())
+        except OSError:
+            try:
+                self._f.close()  # drops what the buffer still holds (its flush fails again on a full disk)
+            except OSError:
+                pass
+            try:
+                os.truncate(self.path, start)
+                self._f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+            except OSError:
+                pass
+            raise
+
     def write(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, separators=(",", ":"), allow_nan=False, default=str) + "\n"
         try:
-            self._f.write(line)
-            self._f.flush()
-            os.fsync(self._f.fileno())
+            self._append(line)
         except OSError as exc:
             what = "disk full" if exc.errno == errno.ENOSPC else exc.strerror
             raise ResultsError(f"cannot append to {self.path}: {what}; records written before are kept") from exc
@@ -257,9 +275,7 @@ class BatchedJsonlWriter(JsonlWriter):
                 data, records = item
                 if self._error is None:
                     try:
-                        self._f.write(data)
-                        self._f.flush()
-                        os.fsync(self._f.fileno())
+                        self._append(data)
                         if records:
                             self._durable.append(records)
                     except OSError as exc:
