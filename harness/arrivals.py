@@ -22,7 +22,7 @@ import aiohttp
 import numpy as np
 
 from engines.base import Engine
-from harness.client import RequestParams, stream_one
+from harness.client import RequestParams, stream_one, until_stopped
 from harness.prompts import Prompt
 from harness.records import RequestRecord
 from harness.scenario import Arrival, ArrivalKind, Stage
@@ -189,15 +189,7 @@ async def run_arrivals(
                 seq = prompt_offset + i
                 request = stream_one(session, engine, url, prompts[seq % len(prompts)], params, extras,
                                      {**meta, "stream": 0, "index": i}, wall_anchor, headers, seq)
-                task = asyncio.ensure_future(request)
-                waiter = asyncio.ensure_future(stop.wait())
-                try:
-                    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    waiter.cancel()
-                if not task.done():
-                    task.cancel()  # stream_one records it as 'interrupted'
-                rec = await task
+                rec = await until_stopped(stop, request)
                 scheduled = round(anchor_unix + (due_ns - anchor_ns) / 1e9, 6)
                 delay = round(max(0.0, rec.start_unix_s - scheduled), 6)
                 rec = dataclasses.replace(rec, scheduled_unix_s=scheduled, send_delay_s=delay, late=waited or delay > late_after_s,

@@ -354,6 +354,19 @@ async def stream_one(
     return parser.record(meta, prompt.id, anchor_unix + (t0 - anchor_ns) / 1e9, time.perf_counter_ns())
 
 
+async def until_stopped(stop: asyncio.Event, request: Any) -> RequestRecord:
+    """Await ``request`` (a stream_one coroutine), cutting it when ``stop`` is set: it is then recorded as 'interrupted'."""
+    task = asyncio.ensure_future(request)
+    waiter = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+    if not task.done():
+        task.cancel()  # stream_one records it as 'interrupted'
+    return await task
+
+
 async def run_streams(
     engine: Engine,
     prompts: Sequence[Prompt],
@@ -380,17 +393,6 @@ async def run_streams(
     connector = aiohttp.TCPConnector(force_close=True, limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
 
-        async def until_stopped(request: Any) -> RequestRecord:
-            task = asyncio.ensure_future(request)
-            waiter = asyncio.ensure_future(stop.wait())
-            try:
-                await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                waiter.cancel()
-            if not task.done():
-                task.cancel()  # stream_one records it as 'interrupted'
-            return await task
-
         async def one_stream(s: int) -> None:
             try:
                 for i in range(requests_per_stream):
@@ -399,6 +401,7 @@ async def run_streams(
                     seq = prompt_offset + s * requests_per_stream + i
                     prompt = prompts[seq % len(prompts)]
                     rec = await until_stopped(
+                        stop,
                         stream_one(session, engine, url, prompt, params, extras, {**meta, "stream": s, "index": i}, wall_anchor, headers, seq)
                     )
                     if rec.attempt:
