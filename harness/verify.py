@@ -109,7 +109,8 @@ class _Client:
         self.tokens = engine.name == "llamacpp"
 
     def _post(self, path: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
-        req = urllib.request.Request(self.engine.base_url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(self.engine.base_url + path, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json", **self.engine.request_headers()})
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             data = json.loads(resp.read())
         if not isinstance(data, dict):
@@ -128,9 +129,12 @@ class _Client:
                 return Answer(pid, str(r.get("content", "")), tuple(int(x) for x in r.get("tokens") or ()),
                               t.get("draft_n"), t.get("draft_n_accepted"))
             body = {"messages": prompt.messages, "max_tokens": max_tokens, "temperature": temperature, "seed": seed,
-                    "stream": False, **self.engine.request_extras()}
+                    "stream": False, **self.engine.answer_extras()}
             r = self._post(self.engine.chat_path, body, timeout)
-            return Answer(pid, str(((r.get("choices") or [{}])[0].get("message") or {}).get("content") or ""))
+            choice = (r.get("choices") or [{}])[0]
+            ids = choice.get("token_ids")  # vLLM, asked with return_token_ids (engines/vllm.py answer_extras)
+            tokens = tuple(int(x) for x in ids) if isinstance(ids, list) and all(isinstance(x, int) for x in ids) else None
+            return Answer(pid, str((choice.get("message") or {}).get("content") or ""), tokens)
         except (OSError, ValueError, KeyError, urllib.error.HTTPError) as exc:
             return Answer(pid, error=f"{type(exc).__name__}: {exc}")
 
@@ -254,18 +258,23 @@ class Verifier:
     def _compare(self, out: JsonlWriter, cfg: Configuration, n: int, got: list[Answer], ref: list[Answer], ref_name: str) -> bool:
         by_id = {a.prompt_id: a for a in ref}
         same_all = True
-        diverged = 0
+        diverged = errors = 0
         for a in got:
             r = by_id.get(a.prompt_id.split("#")[0])
             if r is None or r.error or a.error:
-                out.write(self._row(cfg, n, ref_name, a.prompt_id, None, None, "none", a, r, note=(a.error or (r.error if r else "no reference"))))
+                note = a.error or (r.error if r else "no reference")
+                out.write(self._row(cfg, n, ref_name, a.prompt_id, None, None, "none", a, r, note=note))
                 same_all = False
+                errors += 1
+                if errors == 1:
+                    self.console.print(f"  [red]{cfg.name} @{n}: no comparison for {a.prompt_id}: {note}[/]")
                 continue
             same, idx, method = first_difference(r, a)
             diverged += not same
             same_all = same_all and same
             out.write(self._row(cfg, n, ref_name, a.prompt_id, same, idx, method, a, r))
-        self.console.print(f"  {cfg.name} @{n} vs {ref_name}: {len(got) - diverged}/{len(got)} identical")
+        self.console.print(f"  {cfg.name} @{n} vs {ref_name}: {len(got) - diverged - errors}/{len(got)} identical"
+                           + (f", {errors} without an answer to compare" if errors else ""))
         return same_all
 
     def _row(self, cfg: Configuration, n: int, ref_name: str, pid: str, same: bool | None, idx: int | None, method: str,

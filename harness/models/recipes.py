@@ -30,6 +30,7 @@ DFLASH_VERSION = 2  # r1 borrowed the target's embeddings and accepted nothing, 
 QWEN35_VERSION = 1
 HF_VERSION = 1
 F32_VERSION = 1
+HF_DRAFTERS_VERSION = 1  # harness/models/hf_drafters.py: the folders vLLM's speculative methods read
 
 EAGLE3: dict[str, Any] = {
     "seed": 3,
@@ -117,6 +118,28 @@ def build_smollm2_hf(out: Path) -> None:
     if p.returncode != 0:
         tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
         raise RecipeError(f"{script.name} failed (exit {p.returncode}): {' / '.join(tail)}")
+
+
+def build_hf_drafter(out: Path, kind: str, *args: str) -> None:
+    """A drafter folder (or an MTP-capable target) for vLLM, made from the ``smollm2-hf`` folder by
+    hf_drafters.py in the vLLM environment (its docstring cites where vLLM reads each layout)."""
+    import subprocess
+
+    from engines.vllm_env import vllm_python
+    from harness.models import workshop
+
+    py = vllm_python()
+    if py is None or not py.exists():
+        raise RecipeError(f"it is written by the vLLM environment's Python, which is not installed ({py or '.venv-vllm'}: `make vllm`)")
+    try:
+        src = workshop.ensure("smollm2-hf", out.parent)
+    except workshop.WorkshopError as exc:
+        raise RecipeError(f"its source folder: {exc}") from None
+    script = Path(__file__).with_name("hf_drafters.py")
+    p = subprocess.run([str(py), str(script), kind, str(src), str(out), *args], capture_output=True, text=True, timeout=1800)
+    if p.returncode != 0:
+        tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+        raise RecipeError(f"{script.name} {kind} failed (exit {p.returncode}): {' / '.join(tail)}")
 
 
 def _copy_field(writer: Any, field: Any, value: Any = None) -> None:

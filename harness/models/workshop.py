@@ -107,6 +107,38 @@ _FIXED: dict[str, Recipe] = {
             sources=(recipes.SMOLLM2_DIST,),
             folder=True,
         ),
+        Recipe(
+            "smollm2-hf-trunc4",
+            recipes.HF_DRAFTERS_VERSION,
+            "SmolLM2-135M's Hugging Face folder cut to its first 4 blocks: a real draft_model drafter for vLLM",
+            lambda out: recipes.build_hf_drafter(out, "trunc", "4"),
+            sources=(recipes.SMOLLM2_DIST,),
+            folder=True,
+        ),
+        Recipe(
+            "smollm2-hf-eagle3",
+            recipes.HF_DRAFTERS_VERSION,
+            "tiny random EAGLE-3 head for SmolLM2 (one 576-dim block, target layers 2,15,27) for vLLM; accepts nothing",
+            lambda out: recipes.build_hf_drafter(out, "eagle3"),
+            sources=(recipes.SMOLLM2_DIST,),
+            folder=True,
+        ),
+        Recipe(
+            "smollm2-hf-dflash",
+            recipes.HF_DRAFTERS_VERSION,
+            "tiny random DFlash drafter for SmolLM2 (one Qwen3 block, block size 8, target layers 2,15,27) for vLLM; accepts nothing",
+            lambda out: recipes.build_hf_drafter(out, "dflash"),
+            sources=(recipes.SMOLLM2_DIST,),
+            folder=True,
+        ),
+        Recipe(
+            "smollm2-hf-mimo-mtp",
+            recipes.HF_DRAFTERS_VERSION,
+            "SmolLM2-135M in MiMo's layout (answers as SmolLM2) with one random MTP block: an MTP target for vLLM",
+            lambda out: recipes.build_hf_drafter(out, "mimo"),
+            sources=(recipes.SMOLLM2_DIST,),
+            folder=True,
+        ),
     )
 }
 

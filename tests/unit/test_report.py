@@ -68,6 +68,42 @@ def test_percentile_is_linear() -> None:
     assert percentile([], 95) is None
 
 
+def test_verify_answers_that_failed_are_never_counted_identical(tmp_path: Path) -> None:
+    """An engine that refuses verify's request (vLLM refused `stream_options` without `stream`) gives no answer to
+    compare: the configuration is not identical, and the console says so instead of "2/2 identical"."""
+    import io
+
+    from rich.console import Console
+
+    from harness.records import JsonlWriter, read_jsonl
+    from harness.scenario import Configuration
+    from harness.verify import Verifier
+
+    v = object.__new__(Verifier)
+    buf = io.StringIO()
+    v.console, v.seed, v.max_tokens = Console(file=buf, width=300), 1, 8
+    cfg = Configuration(name="eagle3", algorithm="draft-eagle3", draft="e.gguf", k=3)
+    ref = [Answer("a", "x", (1,)), Answer("b", "y", (2,))]
+    got = [Answer("a", "x", (1,)), Answer("b", error="HTTPError: HTTP Error 400: Bad Request")]
+    out = JsonlWriter(tmp_path / "verify.jsonl")
+    assert v._compare(out, cfg, 1, got, ref, "baseline@1") is False
+    out.close()
+    assert "1/2 identical, 1 without an answer to compare" in buf.getvalue() and "HTTP Error 400" in buf.getvalue()
+    assert [r["identical"] for r in read_jsonl(tmp_path / "verify.jsonl")] == [True, None]
+
+
+def test_verify_sends_no_stream_options_and_asks_vllm_for_token_ids() -> None:
+    from engines.base import LaunchSpec
+    from engines.llamacpp import LlamaCpp
+    from engines.vllm import Vllm
+
+    spec = LaunchSpec(model=Path("/m"), port=1)
+    vllm = Vllm(spec, Path("/dev/null"))
+    assert "stream_options" in vllm.request_extras()  # streamed requests ask for usage in every chunk
+    assert "stream_options" not in vllm.answer_extras() and vllm.answer_extras()["return_token_ids"] is True
+    assert "stream_options" not in LlamaCpp(spec, Path("/dev/null")).answer_extras()
+
+
 def test_first_difference_tokens_and_text() -> None:
     ref = Answer("p", "abc", (1, 2, 3))
     assert first_difference(ref, Answer("p", "abc", (1, 2, 3))) == (True, None, "tokens")
