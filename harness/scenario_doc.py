@@ -139,6 +139,10 @@ PROMPT_SET_PURPOSE: dict[str, str] = {
     "drafters accept most; the default of `measurement.prompts`",
     "mixed": "chat, questions, maths, translation, a story, two longer texts: ordinary traffic that copies little; "
     "the GPU recipes' measurement",
+    "conversations": "the realistic corpus: conversations about real text (standard-library functions to explain, test "
+    "and rewrite; passages of the Python reference; docstrings; whole modules), code and prose, one line to "
+    "~24,000 characters, most of them multi-turn; built from CPython's own text by `harness/prompts/build_corpus.py` "
+    "(origin, licence: harness/prompts/README.md); the overnight and GPU scenarios' set",
     "soak": "the soak's mix: chat, code rewrite and edit, summarisation, translation, questions, maths, one long-context "
     "retrieval and multi-turn conversations whose context grows turn by turn; the default of `soak.prompts`",
 }
@@ -402,7 +406,7 @@ holds one prompt per line (JSONL) or one JSON list of prompts. A prompt is OpenA
 
 ### Built-in prompt sets
 
-Computed from `harness/prompts/*.jsonl` (length: the first turn's message text).
+Computed from `harness/prompts/*.jsonl` and `*.jsonl.gz` (length: the first turn's message text).
 
 """
 

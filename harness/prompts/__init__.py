@@ -10,6 +10,7 @@ so the context grows turn after turn (acceptance is then binned by context depth
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from dataclasses import dataclass
@@ -37,8 +38,27 @@ class Prompt:
         return {"id": self.id, "messages": self.messages, "followups": list(self.followups)}
 
 
+_BUILTIN_SUFFIXES = (".jsonl", ".jsonl.gz")
+
+
+def _builtin_files() -> dict[str, Any]:
+    files: dict[str, Any] = {}
+    for p in resources.files(__package__).iterdir():
+        for suffix in _BUILTIN_SUFFIXES:
+            if p.name.endswith(suffix):
+                files[p.name.removesuffix(suffix)] = p
+    return files
+
+
 def builtin_names() -> list[str]:
-    return sorted(p.name.removesuffix(".jsonl") for p in resources.files(__package__).iterdir() if p.name.endswith(".jsonl"))
+    return sorted(_builtin_files())
+
+
+def builtin_text(name: str) -> str:
+    """The JSONL text of built-in set ``name`` (a large one ships gzipped)."""
+    path = _builtin_files()[name]
+    data = path.read_bytes()
+    return (gzip.decompress(data) if path.name.endswith(".gz") else data).decode("utf-8")
 
 
 def load_prompts(ref: str, base_dir: Path) -> list[Prompt]:
@@ -46,8 +66,7 @@ def load_prompts(ref: str, base_dir: Path) -> list[Prompt]:
         name = ref[len(BUILTIN_PREFIX) :]
         if name not in builtin_names():
             raise PromptError(f"no built-in prompt set '{name}'; built-in sets: {', '.join(builtin_names())}")
-        text = resources.files(__package__).joinpath(f"{name}.jsonl").read_text(encoding="utf-8")
-        return _parse(text, f"{ref}")
+        return _parse(builtin_text(name), f"{ref}")
     path = Path(ref).expanduser()
     if not path.is_absolute():
         path = base_dir / path
@@ -73,9 +92,11 @@ def _parse(text: str, where: str) -> list[Prompt]:
         for n, line in enumerate(text.split("\n"), start=1):  # lines as editors count them: U+2028 is JSON text
             if line.strip():
                 try:
-                    items.append((n, jsonsafe.loads(line)))
+                    obj = jsonsafe.loads(line)
                 except ValueError as exc:
                     raise _not_json(where, n, exc) from None
+                if not (isinstance(obj, dict) and set(obj) == {"_meta"}):  # a line about the file (how it was built), not a prompt
+                    items.append((n, obj))
     listed = stripped.startswith("[")
     prompts = [_one(obj, where, n, i if listed else n) for i, (n, obj) in enumerate(items, start=1)]
     if not prompts:
