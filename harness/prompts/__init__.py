@@ -5,7 +5,8 @@ A file holds one prompt per line (JSONL) or a JSON list. Each prompt is either
 ShareGPT-style ``{"id": ..., "conversations": [{"from": "human", "value": ...}, ...]}``
 (the last assistant turn, if any, is dropped: the engine writes it). An optional ``followups``
 list holds later user turns: the soak sends them one by one, each with the conversation so far,
-so the context grows turn after turn (acceptance is then binned by context depth).
+so the context grows turn after turn (acceptance is then binned by context depth). An optional
+``max_tokens`` sets that prompt's answer length (synthetic lengths write it: harness/prompts/lengths.py).
 """
 
 from __future__ import annotations
@@ -33,9 +34,17 @@ class Prompt:
     id: str
     messages: list[dict[str, str]]
     followups: tuple[str, ...] = ()  # later user turns of a conversation whose context grows
+    max_tokens: int | None = None  # this prompt's answer length (synthetic lengths); None: the scenario's max_tokens
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "messages": self.messages, "followups": list(self.followups)}
+        d: dict[str, Any] = {"id": self.id, "messages": self.messages, "followups": list(self.followups)}
+        if self.max_tokens is not None:
+            d["max_tokens"] = self.max_tokens
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Prompt:
+        return cls(str(d["id"]), d["messages"], tuple(d.get("followups") or ()), d.get("max_tokens"))
 
 
 _BUILTIN_SUFFIXES = (".jsonl", ".jsonl.gz")
@@ -48,6 +57,11 @@ def _builtin_files() -> dict[str, Any]:
             if p.name.endswith(suffix):
                 files[p.name.removesuffix(suffix)] = p
     return files
+
+
+def distinct_prompts(records: Any) -> int:
+    """How many different prompts ``records`` sent: (prompt id, turn) pairs, a conversation's turns counted apart."""
+    return len({(r.prompt_id, r.turn) if hasattr(r, "prompt_id") else (r.get("prompt_id"), r.get("turn", 0)) for r in records})
 
 
 def builtin_names() -> list[str]:
@@ -178,4 +192,7 @@ def _one(obj: Any, where: str, n: int, number: int) -> Prompt:
     followups = obj.get("followups") or ()
     if not isinstance(followups, (list, tuple)) or not all(isinstance(f, str) for f in followups):
         raise PromptError(f"{where}:{n}: 'followups' is a list of user messages")
-    return Prompt(id=pid, messages=msgs, followups=tuple(followups))
+    max_tokens = obj.get("max_tokens")
+    if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or not 1 <= max_tokens <= 1_048_576):
+        raise PromptError(f"{where}:{n}: 'max_tokens' is a whole number from 1 to 1048576")
+    return Prompt(id=pid, messages=msgs, followups=tuple(followups), max_tokens=max_tokens)
