@@ -28,7 +28,7 @@ from locust.exception import StopUser
 from engines import engine_class
 from harness.client import RequestParams, StreamParser, classify_http, request_body
 from harness.load.shapes import users_at
-from harness.prompts import Prompt
+from harness.prompts import Prompt, share_index
 from harness.records import BatchedJsonlWriter
 
 CONFIG: dict[str, Any] = json.loads(Path(os.environ["SPECSOAK_LOCUST_CONFIG"]).read_text())
@@ -138,11 +138,11 @@ class StreamingUser(User):
         (past ``prompt_start``, where earlier slices stopped), so no two send the same one. ``prompt_reuse: forbid``: a user finding the share used up stops (said once, on
         stderr and in ``<slice>-<pid>.exhausted`` beside the records); ``allow``: the share comes round again."""
         index, total = _worker_slot(self.environment)
-        i = int(CONFIG.get("prompt_start", 0)) + next(_PROMPT_SEQ) * total + index
-        if i >= len(PROMPTS) and CONFIG.get("prompt_reuse", "allow") == "forbid":
+        i = share_index(int(CONFIG.get("prompt_start", 0)), next(_PROMPT_SEQ), index, total, len(PROMPTS), CONFIG.get("prompt_reuse", "allow"))
+        if i is None:
             _exhausted(len(PROMPTS))
             raise StopUser()
-        return PROMPTS[i % len(PROMPTS)]
+        return PROMPTS[i]
 
     def _next_replay(self) -> Prompt:
         index, total = _worker_slot(self.environment)

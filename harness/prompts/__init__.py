@@ -64,6 +64,16 @@ def distinct_prompts(records: Any) -> int:
     return len({(r.prompt_id, r.turn) if hasattr(r, "prompt_id") else (r.get("prompt_id"), r.get("turn", 0)) for r in records})
 
 
+def share_index(start: int, seq: int, index: int, total: int, count: int, reuse: str) -> int | None:
+    """Which prompt a soak process sends as its ``seq``-th: process ``index`` of ``total`` takes every ``total``-th
+    prompt from its own index, past ``start`` (where earlier slices stopped), so no two processes send the same one.
+    None when the set is used up and ``reuse`` is 'forbid'; with 'allow' it comes round again."""
+    i = start + seq * total + index
+    if i >= count and reuse == "forbid":
+        return None
+    return i % count
+
+
 def builtin_names() -> list[str]:
     return sorted(_builtin_files())
 

@@ -149,3 +149,15 @@ def test_measurement_requests_counts_closed_and_open_loop() -> None:
     assert measurement_requests(Measurement(streams=[1, 4, 8], requests_per_stream=3, repetitions=2)) == 13 * 3 * 2
     m = Measurement.model_validate({"repetitions": 2, "arrival": {"kind": "poisson", "rate_rps": [1, 2], "requests": 7}})
     assert measurement_requests(m) == 7 * 2 * 2
+
+
+def test_soak_processes_share_the_prompts_out_without_repeats() -> None:
+    from harness.prompts import share_index
+
+    # 3 Locust processes, 10 prompts, forbid: each process's sequence until it is used up
+    taken = [[i for seq in range(10) if (i := share_index(0, seq, p, 3, 10, "forbid")) is not None] for p in range(3)]
+    flat = [i for t in taken for i in t]
+    assert sorted(flat) == list(range(10))  # every prompt once, none twice
+    assert share_index(0, 4, 0, 3, 10, "forbid") is None and share_index(0, 4, 0, 3, 10, "allow") == 2
+    # a later slice starts past what earlier ones began
+    assert share_index(7, 0, 0, 1, 10, "forbid") == 7 and share_index(7, 3, 0, 1, 10, "forbid") is None
