@@ -3,7 +3,8 @@ optional shared prefix (scenario: ``measurement.lengths``, ``soak.lengths``; doc
 
 Input lengths are counted in the target's tokens: the set's text is tokenized once through the engine's own
 ``/tokenize`` (``Engine.tokenize``), prompt i is the window of ``n_i`` tokens that starts where window i-1 ended
-(wrapping with a shift, so no two windows are the same), turned back into text by ``/detokenize``. An engine
+(wrapping with a shift, so no two windows are the same), turned back into text by ``/detokenize`` and tokenized
+again: the window is widened or narrowed until that text is ``n_i`` tokens (or as close as four tries get). An engine
 without a tokenizer endpoint gets lengths in words instead, and the build says so (``counted_in``). Output
 lengths become each prompt's ``max_tokens``; requests ask ``ignore_eos`` (client.request_body), so the answer
 is that long on engines that honour it. A source prompt's ``followups`` stay with the window built from it, so
@@ -78,7 +79,7 @@ class Built:
     prompts: list[Prompt]
     counted_in: str  # "tokens" (the engine's /tokenize) or "words"
     input_drawn: list[int] = field(default_factory=list)  # per prompt; empty when input is the set's own prompts
-    input_tokens: list[int] = field(default_factory=list)  # the built user turn, tokenized again
+    input_tokens: list[int] = field(default_factory=list)  # the built user turn, tokenized again (drawn, or within a few)
     output_drawn: list[int] = field(default_factory=list)
     prefix_tokens: int = 0
 
@@ -93,7 +94,7 @@ class Built:
         return lines
 
 
-def build(source: Sequence[Prompt], lengths: Any, count: int, tokenizer: Tokenizer | None, *, verify: bool = True) -> Built:
+def build(source: Sequence[Prompt], lengths: Any, count: int, tokenizer: Tokenizer | None) -> Built:
     """``count`` prompts shaped by ``lengths`` (a scenario.Lengths) from ``source``'s text."""
     tok: Tokenizer = tokenizer if tokenizer is not None else WordTokenizer()
     counted_in = "tokens" if tokenizer is not None else "words"
@@ -127,10 +128,9 @@ def build(source: Sequence[Prompt], lengths: Any, count: int, tokenizer: Tokeniz
         n = int(inputs[i])
         if n > len(body):
             raise PromptError(f"a drawn input of {n} {counted_in} is longer than the prompt set's text ({len(body)} {counted_in}): lower lengths.input.max")
-        text, start = _window(tok, body, start, n, seen)
+        text, got, start = _window(tok, body, start, n, seen)
         drawn.append(n)
-        if verify:
-            measured.append(len(tok.tokenize(text)))
+        measured.append(got)
         built.append(Prompt(f"len-{i:06d}-{src.id}"[:96], [*prefix, {"role": "user", "content": text}], src.followups, max_tokens))
     return Built(built, counted_in, drawn, measured, [int(x) for x in outputs] if outputs is not None else [], lengths.shared_prefix_tokens)
 
@@ -148,15 +148,29 @@ def _pool(source: Sequence[Prompt], tok: Tokenizer, need: int) -> list[int]:
     return pool
 
 
-def _window(tok: Tokenizer, body: list[int], start: int, n: int, seen: set[str]) -> tuple[str, int]:
-    """The text of ``n`` tokens from ``start`` (wrapped to fit), a text not built before; and where the next starts."""
+def _window(tok: Tokenizer, body: list[int], start: int, n: int, seen: set[str]) -> tuple[str, int, int]:
+    """A text of ``n`` tokens cut from ``body`` at ``start`` (wrapped to fit), not built before; its length tokenized
+    again; and where the next window starts. Text cut from a token window can tokenize to a few more or fewer tokens
+    (merges at its edges, spaces): the window is widened or narrowed until the text's own count is ``n``, or as close
+    as four tries get."""
     span = len(body) - n + 1
     for shift in range(span):
         s = (start + shift) % span
-        text = tok.detokenize(body[s : s + n])
+        best: tuple[int, str, int] | None = None
+        width = n
+        for _ in range(4):
+            text = tok.detokenize(body[s : s + width])
+            got = len(tok.tokenize(text))
+            if best is None or abs(got - n) < abs(best[0] - n):
+                best = (got, text, width)
+            if got == n or s + width + (n - got) > len(body) or width + (n - got) < 1:
+                break
+            width += n - got
+        assert best is not None
+        got, text, width = best
         if text not in seen:
             seen.add(text)
-            return text, s + n
+            return text, got, s + width
     raise PromptError(f"every window of {n} tokens of the prompt set's text is used: lower the prompt count or the lengths")
 
 
