@@ -68,3 +68,25 @@ def test_a_phase_at_drawn_lengths_with_a_shared_prefix_sends_each_prompt_once(tm
     prompts_csv = (run / "prompts.csv").read_text().splitlines()
     assert prompts_csv[0] == "run,config,phase,load,repetition,requests,distinct_prompts,repeated"
     assert [row.split(",")[-3:] for row in prompts_csv[1:]] == [["2", "2", "0"], ["4", "4", "0"]]
+
+
+def test_a_soak_that_forbids_reuse_sends_each_prompt_once_and_says_when_they_run_out(tmp_path: Path) -> None:
+    convs = [{"id": f"c{i}", "messages": [{"role": "user", "content": f"Count from {i} to {i + 5}."}],
+              "followups": ["Now backwards."] if i % 2 else []} for i in range(4)]
+    (tmp_path / "four.jsonl").write_text("".join(json.dumps(c) + "\n" for c in convs))
+    data = {
+        "name": "noreuse",
+        "server": {"model": SMOLLM2, "ctx_size": 2048, "parallel": 2, "threads": 2, "stop_grace_s": 3},
+        "configurations": [{"name": "baseline", "algorithm": "none"}],
+        "measurement": {"prompts": "builtin:conversations", "max_tokens": 8, "streams": [1], "requests_per_stream": 1, "repetitions": 1,
+                        "warmup_requests": 0},
+        # 2 users x 20 s of 8-token answers: far more than 4 conversations' worth (6 requests) on this CPU
+        "soak": {"duration_s": 20, "shape": {"kind": "steady", "users": 2}, "prompts": "four.jsonl", "max_tokens": 8,
+                 "prompt_reuse": "forbid", "watchdog": {"window_s": 5}},
+    }
+    run = run_scenario(data, tmp_path, timeout=600)
+    recs = [r for f in sorted((run / "soak").glob("*.jsonl")) for r in read_jsonl(f)]
+    sent = [(r["prompt_id"], r["turn"]) for r in recs]
+    assert sorted(sent) == [("c0", 0), ("c1", 0), ("c1", 1), ("c2", 0), ("c3", 0), ("c3", 1)]  # each once, then nothing
+    marker = list((run / "soak").glob("*.exhausted"))
+    assert len(marker) == 1 and json.loads(marker[0].read_text())["prompts"] == 4
