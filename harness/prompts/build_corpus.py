@@ -186,22 +186,22 @@ def build() -> list[dict[str, Any]]:
         funcs = functions(mod)
         # code: functions of a readable size, explained and then reworked over a few turns
         sized = [f for f in funcs if 120 <= len(f[1]) <= 4000]
-        for qual, src, _doc in rng.sample(sized, min(4, len(sized))):
+        for qual, src, _doc in rng.sample(sized, min(6, len(sized))):
             ask = rng.choice(CODE_ASKS).format(name=qual)
             add("code", qual, f"{ask}\n\n```python\n{src}\n```", followups(rng, CODE_FOLLOWUPS, 3))
         # short: one line, no code quoted
         public = [f for f in funcs if not f[0].rsplit(".", 1)[-1].startswith("_")]
-        for qual, _src, _doc in rng.sample(public, min(2, len(public))):
+        for qual, _src, _doc in rng.sample(public, min(3, len(public))):
             add("short", qual, rng.choice(SHORT_ASKS).format(name=f"`{qual}`"), followups(rng, PROSE_FOLLOWUPS, 1))
         # docs: a docstring of some substance
         documented = [f for f in funcs if f[2] and len(f[2]) >= 300]
-        for qual, _src, doc in rng.sample(documented, min(1, len(documented))):
+        for qual, _src, doc in rng.sample(documented, min(2, len(documented))):
             add("doc", qual, rng.choice(DOC_ASKS).format(name=f"`{qual}`", text=doc), followups(rng, CODE_FOLLOWUPS, 2))
 
-    # long: a few thousand tokens of one module, from its start
+    # long: one to four thousand tokens of one module, from its start
     for mod in MODULES[::3]:
         text = module_path(mod).read_text(encoding="utf-8")
-        size = rng.choice([8000, 12000, 16000, 24000])
+        size = rng.choice([6000, 9000, 12000, 16000])  # short of 8192-token contexts, with room for the turns
         cut = text[:size].rsplit("\n\n", 1)[0]
         add("long", mod.removesuffix(".py").replace("/", "."), rng.choice(LONG_ASKS).format(name=mod, text=cut), followups(rng, LONG_FOLLOWUPS, 2))
 
