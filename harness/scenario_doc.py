@@ -109,6 +109,10 @@ IGNORED_BY = {
 ENGINE_NOTES: dict[str, str] = {
     "server.api_key_env": "every request carries `Authorization: Bearer KEY`",
     "measurement.max_tokens": "tgi: its chat route has no `ignore_eos`, a request may stop sooner",
+    "measurement.lengths.input": "tokens counted by the engine's /tokenize on llamacpp and vllm; in words on the others (the build says which)",
+    "soak.lengths.input": "tokens counted by the engine's /tokenize on llamacpp and vllm; in words on the others (the build says which)",
+    "measurement.lengths.shared_prefix_tokens": "tokens on llamacpp and vllm (/tokenize); words on the others",
+    "soak.lengths.shared_prefix_tokens": "tokens on llamacpp and vllm (/tokenize); words on the others",
 }
 
 # Units where the name's suffix (_s, _mib, _cores) does not say it, by field name.
@@ -122,7 +126,7 @@ UNITS: dict[str, str] = {
     "warmup_windows": "windows", "reference_windows": "windows", "confirm_windows": "windows",
     "drift_min_windows": "windows", "max_restarts": "restarts", "repetitions": "repetitions", "port": "TCP port",
     "rate_rps": "requests per second", "requests": "requests", "max_in_flight": "requests", "cv": "std / mean of the gaps",
-    "e2e_s_max": "seconds",
+    "e2e_s_max": "seconds", "shared_prefix_tokens": "tokens", "mean": "tokens", "sd": "tokens", "min": "tokens", "max": "tokens",
 }
 _SUFFIX_UNITS = (("_s", "seconds"), ("_mib", "MiB"), ("_cores", "CPU cores"))
 

@@ -90,3 +90,25 @@ def test_a_soak_that_forbids_reuse_sends_each_prompt_once_and_says_when_they_run
     assert sorted(sent) == [("c0", 0), ("c1", 0), ("c1", 1), ("c2", 0), ("c3", 0), ("c3", 1)]  # each once, then nothing
     marker = list((run / "soak").glob("*.exhausted"))
     assert len(marker) == 1 and json.loads(marker[0].read_text())["prompts"] == 4
+
+
+def test_a_soak_at_drawn_lengths_keeps_the_corpus_conversations_turns_and_answer_lengths(tmp_path: Path) -> None:
+    data = {
+        "name": "soaklengths",
+        "server": {"model": SMOLLM2, "ctx_size": 2048, "parallel": 2, "threads": 2, "stop_grace_s": 3},
+        "configurations": [{"name": "baseline", "algorithm": "none"}],
+        "measurement": {"prompts": "builtin:conversations", "max_tokens": 8, "streams": [1], "requests_per_stream": 1, "repetitions": 1,
+                        "warmup_requests": 0},
+        "soak": {"duration_s": 20, "shape": {"kind": "steady", "users": 2}, "prompts": "builtin:conversations", "max_tokens": 64,
+                 "prompt_reuse": "forbid", "watchdog": {"window_s": 5},
+                 "lengths": {"input": {"dist": "fixed", "mean": 48}, "output": {"dist": "uniform", "min": 4, "max": 12}, "prompts": 6, "seed": 3}},
+    }
+    run = run_scenario(data, tmp_path, timeout=600)
+    built_file = next((run / "prompts").glob("soak-*.jsonl"))
+    built = {b["id"]: b for b in (json.loads(x) for x in built_file.read_text().splitlines()[1:])}
+    assert len(built) == 6 and all(b["input_tokens"] == 48 for b in built.values())
+    recs = [r for f in sorted((run / "soak").glob("*.jsonl")) for r in read_jsonl(f)]
+    sent = sorted((r["prompt_id"], r["turn"]) for r in recs)
+    want = sorted((pid, t) for pid, b in built.items() for t in range(1 + len(b["followups"])))
+    assert sent == want and any(t > 0 for _, t in sent)  # every turn of every built conversation, once
+    assert all(r["output_tokens"] == built[r["prompt_id"]]["max_tokens"] for r in recs if r["status"] == "ok")
