@@ -96,6 +96,8 @@ class Built:
 
 def build(source: Sequence[Prompt], lengths: Any, count: int, tokenizer: Tokenizer | None) -> Built:
     """``count`` prompts shaped by ``lengths`` (a scenario.Lengths) from ``source``'s text."""
+    if lengths.input is None:
+        count = min(count, len(source))  # the set's own prompts: past its end they would only come round again
     tok: Tokenizer = tokenizer if tokenizer is not None else WordTokenizer()
     counted_in = "tokens" if tokenizer is not None else "words"
     rng = np.random.default_rng(lengths.seed & 0xFFFFFFFF)
@@ -123,7 +125,7 @@ def build(source: Sequence[Prompt], lengths: Any, count: int, tokenizer: Tokeniz
         max_tokens = int(outputs[i]) if outputs is not None else None
         if inputs is None:
             messages = [*prefix, *src.messages]
-            built.append(Prompt(src.id, messages, src.followups, max_tokens))  # past the set's end it comes round again: same id
+            built.append(Prompt(src.id, messages, src.followups, max_tokens))
             continue
         n = int(inputs[i])
         if n > len(body):

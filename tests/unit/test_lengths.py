@@ -115,6 +115,8 @@ def test_output_only_keeps_the_set_and_the_build_is_cached(tmp_path: Path) -> No
     calls = tok.calls
     again = built_or_cached(path, SOURCE, lengths, 10, tok)
     assert again == first and tok.calls == calls  # read back: every configuration and a resume send the same prompts
+    few = SOURCE[:3]
+    assert [p.id for p in build(few, lengths, 10, tok).prompts] == [p.id for p in few]  # never the same prompt twice in the list
 
 
 def test_distinct_prompts_counts_prompt_and_turn() -> None:
