@@ -724,7 +724,6 @@ class Runner:
             phases.write(rec)
         return rec
 
-
     def _phase_prompts(self, cfg: Configuration, session: EngineSession) -> list[Prompt]:
         """The measured phases' prompts: the set's, or (``measurement.lengths``) prompts built at drawn lengths with the
         target's tokenizer, once per run and target model (kept in the run folder: every configuration and a resume

@@ -135,8 +135,9 @@ class StreamingUser(User):
 
     def _next_prompt(self) -> Prompt:
         """The next prompt of this process's share: processes take every ``total``-th prompt from their own index
-        (past ``prompt_start``, where earlier slices stopped), so no two send the same one. ``prompt_reuse: forbid``: a user finding the share used up stops (said once, on
-        stderr and in ``<slice>-<pid>.exhausted`` beside the records); ``allow``: the share comes round again."""
+        (past ``prompt_start``, where earlier slices stopped), so no two send the same one. ``prompt_reuse: forbid``:
+        a user finding the share used up stops (said once, on stderr and in ``<slice>-<pid>.exhausted`` beside the
+        records); ``allow``: the share comes round again."""
         index, total = _worker_slot(self.environment)
         i = share_index(int(CONFIG.get("prompt_start", 0)), next(_PROMPT_SEQ), index, total, len(PROMPTS), CONFIG.get("prompt_reuse", "allow"))
         if i is None:
