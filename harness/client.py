@@ -52,15 +52,17 @@ class RequestParams:
     keep_text: bool = True
 
 
-def request_body(messages: list[dict[str, str]], params: RequestParams, extras: dict[str, Any], seq: int = 0) -> dict[str, Any]:
+def request_body(messages: list[dict[str, str]], params: RequestParams, extras: dict[str, Any], seq: int = 0,
+                 max_tokens: int | None = None) -> dict[str, Any]:
     """The chat request. ``seq`` (the request's position in its phase) varies the seed, so that
     sampled decoding and the engine's synthetic acceptance draw afresh for every request while
     the same position gets the same seed in every configuration (paired comparisons).
     An engine's ``stream_options`` extras are added to ``include_usage``, not put in its place
-    (``continuous_usage_stats``: usage in every chunk, so the parser knows each chunk's tokens)."""
+    (``continuous_usage_stats``: usage in every chunk, so the parser knows each chunk's tokens).
+    ``max_tokens``: the prompt's own answer length (synthetic lengths), in place of the scenario's."""
     return {
         "messages": messages,
-        "max_tokens": params.max_tokens,
+        "max_tokens": max_tokens if max_tokens is not None else params.max_tokens,
         "temperature": params.temperature,
         "seed": params.seed + seq,
         "stream": True,
@@ -319,7 +321,7 @@ async def stream_one(
 
     Cancelled (the harness stopping), it returns the request as failed with kind 'interrupted'.
     """
-    body = request_body(prompt.messages, params, extras, seq)
+    body = request_body(prompt.messages, params, extras, seq, prompt.max_tokens)
     anchor_unix, anchor_ns = wall_anchor
     t0 = time.perf_counter_ns()
     parser = StreamParser(engine, params.keep_text, t0)

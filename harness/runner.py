@@ -33,7 +33,9 @@ from harness.client import RequestParams, run_streams
 from harness.cpu import CpuMeter
 from harness.errors import EngineCrashed, EngineError, ResultsError, ScenarioError, ScrapeError
 from harness.observe import Observers, RunObserver
-from harness.prompts import PromptError, load_prompts
+from harness.prompts import Prompt, PromptError, distinct_prompts, load_prompts
+from harness.prompts.lengths import built_or_cached, measurement_requests
+from harness.prompts.lengths import cache_path as lengths_cache_path
 from harness.runner_util import block_order, free_port, prompt_offset  # free_port: re-exported for the tests
 from harness.records import (
     AFTER_SOAK,
@@ -642,6 +644,7 @@ class Runner:
         engine = session.engine
         attempt = f"{cfg.name}/{phase}/{arrival[0] if arrival else streams}/{repetition}/{uuid.uuid4().hex[:8]}"
         meta = {"config": cfg.name, "phase": phase, "streams": streams, "repetition": repetition, "attempt": attempt}
+        prompts = self._phase_prompts(cfg, session)
         before = engine.scrape()
         meter = CpuMeter(engine.pid).start()
         t0 = time.time()
@@ -652,11 +655,11 @@ class Runner:
             try:
                 if arrival is not None:
                     return await run_arrivals(
-                        engine, self.prompts, params or self.params, arrival[1].offsets_s.tolist(), streams, meta,
+                        engine, prompts, params or self.params, arrival[1].offsets_s.tolist(), streams, meta,
                         lambda r: requests.write(r.to_dict()), self.wall_anchor, offset, stop=self._phase_stop,
                     )
                 return await run_streams(
-                    engine, self.prompts, params or self.params, streams, n, meta, lambda r: requests.write(r.to_dict()), self.wall_anchor, offset,
+                    engine, prompts, params or self.params, streams, n, meta, lambda r: requests.write(r.to_dict()), self.wall_anchor, offset,
                     stop=self._phase_stop,
                 )
             finally:
@@ -717,6 +720,7 @@ class Runner:
             "gpu": self.ctx.gpu_sample(engine.pid),
             "slo_met": met,
             "goodput_rps": goodput_rps,
+            "distinct_prompts": distinct_prompts(records),
         }
         if arrival is not None:
             a = self.sc.measurement.arrival
@@ -728,6 +732,24 @@ class Runner:
         if phases is not None:
             phases.write(rec)
         return rec
+
+    def _phase_prompts(self, cfg: Configuration, session: EngineSession) -> list[Prompt]:
+        """The measured phases' prompts: the set's, or (``measurement.lengths``) prompts built at drawn lengths with the
+        target's tokenizer, once per run and target model (kept in the run folder: every configuration and a resume
+        send the same ones)."""
+        lengths = self.sc.measurement.lengths
+        if lengths is None:
+            return self.prompts
+        assert self.run_dir is not None
+        model = cfg.model or self.sc.server.model
+        count = lengths.prompts or measurement_requests(self.sc.measurement)
+        path = lengths_cache_path(self.run_dir, "measurement", model, lengths, self.sc.measurement.prompts, count)
+        engine = session.engine
+        tokenizer = engine if engine.tokenize_path is not None else None
+        try:
+            return built_or_cached(path, self.prompts, lengths, count, tokenizer, lambda msg: self.console.print(f"  {msg}"))
+        except PromptError as exc:
+            raise ScenarioError(f"{self.loaded.path}: measurement.lengths: {exc}") from None
 
 
 class _Tee:

@@ -296,6 +296,48 @@ class Arrival(_Strict):
             return self.requests / rate
         return sum(s.duration_s for s in self.stages or [])
 
+# ---- realistic prompts: synthetic lengths, shared prefix, prompt reuse (harness/prompts/lengths.py) ----------------
+class LengthDist(_Strict):
+    """A distribution of lengths in the target's tokens. normal and lognormal take the lengths' own mean and sd
+    (lognormal: sigma² = ln(1 + sd²/mean²), mu = ln(mean) − sigma²/2); draws are rounded and clipped to [min, max]."""
+
+    dist: Literal["fixed", "normal", "lognormal", "uniform"] = Field(description="fixed: every length is mean; uniform: integers in [min, max]")
+    mean: float | None = Field(None, gt=0, le=1_048_576, description="fixed, normal, lognormal: the mean length, tokens")
+    sd: float | None = Field(None, ge=0, le=1_048_576, description="normal, lognormal: the standard deviation of the lengths, tokens")
+    min: int = Field(1, ge=1, le=1_048_576, description="shortest length; draws below it are raised to it")
+    max: int | None = Field(None, ge=1, le=1_048_576, description="longest length; draws above it are cut to it (uniform: required)")
+
+    @model_validator(mode="after")
+    def _params(self) -> LengthDist:
+        need = {"fixed": ("mean",), "normal": ("mean", "sd"), "lognormal": ("mean", "sd"), "uniform": ("max",)}[self.dist]
+        missing = [f for f in need if getattr(self, f) is None]
+        if missing:
+            raise ValueError(f"dist '{self.dist}' needs {' and '.join(missing)}")
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max}) is below min ({self.min})")
+        return self
+
+
+class Lengths(_Strict):
+    """Prompts built from the prompt set's text at drawn lengths (docs/scenarios.md#synthetic-lengths)."""
+
+    input: LengthDist | None = Field(
+        None, description="user-turn length, counted in the target's tokens via the engine's /tokenize; each prompt is a distinct "
+        "window of the prompt set's text; unset: the set's prompts as they are (their followups kept)",
+    )
+    output: LengthDist | None = Field(None, description="answer length: each request's max_tokens (ignore_eos holds it); unset: max_tokens")
+    shared_prefix_tokens: int = Field(
+        0, ge=0, le=1_048_576, description="a system prompt of this many tokens, the same in every request (prefix-cache traffic); 0: none",
+    )
+    prompts: int | None = Field(
+        None, ge=1, le=10_000_000, description="how many prompts to build; default: as many as the measured phases send (soak: 5000)",
+    )
+    seed: int = Field(0, description="seed of the draws and of where each window starts: the same prompts in every configuration")
+
+
+PromptReuse = Literal["allow", "forbid"]
+# ---- end of the realistic prompts block -------------------------------------------------------------------------
+
 
 class Measurement(_Strict):
     prompts: str = Field("builtin:repeat", description="builtin:NAME or a JSONL/JSON file of prompts")
@@ -326,6 +368,11 @@ class Measurement(_Strict):
         "before the report flags the machine's speed as drifting",
     )
 
+    lengths: Lengths | None = Field(None, description="synthetic input/output lengths and a shared prefix, built from the prompt set's text")
+    prompt_reuse: PromptReuse = Field(
+        "allow", description="forbid: the measured phases of a configuration never send one prompt twice (validate fails when the "
+        "set is too small, naming the count needed); allow: prompts wrap around",
+    )
     arrival: Arrival | None = Field(
         None, description="open-loop phases instead of closed-loop streams: requests sent at scheduled times "
         "(docs/metrics.md#open-loop-phases); streams and requests_per_stream are then not set",
@@ -440,6 +487,11 @@ class Soak(_Strict):
     prompts: str | None = Field(None, description="default: builtin:soak")
     max_tokens: int | None = Field(None, ge=1, le=131_072, description="tokens per answer; default: measurement.max_tokens")
     stall_s: float = Field(60.0, gt=0, le=86_400, description="a request with no chunk this long fails as 'stall'")
+    lengths: Lengths | None = Field(None, description="synthetic input/output lengths and a shared prefix for the soak's prompts")
+    prompt_reuse: PromptReuse = Field(
+        "allow", description="forbid: no prompt is sent twice in a soak (Locust processes share the set out; a user whose share is "
+        "used up stops, and the soak's records say so); allow: prompts wrap around",
+    )
     watchdog: Watchdog = Field(default_factory=Watchdog, description="what counts as a failure, and what it does")
 
 
@@ -673,15 +725,38 @@ def _check_files(p: Path, scenario: Scenario, lines: Any) -> None:
     refs: list[tuple[tuple[Any, ...], str]] = [(("measurement", "prompts"), scenario.measurement.prompts)]
     if scenario.soak is not None and scenario.soak.prompts:
         refs.append((("soak", "prompts"), scenario.soak.prompts))
+    sizes: dict[str, int] = {}
     for loc, ref in refs:
         try:
-            load_prompts(ref, p.parent)
+            sizes[loc[0]] = len(load_prompts(ref, p.parent))
         except PromptError as exc:
             raise ScenarioError(f"{p}{lines(loc)}: {_dotted(loc)}: {exc}") from None
+    _check_reuse(p, scenario, lines, sizes["measurement"])
     trace = scenario.soak.shape.trace if scenario.soak is not None else None
     if trace and not (Path(trace) if Path(trace).is_absolute() else p.parent / trace).is_file():
         loc = ("soak", "shape", "trace")
         raise ScenarioError(f"{p}{lines(loc)}: {_dotted(loc)}: no such trace file: {trace}")
+
+
+def _check_reuse(p: Path, scenario: Scenario, lines: Any, set_size: int) -> None:
+    """``measurement.prompt_reuse: forbid``: the prompts a configuration's measured phases send must all differ,
+    so the set (or the built prompts) must hold as many as the phases send: said with both counts."""
+    from harness.prompts.lengths import measurement_requests
+
+    m = scenario.measurement
+    if m.prompt_reuse != "forbid":
+        return
+    need = measurement_requests(m)
+    built = m.lengths is not None and m.lengths.input is not None
+    have = (m.lengths.prompts or need) if built and m.lengths is not None else set_size
+    if need > have:
+        loc = ("measurement", "lengths", "prompts") if built else ("measurement", "prompts")
+        what = f"measurement.lengths.prompts is {have}" if built else f"{m.prompts} holds {have} prompts"
+        raise ScenarioError(
+            f"{p}{lines(loc)}: {_dotted(loc)}: the measured phases send {need} requests per configuration and "
+            f"measurement.prompt_reuse is 'forbid', but {what}: give at least {need} prompts"
+            + ("" if built else " (or build them at drawn lengths: measurement.lengths.input)") + ", or set prompt_reuse: allow"
+        )
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

@@ -109,6 +109,10 @@ IGNORED_BY = {
 ENGINE_NOTES: dict[str, str] = {
     "server.api_key_env": "every request carries `Authorization: Bearer KEY`",
     "measurement.max_tokens": "tgi: its chat route has no `ignore_eos`, a request may stop sooner",
+    "measurement.lengths.input": "tokens counted by the engine's /tokenize on llamacpp and vllm; in words on the others (the build says which)",
+    "soak.lengths.input": "tokens counted by the engine's /tokenize on llamacpp and vllm; in words on the others (the build says which)",
+    "measurement.lengths.shared_prefix_tokens": "tokens on llamacpp and vllm (/tokenize); words on the others",
+    "soak.lengths.shared_prefix_tokens": "tokens on llamacpp and vllm (/tokenize); words on the others",
 }
 
 # Units where the name's suffix (_s, _mib, _cores) does not say it, by field name.
@@ -122,7 +126,7 @@ UNITS: dict[str, str] = {
     "warmup_windows": "windows", "reference_windows": "windows", "confirm_windows": "windows",
     "drift_min_windows": "windows", "max_restarts": "restarts", "repetitions": "repetitions", "port": "TCP port",
     "rate_rps": "requests per second", "requests": "requests", "max_in_flight": "requests", "cv": "std / mean of the gaps",
-    "e2e_s_max": "seconds",
+    "e2e_s_max": "seconds", "shared_prefix_tokens": "tokens", "mean": "tokens", "sd": "tokens", "min": "tokens", "max": "tokens",
 }
 _SUFFIX_UNITS = (("_s", "seconds"), ("_mib", "MiB"), ("_cores", "CPU cores"))
 
@@ -139,6 +143,10 @@ PROMPT_SET_PURPOSE: dict[str, str] = {
     "drafters accept most; the default of `measurement.prompts`",
     "mixed": "chat, questions, maths, translation, a story, two longer texts: ordinary traffic that copies little; "
     "the GPU recipes' measurement",
+    "conversations": "the realistic corpus: conversations about real text (standard-library functions to explain, test "
+    "and rewrite; passages of the Python reference; docstrings; whole modules), code and prose, one line to "
+    "~16,000 characters, most of them multi-turn; built from CPython's own text by `harness/prompts/build_corpus.py` "
+    "(origin, licence: harness/prompts/README.md); the overnight and GPU scenarios' set",
     "soak": "the soak's mix: chat, code rewrite and edit, summarisation, translation, questions, maths, one long-context "
     "retrieval and multi-turn conversations whose context grows turn by turn; the default of `soak.prompts`",
 }
@@ -400,9 +408,39 @@ holds one prompt per line (JSONL) or one JSON list of prompts. A prompt is OpenA
   wrap around. So does an open-loop phase (`measurement.arrival`: a rate or the stage list, repetition r), with the
   same send times in every configuration (docs/metrics.md#open-loop-phases).
 
+### Synthetic lengths {#synthetic-lengths}
+
+`measurement.lengths` and `soak.lengths` build the prompts from the set's text instead of sending them as they are
+(harness/prompts/lengths.py):
+
+- `input` (a distribution: `fixed` `mean`; `normal` or `lognormal` `mean`, `sd`; `uniform` `min`, `max`; every draw
+  rounded and clipped to `[min, max]`): each prompt's user turn is a window of the set's text that many tokens long,
+  counted in the target's own tokens through the engine's `/tokenize` and `/detokenize` (llama.cpp, vLLM). The
+  window is widened or narrowed until its text, tokenized again, has the drawn length. An engine without a
+  tokenizer endpoint (SGLang, TRT-LLM, TGI here) gets lengths in words, and the built file says `counted_in: words`.
+  Windows never repeat; each keeps the follow-up turns of the conversation it was cut from, so the soak stays
+  multi-turn. Unset: the set's prompts as they are.
+- `output`: each prompt's `max_tokens` (requests ask `ignore_eos`, so the answer is that long where the engine
+  honours it). Unset: `max_tokens`.
+- `shared_prefix_tokens`: a system prompt of that many tokens, the same in every request (prefix-cache traffic).
+- `prompts`: how many to build (default: as many as the measured phases send; the soak: 5000); `seed`: the draws.
+
+The prompts are built once per run and target model, on the first engine, and kept in the run folder
+(`prompts/measurement-*.jsonl`, `prompts/soak-*.jsonl`, with each prompt's drawn and measured input length): every
+configuration, slice and resume sends the same ones.
+
+### Prompt reuse
+
+`measurement.prompt_reuse: forbid`: a configuration's measured phases never send a prompt twice; `specsoak validate`
+fails, naming the count needed, when the set (or `lengths.prompts`) holds fewer. `soak.prompt_reuse: forbid`: no
+prompt is sent twice in a configuration's soak; Locust processes share the set out and each slice starts past the
+prompts earlier slices began; a user that finds the set used up stops, said on Locust's stderr and in
+`soak/<slice>-<pid>.exhausted`. `allow` (the default): prompts come round again. The report's Prompts table
+(`prompts.csv`) gives each phase's and each soak's distinct prompts and repeats.
+
 ### Built-in prompt sets
 
-Computed from `harness/prompts/*.jsonl` (length: the first turn's message text).
+Computed from `harness/prompts/*.jsonl` and `*.jsonl.gz` (length: the first turn's message text).
 
 """
 

@@ -42,6 +42,7 @@ from harness.cpu import CpuMeter, tree_rss_bytes
 from harness.errors import EngineError
 from harness.load.locust_proc import LocustProcess
 from harness.load.shapes import users_at
+from harness.prompts.lengths import soak_prompts
 from harness.records import SLICES, SOAK_DIR, VERDICTS, WINDOWS, JsonlWriter, read_jsonl
 from harness.scenario import Configuration, Soak, Watchdog
 from harness.session import EngineSession, RunContext
@@ -322,6 +323,8 @@ class SoakSlice:
 
         sc = self.ctx.sc
         prompts = load_prompts(self.soak.prompts or "builtin:soak", self.ctx.loaded.path.parent)
+        if self.soak.lengths is not None:  # prompts at drawn lengths: built once per run and target (harness/prompts/lengths.py)
+            prompts = soak_prompts(self.run_dir, self.cfg.model or sc.server.model, self.soak, prompts, self.session.engine)
         trace = []
         if self.soak.shape.trace:
             path = Path(self.soak.shape.trace)
@@ -336,6 +339,8 @@ class SoakSlice:
             "params": {"max_tokens": self.soak.max_tokens or sc.measurement.max_tokens, "temperature": params.temperature,
                        "seed": params.seed, "ignore_eos": True, "timeout_s": params.timeout_s, "stall_s": self.soak.stall_s, "keep_text": True},
             "prompts": [p.to_dict() for p in prompts],
+            "prompt_reuse": self.soak.prompt_reuse,
+            "prompt_start": self._prompt_start(prompts),
             "shape": self.soak.shape.model_dump(),
             "duration_s": self.soak.duration_s,
             "offset_s": self.offset_s,
@@ -345,6 +350,17 @@ class SoakSlice:
             "config": self.cfg.name,
             "trace": trace,
         }
+
+    def _prompt_start(self, prompts: list[Any]) -> int:
+        """Where this slice starts in the prompt list: past every prompt an earlier slice of this configuration
+        began (a slice is a fresh Locust process; starting at 0 again would send those prompts twice)."""
+        index = {p.id: i for i, p in enumerate(prompts)}
+        used = -1
+        for f in sorted((self.run_dir / SOAK_DIR).glob("*.jsonl")):
+            for r in read_jsonl(f):
+                if r.get("config") == self.cfg.name and not r.get("turn"):
+                    used = max(used, index.get(str(r.get("prompt_id")), -1))
+        return used + 1
 
     # ---- windows: change detection, memory headroom, error rate, drift ------------------
     def _consume(self, now: float, final: bool = False) -> None:

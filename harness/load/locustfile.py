@@ -15,6 +15,7 @@ import itertools
 import json
 import os
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,12 +28,12 @@ from locust.exception import StopUser
 from engines import engine_class
 from harness.client import RequestParams, StreamParser, classify_http, request_body
 from harness.load.shapes import users_at
-from harness.prompts import Prompt
+from harness.prompts import Prompt, share_index
 from harness.records import BatchedJsonlWriter
 
 CONFIG: dict[str, Any] = json.loads(Path(os.environ["SPECSOAK_LOCUST_CONFIG"]).read_text())
 PARAMS = RequestParams(**CONFIG["params"])
-PROMPTS = [Prompt(p["id"], p["messages"], tuple(p.get("followups", ()))) for p in CONFIG["prompts"]]
+PROMPTS = [Prompt.from_dict(p) for p in CONFIG["prompts"]]
 BY_ID = {p.id: p for p in PROMPTS}
 ENGINE = engine_class(CONFIG["engine"])
 _URL = urlsplit(CONFIG["url"])
@@ -81,6 +82,22 @@ def _worker_slot(environment: Any) -> tuple[int, int]:
     return (int(index) if index is not None and index >= 0 else 0), max(1, total)
 
 
+_EXHAUSTED = False
+
+
+def _exhausted(n: int) -> None:
+    global _EXHAUSTED
+    if _EXHAUSTED:
+        return
+    _EXHAUSTED = True
+    msg = f"specsoak: the soak's {n} prompts are used up (soak.prompt_reuse: forbid): this process's users stop"
+    print(msg, file=sys.stderr, flush=True)
+    path = Path(CONFIG["records_dir"]) / f"{CONFIG['slice_id']}-{os.getpid()}.exhausted"
+    path.write_text(json.dumps({"prompts": n, "unix_s": time.time(), "slice": CONFIG["slice_id"]}) + "\n")
+    if _WRITER is not None:
+        _WRITER.flush()
+
+
 class StreamingUser(User):
     """A closed-loop user: one conversation after another, each turn streamed and recorded."""
 
@@ -105,16 +122,28 @@ class StreamingUser(User):
         if CONFIG["shape"].get("kind") == "replay":
             prompt = self._next_replay()
         else:
-            prompt = PROMPTS[next(_PROMPT_SEQ) % len(PROMPTS)]
+            prompt = self._next_prompt()
         messages = list(prompt.messages)
         for turn, follow in enumerate((None, *prompt.followups)):
             if follow is not None:
                 messages = [*messages, {"role": "user", "content": follow}]
-            rec = self._one(messages, prompt.id, turn)
+            rec = self._one(messages, prompt.id, turn, prompt.max_tokens)
             self._back_off(rec["status"] == "ok")
             if rec["status"] != "ok":
                 return
             messages = [*messages, {"role": "assistant", "content": rec.get("text") or ""}]
+
+    def _next_prompt(self) -> Prompt:
+        """The next prompt of this process's share: processes take every ``total``-th prompt from their own index
+        (past ``prompt_start``, where earlier slices stopped), so no two send the same one. ``prompt_reuse: forbid``:
+        a user finding the share used up stops (said once, on stderr and in ``<slice>-<pid>.exhausted`` beside the
+        records); ``allow``: the share comes round again."""
+        index, total = _worker_slot(self.environment)
+        i = share_index(int(CONFIG.get("prompt_start", 0)), next(_PROMPT_SEQ), index, total, len(PROMPTS), CONFIG.get("prompt_reuse", "allow"))
+        if i is None:
+            _exhausted(len(PROMPTS))
+            raise StopUser()
+        return PROMPTS[i]
 
     def _next_replay(self) -> Prompt:
         index, total = _worker_slot(self.environment)
@@ -134,8 +163,8 @@ class StreamingUser(User):
             time.sleep(delay)  # gevent-patched: yields to other users
         return BY_ID.get(pid or "", PROMPTS[i % len(PROMPTS)])
 
-    def _one(self, messages: list[dict[str, str]], prompt_id: str, turn: int) -> dict[str, Any]:
-        body = json.dumps(request_body(messages, PARAMS, CONFIG["extras"], next(_SEED_SEQ))).encode()
+    def _one(self, messages: list[dict[str, str]], prompt_id: str, turn: int, max_tokens: int | None = None) -> dict[str, Any]:
+        body = json.dumps(request_body(messages, PARAMS, CONFIG["extras"], next(_SEED_SEQ), max_tokens)).encode()
         t0 = time.perf_counter_ns()
         parser = StreamParser(ENGINE, True, t0)
         conn = http.client.HTTPConnection(_URL.hostname or "127.0.0.1", _URL.port or 80, timeout=PARAMS.stall_s)

@@ -5,11 +5,13 @@ A file holds one prompt per line (JSONL) or a JSON list. Each prompt is either
 ShareGPT-style ``{"id": ..., "conversations": [{"from": "human", "value": ...}, ...]}``
 (the last assistant turn, if any, is dropped: the engine writes it). An optional ``followups``
 list holds later user turns: the soak sends them one by one, each with the conversation so far,
-so the context grows turn after turn (acceptance is then binned by context depth).
+so the context grows turn after turn (acceptance is then binned by context depth). An optional
+``max_tokens`` sets that prompt's answer length (synthetic lengths write it: harness/prompts/lengths.py).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from dataclasses import dataclass
@@ -32,13 +34,55 @@ class Prompt:
     id: str
     messages: list[dict[str, str]]
     followups: tuple[str, ...] = ()  # later user turns of a conversation whose context grows
+    max_tokens: int | None = None  # this prompt's answer length (synthetic lengths); None: the scenario's max_tokens
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "messages": self.messages, "followups": list(self.followups)}
+        d: dict[str, Any] = {"id": self.id, "messages": self.messages, "followups": list(self.followups)}
+        if self.max_tokens is not None:
+            d["max_tokens"] = self.max_tokens
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Prompt:
+        return cls(str(d["id"]), d["messages"], tuple(d.get("followups") or ()), d.get("max_tokens"))
+
+
+_BUILTIN_SUFFIXES = (".jsonl", ".jsonl.gz")
+
+
+def _builtin_files() -> dict[str, Any]:
+    files: dict[str, Any] = {}
+    for p in resources.files(__package__).iterdir():
+        for suffix in _BUILTIN_SUFFIXES:
+            if p.name.endswith(suffix):
+                files[p.name.removesuffix(suffix)] = p
+    return files
+
+
+def distinct_prompts(records: Any) -> int:
+    """How many different prompts ``records`` sent: (prompt id, turn) pairs, a conversation's turns counted apart."""
+    return len({(r.prompt_id, r.turn) if hasattr(r, "prompt_id") else (r.get("prompt_id"), r.get("turn", 0)) for r in records})
+
+
+def share_index(start: int, seq: int, index: int, total: int, count: int, reuse: str) -> int | None:
+    """Which prompt a soak process sends as its ``seq``-th: process ``index`` of ``total`` takes every ``total``-th
+    prompt from its own index, past ``start`` (where earlier slices stopped), so no two processes send the same one.
+    None when the set is used up and ``reuse`` is 'forbid'; with 'allow' it comes round again."""
+    i = start + seq * total + index
+    if i >= count and reuse == "forbid":
+        return None
+    return i % count
 
 
 def builtin_names() -> list[str]:
-    return sorted(p.name.removesuffix(".jsonl") for p in resources.files(__package__).iterdir() if p.name.endswith(".jsonl"))
+    return sorted(_builtin_files())
+
+
+def builtin_text(name: str) -> str:
+    """The JSONL text of built-in set ``name`` (a large one ships gzipped)."""
+    path = _builtin_files()[name]
+    data = path.read_bytes()
+    return (gzip.decompress(data) if path.name.endswith(".gz") else data).decode("utf-8")
 
 
 def load_prompts(ref: str, base_dir: Path) -> list[Prompt]:
@@ -46,8 +90,7 @@ def load_prompts(ref: str, base_dir: Path) -> list[Prompt]:
         name = ref[len(BUILTIN_PREFIX) :]
         if name not in builtin_names():
             raise PromptError(f"no built-in prompt set '{name}'; built-in sets: {', '.join(builtin_names())}")
-        text = resources.files(__package__).joinpath(f"{name}.jsonl").read_text(encoding="utf-8")
-        return _parse(text, f"{ref}")
+        return _parse(builtin_text(name), f"{ref}")
     path = Path(ref).expanduser()
     if not path.is_absolute():
         path = base_dir / path
@@ -73,9 +116,11 @@ def _parse(text: str, where: str) -> list[Prompt]:
         for n, line in enumerate(text.split("\n"), start=1):  # lines as editors count them: U+2028 is JSON text
             if line.strip():
                 try:
-                    items.append((n, jsonsafe.loads(line)))
+                    obj = jsonsafe.loads(line)
                 except ValueError as exc:
                     raise _not_json(where, n, exc) from None
+                if not (isinstance(obj, dict) and set(obj) == {"_meta"}):  # a line about the file (how it was built), not a prompt
+                    items.append((n, obj))
     listed = stripped.startswith("[")
     prompts = [_one(obj, where, n, i if listed else n) for i, (n, obj) in enumerate(items, start=1)]
     if not prompts:
@@ -157,4 +202,7 @@ def _one(obj: Any, where: str, n: int, number: int) -> Prompt:
     followups = obj.get("followups") or ()
     if not isinstance(followups, (list, tuple)) or not all(isinstance(f, str) for f in followups):
         raise PromptError(f"{where}:{n}: 'followups' is a list of user messages")
-    return Prompt(id=pid, messages=msgs, followups=tuple(followups))
+    max_tokens = obj.get("max_tokens")
+    if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or not 1 <= max_tokens <= 1_048_576):
+        raise PromptError(f"{where}:{n}: 'max_tokens' is a whole number from 1 to 1048576")
+    return Prompt(id=pid, messages=msgs, followups=tuple(followups), max_tokens=max_tokens)

@@ -23,6 +23,7 @@ from harness.report.tables import (
     k_sweep_table,
     max_streams_table,
     memory_table,
+    prompts_table,
     roofline_table,
     soak_table,
     after_soak_table,
@@ -31,7 +32,7 @@ from harness.report.tables import (
 )
 from harness.report.verdict import display_table, stream_counts, verdict_table
 
-TABLES = ("verdict", "control", "control_summary", "memory", "max_streams", "break_even", "explanation", "roofline", "k_sweep", "soak", "after_soak", "verify", "verify_distribution")
+TABLES = ("verdict", "control", "control_summary", "memory", "max_streams", "break_even", "explanation", "roofline", "k_sweep", "soak", "after_soak", "verify", "verify_distribution", "prompts")
 PLOTS = ("tps_vs_streams.png", "control.png", "acceptance_over_time.png", "soak_timeline.png", "latency.png", "memory.png", "k_sweep.png")
 
 
@@ -80,6 +81,7 @@ def build_report(
     tables["after_soak"] = after_soak_table(runs)
     tables["verify"] = verify_table(runs)
     tables["verify_distribution"] = verify_distribution_table(runs)
+    tables["prompts"] = prompts_table(runs)
     for name in TABLES:
         df = tables[name]
         for ext in ("csv", "parquet"):
@@ -339,6 +341,14 @@ def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame
         )]
     if images["k"]:
         b.append(img(images["k"], "K sweep"))
+    pt = t["prompts"]
+    if not pt.empty:
+        cols = {"phase": "phase", "load": "streams or rate", "repetition": "rep", "requests": "requests",
+                "distinct_prompts": "distinct prompts", "repeated": "repeated"}
+        b += [h(2, "Prompts"), table(_show(pt, ["run"] * multi + ["config"] + list(cols), cols)), p(
+            "How many different prompts each phase and each soak sent: a prompt and its later turns count apart; `repeated`:",
+            "requests whose prompt had already been sent in that phase or soak (scenario `prompt_reuse`: docs/scenarios.md).",
+        )]
     notes = _notes(runs, t["verdict"])
     if notes:
         b += [h(2, "Notes"), ul(notes)]

@@ -379,3 +379,22 @@ def test_resume_of_a_finished_run_says_so_and_measures_nothing(run_dir: Path) ->
     p = _cli("resume", str(run_dir), "--no-report")
     assert p.returncode == 0 and "already complete (completed); nothing to resume" in " ".join(p.stderr.split())
     assert (run_dir / "requests.jsonl").read_bytes() == before
+
+
+def test_prompts_table_counts_distinct_prompts_per_phase_and_soak(run_dir: Path) -> None:
+    phases = [json.loads(line) for line in (run_dir / "phases.jsonl").read_text().splitlines() if line.strip()]
+    for i, ph in enumerate(phases):
+        ph["distinct_prompts"] = ph["requests"] - (1 if i == 0 else 0)  # the first phase sent one prompt twice
+    _write_jsonl(run_dir / "phases.jsonl", phases)
+    t0 = 1_800_000_000.0
+    recs = [{"config": "baseline", "attempt": "baseline-s001", "id": f"a{i}", "status": "ok", "start_unix_s": t0 + i, "e2e_s": 1.0,
+             "prompt_id": f"p{i % 3}", "turn": i % 2} for i in range(10)]  # 3 ids, each at turns 0 and 1: 6 distinct
+    _write_jsonl(run_dir / "soak" / "baseline-s001-1.jsonl", recs)
+    rep = build_report([run_dir])
+    pt = rep.tables["prompts"]
+    soak = pt[pt["phase"] == "soak"].iloc[0]
+    assert (soak["config"], soak["requests"], soak["distinct_prompts"], soak["repeated"]) == ("baseline", 10, 6, 4)
+    measured = pt[pt["phase"] != "soak"]
+    assert len(measured) == len(phases) and measured["repeated"].tolist() == [1] + [0] * (len(phases) - 1)
+    md = (run_dir / "report.md").read_text()
+    assert "## Prompts" in md and "distinct prompts" in md
