@@ -308,6 +308,9 @@ class Runner:
         )
         self.manifest.update(status="running", stop_reason=None, stopped_unix=None)
         self.done_phases = {(p["config"], p.get("load") or p["streams"], p["repetition"]) for p in read_jsonl(self.run_dir / PHASES)}
+        # rates the adaptive sweep skipped as past saturation count as done (the manifest keeps them: they have no record)
+        self.done_phases |= {(name, str(load), int(rep)) for name, meta in self.manifest.get("configurations", {}).items()
+                             for load, rep in (meta.get("sweep_skipped") or [])}
         self.failed_before = sorted({f["config"] for f in read_jsonl(self.run_dir / FAILURES) if f.get("stage") != "soak"})
         self.ramp_done = {r["config"] for r in read_jsonl(self.run_dir / RAMP) if r.get("event") == "result"}
         self.fill_done = {r["config"] for r in read_jsonl(self.run_dir / FILL_CHECKS)}
@@ -533,7 +536,14 @@ class Runner:
             if isinstance(load, str) and phase == "after_soak":
                 continue  # the bracket after a soak repeats the closed-loop phases only (docs/soak.md)
             for rep in reps or range(1, m.repetitions + 1):
-                if isinstance(load, str) and m.arrival is not None and stop_sweep(judged.get(rep, []), m.arrival.saturation.stop_after):
+                if (phase == "measure" and isinstance(load, str) and m.arrival is not None
+                        and stop_sweep(judged.get(rep, []), m.arrival.saturation.stop_after)):
+                    # done for this run: recorded in the manifest, so neither the catch-up nor a resume measures it
+                    self.done_phases.add((cfg.name, load, rep))
+                    skipped = self.manifest["configurations"][cfg.name].setdefault("sweep_skipped", [])
+                    if [load, rep] not in skipped:
+                        skipped.append([load, rep])
+                        self._write_manifest()
                     self.console.print(f"  {load_label(load)} rep {rep}: skipped, past saturation (saturation.stop_after {m.arrival.saturation.stop_after})")
                     continue
                 if phase == "measure" and (cfg.name, load, rep) in self.done_phases:

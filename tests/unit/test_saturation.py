@@ -197,3 +197,36 @@ def test_a_run_without_open_loop_rates_has_no_sweep_section(tmp_path: Path) -> N
     rep = build_report([run])
     assert rep.tables["saturation"].empty and not (run / "saturation.csv").exists() and not (run / "rate_sweep.png").exists()
     assert "Request-rate sweep" not in rep.markdown.read_text()
+
+
+def test_the_runner_skips_rates_past_saturation_and_counts_them_done() -> None:
+    """Runner._measure with the phase stubbed: after the first saturated rate (stop_after 1) the higher rates of the
+    repetition are not measured, and count as done (else the catch-up after the blocks would measure them), in the
+    manifest too (a resume reads them back)."""
+    from types import SimpleNamespace
+
+    from harness.runner import Runner
+
+    sc = Scenario.model_validate({"name": "s", "server": {"model": "m.gguf"}, "configurations": [{"name": "b"}],
+                                  "measurement": {"warmup_requests": 0, "repetitions": 2, "arrival": {
+                                      "kind": "constant", "rate_rps": [0.5, 6, 12], "requests": 8, "saturation": {"stop_after": 1}}}})
+    measured: list[tuple[str, int]] = []
+
+    def phase(cfg: Any, session: Any, requests: Any, phases: Any, load: str, rep: int) -> dict[str, Any]:
+        measured.append((load, rep))
+        return _phase(float(load[:-3]), completion=1.0 if load == "0.5rps" or rep == 2 else 0.3)  # rep 2 keeps up at every rate
+
+    fake = SimpleNamespace(sc=sc, console=SimpleNamespace(print=lambda *a: None), done_phases=set(), _arrival_phase=phase,
+                           manifest={"configurations": {"b": {}}}, _write_manifest=lambda: None)
+    cfg = SimpleNamespace(name="b")
+    for rep in (1, 2):
+        Runner._measure(fake, cfg, None, None, None, reps=[rep])  # type: ignore[arg-type]
+    assert measured == [("0.5rps", 1), ("6rps", 1), ("0.5rps", 2), ("6rps", 2), ("12rps", 2)]
+    assert Runner._phases_done(fake, cfg)  # type: ignore[arg-type]
+    assert fake.manifest["configurations"]["b"]["sweep_skipped"] == [["12rps", 1]]
+    fake.done_phases, measured[:] = set(), []
+    sc2 = sc.model_copy(update={"measurement": sc.measurement.model_copy(update={"arrival": sc.measurement.arrival.model_copy(  # type: ignore[union-attr]
+        update={"saturation": sc.measurement.arrival.saturation.model_copy(update={"stop_after": None})})})})  # type: ignore[union-attr]
+    fake.sc = sc2
+    Runner._measure(fake, cfg, None, None, None, reps=[1])  # type: ignore[arg-type]
+    assert measured == [("0.5rps", 1), ("6rps", 1), ("12rps", 1)]  # no stop_after: every rate
