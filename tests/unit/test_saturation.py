@@ -230,3 +230,15 @@ def test_the_runner_skips_rates_past_saturation_and_counts_them_done() -> None:
     fake.sc = sc2
     Runner._measure(fake, cfg, None, None, None, reps=[1])  # type: ignore[arg-type]
     assert measured == [("0.5rps", 1), ("6rps", 1), ("12rps", 1)]  # no stop_after: every rate
+
+
+def test_the_rate_sweep_scenario_validates_and_its_plan_says_it_is_adaptive() -> None:
+    from engines import engine_class
+    from harness.plan import plan_lines
+    from harness.scenario import load_scenario
+
+    loaded = load_scenario(ROOT / "scenarios" / "rate-sweep-cpu.yaml", check_model_files=False)
+    a = loaded.scenario.measurement.arrival
+    assert a is not None and a.saturation.stop_after == 2 and len(a.keys()) == 6
+    text = "\n".join(plan_lines(loaded, engine_class("llamacpp")))
+    assert "skips the higher rates once 2 rates in a row saturated" in text
