@@ -202,12 +202,13 @@ def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame
             "Saturates at: the first saturated rate and the bound(s) it crossed; sustains: the highest rate below it. Where",
             "speculation stops paying: the rates at which the configuration's median latency from the scheduled time is below",
             "its baseline's (paired by repetition) with no less goodput; the break-even in streams (closed loop) beside it.",
+            "Repetitions contaminated by other processes' CPU are left out of both judgements where clean ones exist (`judged on`).",
         )]
         rs = t["rate_sweep"]
         cols = {"rate_rps": "rate", "offered_rps": "offered rps", "achieved_rps": "achieved rps", "completion_ratio": "completions / schedule",
                 "late_share": "late share", "goodput_rps": "goodput rps", "slo_met_share": "met SLO", "e2e_from_schedule_p50_s": "latency p50 s",
                 "saturated_why": "saturated", "latency_vs_baseline": "latency vs baseline", "goodput_vs_baseline": "goodput vs baseline",
-                "pays": "pays", "contaminated_phases": "contaminated phases"}
+                "pays": "pays", "repetitions": "reps", "judged_on": "judged on", "contaminated_phases": "contaminated phases"}
         shown_rs = rs.assign(saturated_why=[w if s_ else "no" for s_, w in zip(rs["saturated"], rs["saturated_why"])])
         b.append(table(_show(shown_rs, ["run"] * multi + ["config"] + list(cols), cols)))
         if images.get("sweep"):

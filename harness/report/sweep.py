@@ -1,7 +1,8 @@
 """The request-rate sweep's tables, from open-loop phase records alone (harness/saturation.py judges them).
 
 ``rate_sweep_table``: one row per (run, configuration, rate): offered, achieved, completions against the schedule,
-late share, goodput, latency from the scheduled time, saturated or not and why, and against the baseline.
+late share, goodput, latency from the scheduled time, saturated or not and why, and against the baseline; judged on
+the repetitions other processes did not contaminate where there are any (``judged_on``), else on all of them.
 ``saturation_table``: one row per (run, configuration): its saturation point, how it was decided, where speculation
 stops paying in requests per second, and the break-even in streams beside it. Definitions: docs/metrics.md#rate-sweep.
 """
@@ -38,6 +39,14 @@ def _rate_phases(run: RunData) -> pd.DataFrame:
     return out[out["rate_rps"].notna()]
 
 
+def _clean(p: pd.DataFrame) -> pd.DataFrame:
+    """The phases other processes did not contaminate, when there are any; else all of them (marked in the table)."""
+    if p.empty or "contaminated" not in p:
+        return p
+    clean = p[~p["contaminated"].fillna(False).astype(bool)]
+    return clean if not clean.empty else p
+
+
 def _by_rep(p: pd.DataFrame, col: str) -> dict[int, float]:
     if p.empty or col not in p:
         return {}
@@ -59,23 +68,24 @@ def rate_sweep_table(runs: list[RunData], verdict: pd.DataFrame) -> pd.DataFrame
             base_name = baseline_of.get(name)
             base_name = base_name if isinstance(base_name, str) and base_name != name else None
             for rate in sorted(mine["rate_rps"].unique()):
-                p = mine[mine["rate_rps"] == rate]
+                p_all = mine[mine["rate_rps"] == rate]
+                p = _clean(p_all)  # contaminated repetitions left out where clean ones exist
                 recs = p.to_dict("records")
                 j = judge_rate(recs, rule)
                 lat = _median(p["e2e_from_schedule_p50_s"]) if "e2e_from_schedule_p50_s" in p else None
                 gp = _median(p["goodput_rps"]) if "goodput_rps" in p else None
                 row: dict[str, Any] = {
                     "run": run.run_id, "config": name, "algorithm": (cfgs.get(name) or {}).get("algorithm"),
-                    "rate_rps": float(rate), "load": str(p["load"].iloc[0]), "repetitions": len(p),
+                    "rate_rps": float(rate), "load": str(p["load"].iloc[0]), "repetitions": len(p_all), "judged_on": len(p),
                     "offered_rps": _median(p["offered_rps"]), "achieved_rps": _median(p["achieved_rps"]),
                     "completion_ratio": j.completion_ratio, "late_share": j.late_share,
                     "goodput_rps": gp, "slo_met_share": j.goodput_ratio, "e2e_from_schedule_p50_s": lat,
                     "saturated": j.saturated, "saturated_why": j.why,
-                    "contaminated_phases": int(p["contaminated"].sum()) if "contaminated" in p else 0,
+                    "contaminated_phases": int(p_all["contaminated"].sum()) if "contaminated" in p_all else 0,
                     "baseline": base_name, "latency_vs_baseline": None, "goodput_vs_baseline": None, "pays": None,
                 }
                 if base_name is not None:
-                    b = rp[(rp["config"] == base_name) & (rp["rate_rps"] == rate)]
+                    b = _clean(rp[(rp["config"] == base_name) & (rp["rate_rps"] == rate)])
                     if not b.empty:
                         # paired by repetition (the same schedule and prompts; interleaved: the same block)
                         mine_lat, base_lat = _by_rep(p, "e2e_from_schedule_p50_s"), _by_rep(b, "e2e_from_schedule_p50_s")

@@ -242,3 +242,19 @@ def test_the_rate_sweep_scenario_validates_and_its_plan_says_it_is_adaptive() ->
     assert a is not None and a.saturation.stop_after == 2 and len(a.keys()) == 6
     text = "\n".join(plan_lines(loaded, engine_class("llamacpp")))
     assert "skips the higher rates once 2 rates in a row saturated" in text
+
+
+def test_a_contaminated_repetition_is_left_out_where_a_clean_one_exists(tmp_path: Path) -> None:
+    from harness.report.build import build_report
+
+    run = _sweep_run(tmp_path)
+    phases = [json.loads(x) for x in (run / "phases.jsonl").read_text().splitlines() if x.strip()]
+    for p in phases:  # baseline at 0.5 rps, repetition 1: another process's CPU made it look saturated
+        if p.get("load") == "0.5rps" and p["config"] == "baseline" and p["repetition"] == 1:
+            p.update(contaminated=True, completion_rps=0.1, late=12, slo_met=3)
+    (run / "phases.jsonl").write_text("".join(json.dumps(p) + "\n" for p in phases))
+    build_report([run])
+    points = pd.read_csv(run / "rate_sweep.csv").set_index(["config", "rate_rps"])
+    row = points.loc[("baseline", 0.5)]
+    assert not row["saturated"] and row["judged_on"] == 1 and row["repetitions"] == 2 and row["contaminated_phases"] == 1
+    assert pd.read_csv(run / "saturation.csv").set_index("config").loc["baseline", "saturation_rps"] == 2.0
