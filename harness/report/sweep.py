@@ -130,12 +130,24 @@ def saturation_table(sweep: pd.DataFrame, break_even: pd.DataFrame) -> pd.DataFr
                     "never": "never: no rate where it beats the baseline",
                     "mixed": f"mixed: highest rate it pays at {_r(up_to)} rps"}.get(kind, "–")
             row.update(pays_kind=kind, pays_up_to_rps=up_to, first_not_paying_rps=first_not, stops_paying=f"{head} ({ev})")
-        if not break_even.empty:
-            be = break_even[(break_even["run"] == run) & (break_even["config"] == name)]
-            if not be.empty:
-                row["break_even_streams"] = be["break_even"].iloc[0]
+        row["break_even_streams"] = _break_even(break_even, str(run), str(name), grp["algorithm"].iloc[0])
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _break_even(break_even: pd.DataFrame, run: str, name: str, algorithm: Any) -> str | None:
+    """The closed-loop break-even in streams of the configuration: its own run's, else (a run of open-loop phases only,
+    reported together with a closed-loop run: ``specsoak report RUN_A RUN_B``) another run's of the same name."""
+    if algorithm in (None, "none"):
+        return None
+    if not break_even.empty:
+        known = break_even[(break_even["config"] == name) & (break_even["break_even_kind"] != "unknown")]
+        mine = known[known["run"] == run]
+        if not mine.empty:
+            return str(mine["break_even"].iloc[0])
+        if not known.empty:
+            return f"{known['break_even'].iloc[0]} (run {known['run'].iloc[0]})"
+    return "not measured in closed loop (report this run with one that has `streams`)"
 
 
 def _f(v: Any) -> float | None:

@@ -258,3 +258,20 @@ def test_a_contaminated_repetition_is_left_out_where_a_clean_one_exists(tmp_path
     row = points.loc[("baseline", 0.5)]
     assert not row["saturated"] and row["judged_on"] == 1 and row["repetitions"] == 2 and row["contaminated_phases"] == 1
     assert pd.read_csv(run / "saturation.csv").set_index("config").loc["baseline", "saturation_rps"] == 2.0
+
+
+def test_an_open_loop_only_run_takes_the_break_even_from_a_closed_loop_run_reported_with_it(tmp_path: Path) -> None:
+    from harness.report.build import build_report
+
+    sweep = _sweep_run(tmp_path)
+    phases = [json.loads(x) for x in (sweep / "phases.jsonl").read_text().splitlines() if x.strip()]
+    (sweep / "phases.jsonl").write_text("".join(json.dumps(p) + "\n" for p in phases if p.get("load")))  # open loop only
+    manifest = json.loads((sweep / "manifest.json").read_text())
+    (sweep / "manifest.json").write_text(json.dumps({**manifest, "run_id": "sweep"}))
+    alone = pd.read_csv(build_report([sweep]).out_dir / "saturation.csv").set_index("config")
+    assert alone.loc["ngram-map-k", "break_even_streams"].startswith("not measured in closed loop")
+    closed = tmp_path / "closed"
+    shutil.copytree(FIXTURE, closed)
+    both = build_report([closed, sweep], out_dir=tmp_path / "both").tables["saturation"].set_index(["run", "config"])
+    be = both.loc[("sweep", "ngram-map-k"), "break_even_streams"]
+    assert "(run " in be and "sweep" not in be.split("(run ")[1]
