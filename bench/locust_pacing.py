@@ -1,7 +1,9 @@
 """A plain Locust user with Locust's own rate mode, ``constant_pacing``: the peer the harness's open-loop client is
 compared with (bench/open_loop.py). U users each start a request every U / R seconds, so together they offer R
 requests per second; a request that takes longer than the pacing delays that user's next one (Locust does not count
-it as late). Run in Locust's own process:
+it as late). bench/open_loop.py spawns the users at R per second so that their grids could interleave; Locust
+starts each second's users together, so the aggregate arrives in bursts of about R once a second: its own rate
+mode offers the mean rate, not the spacing. Run in Locust's own process:
 
     BENCH_PACING_S=0.5 BENCH_MAX_TOKENS=32 locust -f bench/locust_pacing.py --headless -u 10 -r 10 -t 10s --host URL
 """

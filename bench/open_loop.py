@@ -80,11 +80,13 @@ def run_harness(rate: float, level: Level, work: Path) -> tuple[Result, ServerLo
 
 def run_locust(rate: float, level: Level, work: Path) -> tuple[Result, ServerLog | None]:
     users = level.streams * 2  # each user's pacing (users / rate) leaves room for its ~0.36 s answer
-    duration = level.requests / rate
+    # spawned at R users per second, so the users' own grids interleave into one of period 1 / R (spawned all at
+    # once, each user's first request goes out at its spawn: U requests at once, then again every U / R s)
+    duration = level.requests / rate + users / rate
 
     def cmd(url: str) -> list[str]:
         return [str(Path(sys.executable).parent / "locust"), "-f", str(REPO / "bench" / "locust_pacing.py"), "--headless", "-u", str(users),
-                "-r", str(users), "-t", f"{duration:.1f}s", "--stop-timeout", "5", "--host", url, "--only-summary", "--loglevel", "WARNING"]
+                "-r", f"{rate:g}", "-t", f"{math.ceil(duration)}s", "--stop-timeout", "5", "--host", url, "--only-summary", "--loglevel", "WARNING"]
 
     res, slog = measure(f"Locust constant_pacing ({users} users)", level, work, cmd, timeout_s=duration + 90,
                         env={"BENCH_PACING_S": f"{users / rate:.6f}", "BENCH_MAX_TOKENS": str(level.max_tokens)})
