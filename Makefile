@@ -62,6 +62,7 @@ bench-peers: $(BENCH_VENV)/bin/python
 
 bench: install bench-peers
 	$(BIN)/python -m bench.client_overhead
+	$(BIN)/python -m bench.open_loop
 	$(BIN)/python -m bench.real_engine
 	$(BIN)/python -m bench.report_scale
 

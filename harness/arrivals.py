@@ -121,16 +121,25 @@ def arrival_prompt_offset(arrival: Arrival, repetitions: int, key: str, repetiti
 def arrival_figures(records: Sequence[RequestRecord], sched: Schedule, wall_s: float) -> dict[str, Any]:
     """An open-loop phase's figures (docs/metrics.md#open-loop-phases): scheduled requests over the schedule's
     span (offered), successful requests over the phase's wall time (achieved), late sends and the longest delay."""
-    ok = sum(1 for r in records if r.status == "ok")
+    ok_recs = [r for r in records if r.status == "ok"]
+    ok = len(ok_recs)
     delays = [r.send_delay_s for r in records if r.send_delay_s is not None]
     offered = sched.offered_rps
+    # completions against the schedule, both first-to-last (no tail: a phase of a few requests spends part of its
+    # wall time on the last answers, which lowers achieved_rps at any rate; harness/saturation.py)
+    ends = sorted(r.start_unix_s + r.e2e_s for r in ok_recs if r.e2e_s is not None)
+    send_span = float(sched.offsets_s[-1] - sched.offsets_s[0]) if len(sched) > 1 else 0.0
+    from_schedule = sorted(r.e2e_s + (r.send_delay_s or 0.0) for r in ok_recs if r.e2e_s is not None)
     return {
         "scheduled": len(sched),
         "scheduled_span_s": round(sched.span_s, 6),
         "offered_rps": offered,
         "achieved_rps": ok / wall_s if wall_s > 0 else None,
+        "schedule_rps": (len(sched) - 1) / send_span if send_span > 0 else None,
+        "completion_rps": (len(ends) - 1) / (ends[-1] - ends[0]) if len(ends) > 1 and ends[-1] > ends[0] else None,
         "late": sum(1 for r in records if r.late),
         "max_send_delay_s": max(delays) if delays else None,
+        "e2e_from_schedule_p50_s": float(np.median(from_schedule)) if from_schedule else None,
     }
 
 

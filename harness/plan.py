@@ -90,6 +90,9 @@ def _phases(sc: Scenario, reps: str) -> list[str]:
                     else f"{len(a.stages or [])} stages over {describe_duration(a.expected_span_s(key))}")
             out.append(f"open loop {load_label(key)}{reps}: {what}, {gaps} gaps, at most {a.max_in_flight} in flight, "
                        f"{m.max_tokens} tokens each")
+        if a.saturation.stop_after is not None:
+            out.append(f"adaptive sweep: in each repetition, a configuration skips the higher rates once {a.saturation.stop_after} "
+                       f"rate{'s' if a.saturation.stop_after > 1 else ''} in a row saturated (the estimate counts every rate)")
         return out
     for n in m.streams:
         out.append(f"{n} stream{'s' if n > 1 else ''}{reps}: {n * m.requests_per_stream} requests of {m.max_tokens} tokens")

@@ -29,6 +29,7 @@ from engines import engine_class
 from engines.base import acceptance_figures, counters_delta  # acceptance_figures: also imported from here by tests
 from harness import __version__
 from harness.arrivals import Schedule, arrival_figures, arrival_prompt_offset, run_arrivals, schedule
+from harness.saturation import Judgement, Rule, judge, stop_sweep
 from harness.client import RequestParams, run_streams
 from harness.cpu import CpuMeter
 from harness.errors import EngineCrashed, EngineError, ResultsError, ScenarioError, ScrapeError
@@ -309,6 +310,9 @@ class Runner:
         )
         self.manifest.update(status="running", stop_reason=None, stopped_unix=None)
         self.done_phases = {(p["config"], p.get("load") or p["streams"], p["repetition"]) for p in read_jsonl(self.run_dir / PHASES)}
+        # rates the adaptive sweep skipped as past saturation count as done (the manifest keeps them: they have no record)
+        self.done_phases |= {(name, str(load), int(rep)) for name, meta in self.manifest.get("configurations", {}).items()
+                             for load, rep in (meta.get("sweep_skipped") or [])}
         self.failed_before = sorted({f["config"] for f in read_jsonl(self.run_dir / FAILURES) if f.get("stage") != "soak"})
         self.ramp_done = {r["config"] for r in read_jsonl(self.run_dir / RAMP) if r.get("event") == "result"}
         self.fill_done = {r["config"] for r in read_jsonl(self.run_dir / FILL_CHECKS)}
@@ -528,15 +532,29 @@ class Runner:
         m = self.sc.measurement
         if m.warmup_requests and warmup:
             self._phase(cfg, session, requests, None, "warmup", streams=1, repetition=0, n=m.warmup_requests)
+        # the adaptive sweep (measurement.arrival.saturation.stop_after): per repetition, the judgements of its rates so far
+        judged: dict[int, list[Judgement]] = {}
         for load in m.phase_loads():
             if isinstance(load, str) and phase == "after_soak":
                 continue  # the bracket after a soak repeats the closed-loop phases only (docs/soak.md)
             for rep in reps or range(1, m.repetitions + 1):
+                if (phase == "measure" and isinstance(load, str) and m.arrival is not None
+                        and stop_sweep(judged.get(rep, []), m.arrival.saturation.stop_after)):
+                    # done for this run: recorded in the manifest, so neither the catch-up nor a resume measures it
+                    self.done_phases.add((cfg.name, load, rep))
+                    skipped = self.manifest["configurations"][cfg.name].setdefault("sweep_skipped", [])
+                    if [load, rep] not in skipped:
+                        skipped.append([load, rep])
+                        self._write_manifest()
+                    self.console.print(f"  {load_label(load)} rep {rep}: skipped, past saturation (saturation.stop_after {m.arrival.saturation.stop_after})")
+                    continue
                 if phase == "measure" and (cfg.name, load, rep) in self.done_phases:
                     continue
                 self.done_phases.discard((cfg.name, load, rep))
                 if isinstance(load, str):
                     rec = self._arrival_phase(cfg, session, requests, phases, load, rep)
+                    assert m.arrival is not None
+                    judged.setdefault(rep, []).append(judge(rec, Rule.of(m.arrival.saturation)))
                 else:
                     rec = self._phase(cfg, session, requests, phases, phase, load, rep, m.requests_per_stream,
                                       prompt_offset(m.requests_per_stream, m.streams, m.repetitions, load, rep))
@@ -570,6 +588,9 @@ class Runner:
             + f", {rec['total_tps']:.1f} t/s total, errors {rec['errors']}, other CPU {rec['cpu']['other_cores']:.3f} cores"
             + (" [yellow](contaminated)[/]" if rec["contaminated"] else "")
         )
+        j = judge(rec, Rule.of(m.arrival.saturation))
+        if j.saturated:
+            self.console.print(f"    saturated: {j.why}")
         return rec
 
     def _ramp(self, cfg: Configuration, session: EngineSession, requests: _Tee) -> None:

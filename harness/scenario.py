@@ -218,6 +218,24 @@ class Stage(_Strict):
 ArrivalKind = Literal["constant", "poisson", "gamma"]
 
 
+class Saturation(_Strict):
+    """When an open-loop rate counts as past what a configuration serves (harness/saturation.py): the report's
+    saturation point per configuration, and, with ``stop_after``, an adaptive sweep that skips the higher rates."""
+
+    completion_ratio_min: float = Field(
+        0.9, gt=0, le=1, description="saturated when responses complete at less than this share of the rate the requests "
+        "were scheduled at (completion rate over the first-to-last completion against scheduled rate over the first-to-last send)",
+    )
+    late_share_max: float = Field(0.1, ge=0, le=1, description="saturated when more than this share of the requests was sent late")
+    goodput_ratio_min: float = Field(
+        0.9, ge=0, le=1, description="with an `slo:`: saturated (the SLO broke) when fewer than this share of the requests met it",
+    )
+    stop_after: int | None = Field(
+        None, ge=1, le=64, description="adaptive sweep: once this many rates in a row saturated in a repetition, that "
+        "configuration skips the higher rates of the repetition (none: every rate is measured)",
+    )
+
+
 def rate_key(rate_rps: float) -> str:
     """An open-loop phase's key for one rate: its phase records' ``load`` (the report shows it as '@R rps')."""
     return f"{rate_rps:g}rps"
@@ -253,6 +271,9 @@ class Arrival(_Strict):
         "and is recorded late with its send delay"
     )
     seed: int = Field(0, description="seed of the gaps: phase (rate, repetition) has the same schedule in every configuration")
+    saturation: Saturation = Field(
+        default_factory=Saturation, description="when a rate counts as saturated (the report's saturation point; `stop_after`: adaptive sweep)"
+    )
 
     @field_validator("rate_rps", mode="before")
     @classmethod
@@ -277,6 +298,8 @@ class Arrival(_Strict):
             raise ValueError("'requests' is for rate_rps: with stages, each stage's rate × duration sets the count; remove 'requests'")
         if self.kind == "gamma" and self.cv is None:
             raise ValueError("kind 'gamma' needs 'cv', the coefficient of variation of the gaps (1 is as bursty as poisson)")
+        if self.stages is not None and self.saturation.stop_after is not None:
+            raise ValueError("'saturation.stop_after' sweeps a list of rates (rate_rps); a stage list is one phase: remove it")
         if self.kind != "gamma" and self.cv is not None:
             raise ValueError(f"'cv' is for kind 'gamma'; kind '{self.kind}' has a fixed one (constant 0, poisson 1): remove 'cv'")
         return self

@@ -127,6 +127,7 @@ UNITS: dict[str, str] = {
     "drift_min_windows": "windows", "max_restarts": "restarts", "repetitions": "repetitions", "port": "TCP port",
     "rate_rps": "requests per second", "requests": "requests", "max_in_flight": "requests", "cv": "std / mean of the gaps",
     "e2e_s_max": "seconds", "shared_prefix_tokens": "tokens", "mean": "tokens", "sd": "tokens", "min": "tokens", "max": "tokens",
+    "completion_ratio_min": "fraction", "late_share_max": "fraction", "goodput_ratio_min": "fraction", "stop_after": "rates",
 }
 _SUFFIX_UNITS = (("_s", "seconds"), ("_mib", "MiB"), ("_cores", "CPU cores"))
 
@@ -136,6 +137,7 @@ ALLOWED: dict[str, str] = {
     "configurations[].baseline": "the name of a configuration with algorithm `none`",
     "soak.configurations": "names of configurations (a sweep's name stands for all its K values)",
     "measurement.arrival.rate_rps": "a number, or a list of 1 to 64 distinct numbers; each > 0 and ≤ 100000",
+    "measurement.arrival.saturation.stop_after": "only with rate_rps (a stage list is one phase)",
 }
 
 PROMPT_SET_PURPOSE: dict[str, str] = {

@@ -30,10 +30,12 @@ from harness.report.tables import (
     verify_distribution_table,
     verify_table,
 )
+from harness.report.sweep import rate_sweep_table, saturation_table
 from harness.report.verdict import display_table, stream_counts, verdict_table
 
-TABLES = ("verdict", "control", "control_summary", "memory", "max_streams", "break_even", "explanation", "roofline", "k_sweep", "soak", "after_soak", "verify", "verify_distribution", "prompts")
-PLOTS = ("tps_vs_streams.png", "control.png", "acceptance_over_time.png", "soak_timeline.png", "latency.png", "memory.png", "k_sweep.png")
+TABLES = ("verdict", "control", "control_summary", "memory", "max_streams", "break_even", "explanation", "roofline", "k_sweep", "rate_sweep", "saturation", "soak",
+          "after_soak", "verify", "verify_distribution", "prompts")
+PLOTS = ("tps_vs_streams.png", "control.png", "acceptance_over_time.png", "soak_timeline.png", "latency.png", "memory.png", "k_sweep.png", "rate_sweep.png")
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,8 @@ def build_report(
     tables["explanation"] = explain_table(runs, verdict) if not verdict.empty else pd.DataFrame()
     tables["roofline"] = roofline_table(runs, verdict) if not verdict.empty else pd.DataFrame()
     tables["k_sweep"] = k_sweep_table(runs, verdict, counts) if not verdict.empty else pd.DataFrame()
+    tables["rate_sweep"] = rate_sweep_table(runs, verdict)
+    tables["saturation"] = saturation_table(tables["rate_sweep"], tables["break_even"])
     tables["soak"] = soak_table(runs)
     tables["after_soak"] = after_soak_table(runs)
     tables["verify"] = verify_table(runs)
@@ -100,6 +104,7 @@ def build_report(
         "lat": plots.latency_distributions(runs, out / "latency.png"),
         "mem": plots.memory_bars(tables["memory"], out / "memory.png", multi),
         "k": plots.k_sweep(verdict, runs, counts, out / "k_sweep.png") if not verdict.empty else None,
+        "sweep": plots.rate_sweep(tables["rate_sweep"], tables["saturation"], out / "rate_sweep.png", multi),
     }
     shown = display_table(verdict, counts, multi_run=multi) if not verdict.empty else pd.DataFrame()
     if not shown.empty:
@@ -185,6 +190,31 @@ def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame
             "point estimates. `what the intervals show`: at each N, `faster` or `slower` only when the ratio's 95% interval",
             "excludes 1.0; `no difference shown` when it straddles 1.0.",
         )]
+
+    sat = t["saturation"]
+    if not sat.empty:
+        b.append(h(2, "Request-rate sweep: saturation"))
+        b += [table(_show(sat, ["run"] * multi + ["config", "algorithm", "rates_measured", "saturation", "stops_paying", "break_even_streams"],
+                          {"rates_measured": "rates (rps)", "saturation": "saturates at", "stops_paying": "where speculation stops paying (rps)",
+                           "break_even_streams": "break-even (streams)"})), p(
+            "Open-loop phases at each rate of `measurement.arrival.rate_rps`, rates ascending. A rate is saturated when the responses",
+            "complete at less than `completion_ratio_min` of the rate the requests were scheduled at (both first to last, so the",
+            "tail of the last answers does not count), or more than `late_share_max` of the requests were sent late, or, with an",
+            "SLO, fewer than `goodput_ratio_min` met it (bounds: `measurement.arrival.saturation`; medians over the repetitions).",
+            "Saturates at: the first saturated rate and the bound(s) it crossed; sustains: the highest rate below it. Where",
+            "speculation stops paying: the rates at which the configuration's median latency from the scheduled time is below",
+            "its baseline's (paired by repetition) with no less goodput; the break-even in streams (closed loop) beside it.",
+            "Repetitions contaminated by other processes' CPU are left out of both judgements where clean ones exist (`judged on`).",
+        )]
+        rs = t["rate_sweep"]
+        cols = {"rate_rps": "rate", "offered_rps": "offered rps", "achieved_rps": "achieved rps", "completion_ratio": "completions / schedule",
+                "late_share": "late share", "goodput_rps": "goodput rps", "slo_met_share": "met SLO", "e2e_from_schedule_p50_s": "latency p50 s",
+                "saturated_why": "saturated", "latency_vs_baseline": "latency vs baseline", "goodput_vs_baseline": "goodput vs baseline",
+                "pays": "pays", "repetitions": "reps", "judged_on": "judged on", "contaminated_phases": "contaminated phases"}
+        shown_rs = rs.assign(saturated_why=[w if s_ else "no" for s_, w in zip(rs["saturated"], rs["saturated_why"])])
+        b.append(table(_show(shown_rs, ["run"] * multi + ["config"] + list(cols), cols)))
+        if images.get("sweep"):
+            b.append(img(images["sweep"], "request-rate sweep: achieved and goodput against offered"))
 
     b.append(h(2, "Max streams under the SLO"))
     ms = t["max_streams"]

@@ -302,3 +302,40 @@ def control_over_time(control: pd.DataFrame, summary: pd.DataFrame, path: Path, 
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _save(fig, path)
+
+
+def rate_sweep(sweep: pd.DataFrame, saturation: pd.DataFrame, path: Path, multi: bool) -> Path | None:
+    """Achieved (solid) and goodput (dotted) requests per second against the offered rate, per configuration; the
+    diagonal is 'achieved = offered'; a cross marks each configuration's saturation point (harness/saturation.py)."""
+    if sweep.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(7.5, 4.4), dpi=110)
+    top = 0.0
+    for i, ((run, name), grp) in enumerate(sweep.groupby(["run", "config"], sort=False)):
+        g = grp.sort_values("rate_rps")
+        color = _COLORS[i % len(_COLORS)]
+        offered = [_f(v) if _f(v) is not None else float(r) for v, r in zip(g["offered_rps"], g["rate_rps"])]
+        achieved = [_f(v) for v in g["achieved_rps"]]
+        base = g["algorithm"].iloc[0] == "none"
+        ax.plot(offered, [a if a is not None else np.nan for a in achieved], "--" if base else "-", marker="o", color=color,
+                linewidth=2 if base else 1.5, label=_label(str(run), str(name), False, multi) + " achieved")
+        gp = [_f(v) for v in g["goodput_rps"]] if "goodput_rps" in g else []
+        if any(v is not None for v in gp):
+            ax.plot(offered, [v if v is not None else np.nan for v in gp], ":", marker=".", color=color, label=f"{name} goodput")
+        top = max([top, *offered, *(a for a in achieved if a is not None)])
+        sat = saturation[(saturation["run"] == run) & (saturation["config"] == name)] if not saturation.empty else saturation
+        if not sat.empty and isnum(sat["saturation_rps"].iloc[0]):
+            x = float(sat["saturation_rps"].iloc[0])
+            at = g[g["rate_rps"] == x]
+            y = _f(at["achieved_rps"].iloc[0]) if not at.empty else None
+            off = _f(at["offered_rps"].iloc[0]) if not at.empty else None
+            ax.plot([off if off is not None else x], [y if y is not None else 0.0], "x", color=color, markersize=12, markeredgewidth=2.5)
+            ax.annotate(f"saturated {x:g} rps", (off if off is not None else x, y or 0.0), textcoords="offset points",
+                        xytext=(6, -14 - 10 * (i % 3)), fontsize=7, color=color)
+    ax.plot([0, top * 1.05], [0, top * 1.05], color="grey", linewidth=0.8, alpha=0.6, label="achieved = offered")
+    ax.set_xlabel("offered requests/s")
+    ax.set_ylabel("requests/s (wall)")
+    ax.set_title("Request-rate sweep: achieved (solid), goodput (dotted), saturation (×)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _save(fig, path)
