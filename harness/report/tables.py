@@ -307,10 +307,17 @@ def after_soak_table(runs: list[RunData]) -> pd.DataFrame:
         if after.empty or run.phases.empty:
             continue
         rq = run.requests
-        for (name, n), grp in after.groupby(["config", "streams"], sort=True):
-            before = run.phases[(run.phases["config"] == name) & (run.phases["streams"] == n)]
+        # an open-loop phase is keyed by its load (a rate, or 'stages'): its streams is max_in_flight, the same for all
+        after["key"] = [ld if isinstance(ld, str) else int(n) for ld, n in zip(after.get("load", [None] * len(after)), after["streams"])]
+        for (name, key), grp in after.groupby(["config", "key"], sort=True):
+            open_loop = isinstance(key, str)
+            pool = run.arrival_phases if open_loop else run.phases
+            if pool.empty:
+                continue
+            before = pool[(pool["config"] == name) & (pool["load" if open_loop else "streams"] == key)]
             if before.empty:
                 continue
+            n = int(grp["streams"].iloc[0])
             b_tps, a_tps = [float(x) for x in before["total_tps"]], [float(x) for x in grp["total_tps"]]
             lo, hi = t_interval(b_tps)
             b_med, a_med = float(pd.Series(b_tps).median()), float(pd.Series(a_tps).median())
@@ -318,6 +325,12 @@ def after_soak_table(runs: list[RunData]) -> pd.DataFrame:
                                    "after_vs_before": a_med / b_med if b_med else None, "before_ci_low": lo, "before_ci_high": hi,
                                    "before_reps": len(b_tps), "after_reps": len(a_tps),
                                    "engine_uptime_h": float(grp["engine_uptime_s"].max()) / 3600 if "engine_uptime_s" in grp else None}
+            if open_loop:  # what the same schedule got, before and after
+                row["load"] = key
+                for label, ph in (("before", before), ("after", grp)):
+                    for col in ("achieved_rps", "goodput_rps", "late"):
+                        vals = [float(x) for x in ph[col].dropna()] if col in ph else []
+                        row[f"{label}_{col}"] = float(pd.Series(vals).median()) if vals else None
             for label, ph in (("before", before), ("after", grp)):
                 acc = _pooled_acceptance(ph)
                 row[f"{label}_acceptance"] = acc
