@@ -304,7 +304,7 @@ def after_soak_table(runs: list[RunData]) -> pd.DataFrame:
     rows: list[dict[str, Any]] = []
     for run in runs:
         after = pd.DataFrame(run.after_soak)
-        if after.empty or run.phases.empty:
+        if after.empty or (run.phases.empty and run.arrival_phases.empty):
             continue
         rq = run.requests
         # an open-loop phase is keyed by its load (a rate, or 'stages'): its streams is max_in_flight, the same for all

@@ -135,3 +135,5 @@ def test_open_loop_soak_on_the_real_engine(tmp_path: Path) -> None:
     after = [p for p in read_jsonl(run / AFTER_SOAK) if p.get("load") == "1rps"]
     assert len(before) == len(after) == 1
     assert after[0]["scheduled"] == before[0]["scheduled"] == 3 and after[0]["phase"] == "after_soak"
+    report = (run / "report.md").read_text()
+    assert "achieved rps before" in report and "1rps" in report  # the report's before/after table has the open-loop row

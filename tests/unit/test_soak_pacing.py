@@ -153,3 +153,24 @@ def test_the_exporter_serves_an_open_loop_windows_rates_and_late_sends() -> None
     for name in ("specsoak_soak_goodput_requests_per_second", "specsoak_soak_offered_requests_per_second", "specsoak_soak_late_requests",
                  "specsoak_soak_max_send_delay_seconds"):
         assert get(name, LAB) is None, name
+
+
+def test_the_before_and_after_table_pairs_open_loop_phases_by_rate(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from harness.report.load import RunData
+    from harness.report.tables import after_soak_table
+
+    def phase(load: str, tps: float, achieved: float, goodput: float, late: int, where: str = "arrivals") -> dict[str, object]:
+        return {"config": "base", "phase": where, "load": load, "streams": 4, "repetition": 1, "total_tps": tps, "achieved_rps": achieved,
+                "goodput_rps": goodput, "late": late, "attempt": f"{where}-{load}", "engine_uptime_s": 7200.0, "counters": {}}
+
+    before = pd.DataFrame([phase("1rps", 40.0, 1.0, 1.0, 0), phase("8rps", 90.0, 2.0, 0.5, 20)])
+    after = [phase("1rps", 38.0, 0.98, 0.9, 0, "after_soak"), phase("8rps", 70.0, 1.5, 0.2, 30, "after_soak")]
+    run = RunData(run_dir=tmp_path, manifest={"run_id": "r"}, phases=pd.DataFrame(), requests=pd.DataFrame(), capacity={}, failures=[],
+                  after_soak=after, arrival_phases=before)
+    t = after_soak_table([run]).set_index("load")
+    assert list(t.index) == ["1rps", "8rps"]  # one row per rate, not one for their shared max_in_flight
+    assert t.loc["8rps", "before_achieved_rps"] == 2.0 and t.loc["8rps", "after_achieved_rps"] == 1.5
+    assert t.loc["8rps", "before_late"] == 20 and t.loc["8rps", "after_late"] == 30 and t.loc["1rps", "after_goodput_rps"] == 0.9
+    assert t.loc["8rps", "after_total_tps"] == 70.0
