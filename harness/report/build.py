@@ -278,7 +278,8 @@ def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame
     else:
         cols = {"soak_verdict": "soak", "first_failure": "first failure", "first_failure_engine_uptime_h": "at engine uptime h",
                 "max_engine_uptime_h": "longest engine uptime h", "collapse_episodes": "collapse episodes",
-                "duration_s": "duration s", "requests": "requests", "failures": "failures", "failures_by_kind": "by kind",
+                "duration_s": "duration s", "requests": "requests", "offered_rps": "offered rps", "achieved_rps": "achieved rps",
+                "goodput_rps": "goodput rps", "late": "late sends", "failures": "failures", "failures_by_kind": "by kind",
                 "time_to_first_failure_s": "first failure after s", "failures_per_hour": "failures/h", "restarts": "restarts",
                 "drift": "drift verdicts", "judged_windows": "judged windows", "contaminated_windows": "contaminated windows",
                 "engine_cores": "engine cores", "harness_cores": "harness cores (incl. Locust)"}

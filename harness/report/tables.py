@@ -270,8 +270,30 @@ def soak_table(runs: list[RunData]) -> pd.DataFrame:
                 "max_engine_uptime_h": max((float(w.get("engine_uptime_s") or 0) for w in cw), default=0.0) / 3600 if cw else None,
                 "judged_windows": sum(1 for w in cw if w.get("judged")),
                 **_soak_cpu([w for w in run.soak_windows if w.get("config") == name]),
+                **_soak_rates(cw),
             })
     return pd.DataFrame(rows)
+
+
+def _soak_rates(windows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Requests per second over a configuration's soak windows (docs/soak.md#open-loop-arrivals): achieved and goodput
+    pooled over the windows' seconds; open loop: offered (scheduled arrivals over the schedule's seconds), late sends."""
+    secs = [(w, float(w["t_end_unix"]) - float(w["t_start_unix"])) for w in windows if w.get("t_end_unix") and w.get("t_start_unix")]
+    total = sum(s for _, s in secs)
+
+    def pooled(key: str) -> float | None:
+        have = [(float(w[key]), s) for w, s in secs if w.get(key) is not None]
+        return sum(v * s for v, s in have) / sum(s for _, s in have) if have and sum(s for _, s in have) > 0 else None
+
+    spans = [(int(w.get("scheduled") or 0), float(w["soak_t_end_s"]) - float(w["soak_t_start_s"])) for w in windows
+             if w.get("soak_t_end_s") is not None and w.get("soak_t_start_s") is not None]
+    span = sum(s for _, s in spans)
+    return {
+        "achieved_rps": pooled("achieved_rps") if total > 0 else None,
+        "goodput_rps": pooled("goodput_rps") if total > 0 else None,
+        "offered_rps": sum(n for n, _ in spans) / span if span > 0 else None,
+        "late": sum(int(w.get("late") or 0) for w in windows) if spans else None,
+    }
 
 
 def collapse_episodes(verdicts: list[dict[str, Any]]) -> list[str]:

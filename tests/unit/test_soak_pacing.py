@@ -174,3 +174,21 @@ def test_the_before_and_after_table_pairs_open_loop_phases_by_rate(tmp_path: Pat
     assert t.loc["8rps", "before_achieved_rps"] == 2.0 and t.loc["8rps", "after_achieved_rps"] == 1.5
     assert t.loc["8rps", "before_late"] == 20 and t.loc["8rps", "after_late"] == 30 and t.loc["1rps", "after_goodput_rps"] == 0.9
     assert t.loc["8rps", "after_total_tps"] == 70.0
+
+
+def test_the_soak_table_pools_the_windows_rates(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from harness.report.load import RunData
+    from harness.report.tables import soak_table
+
+    def win(t: float, secs: float, achieved: float, goodput: float, scheduled: int, late: int) -> dict[str, object]:
+        return {"config": "base", "t_start_unix": t, "t_end_unix": t + secs, "achieved_rps": achieved, "goodput_rps": goodput,
+                "scheduled": scheduled, "soak_t_start_s": t - 100, "soak_t_end_s": t - 100 + secs, "late": late}
+
+    windows = [win(100.0, 10.0, 1.0, 1.0, 20, 0), win(110.0, 30.0, 2.0, 0.5, 100, 9)]
+    run = RunData(run_dir=tmp_path, manifest={"run_id": "r"}, phases=pd.DataFrame(), requests=pd.DataFrame(), capacity={}, failures=[],
+                  soak_windows=windows, soak_slices=[{"event": "start", "slice": "s1", "config": "base", "t_unix": 100.0}])
+    row = soak_table([run]).iloc[0]
+    assert row["achieved_rps"] == pytest.approx((10 * 1.0 + 30 * 2.0) / 40) and row["goodput_rps"] == pytest.approx((10 + 15) / 40)
+    assert row["offered_rps"] == pytest.approx(120 / 40) and row["late"] == 9
