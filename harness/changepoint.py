@@ -29,7 +29,7 @@ Per metric and per load level (the window's ``users``):
   (episode start, end, worst departure), resets the metric's scores, and it can alarm again.
 
 Windows that are contaminated (other processes stole CPU), whose load level changed inside the
-window (``users`` is None), or that fall in the warm-up after an engine (re)start are skipped:
+window (``users``, or in an open-loop soak ``load_level``, is None), or that fall in the warm-up after an engine (re)start are skipped:
 neither reference nor judged. Pure state over window aggregates; no clock, no I/O.
 
 The memory headroom forecast is a Theil-Sen slope over recent RSS samples, like Prometheus's
@@ -192,9 +192,12 @@ class ChangeDetector:
             return self._skip("warm-up")
         if window.get("contaminated"):
             return self._skip("contaminated")
-        if "users" in window and window["users"] is None:
+        # the load level: ``load_level`` in an open-loop soak (the asked rate's level, harness/load/pacing.py), else
+        # ``users``; None: it changed inside the window
+        key = "load_level" if "load_level" in window else "users"
+        if key in window and window[key] is None:
             return self._skip("load level changed")
-        users = window.get("users")  # absent (an old windows.jsonl): one level, None
+        users = window.get(key)  # absent (an old windows.jsonl): one level, None
         level = int(users) if users is not None else None
         events: list[ChangeEvent] = []
         outcomes = {self._feed(m, rule, level, t_unix, _finite(window.get(m)), events) for m, rule in self.rules.items()}

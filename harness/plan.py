@@ -20,6 +20,7 @@ from harness.scenario import (
     LoadedScenario,
     Scenario,
     Shape,
+    SoakArrival,
     describe_duration,
     load_label,
     safe_name,
@@ -73,6 +74,19 @@ def describe_shape(shape: Shape, duration_s: float) -> str:
         return (f"bursts, {shape.users} streams and {shape.peak_users} for the last {describe_duration(shape.burst_s)} "
                 f"of every {describe_duration(shape.period_s or 60.0)}")
     return f"replay of {shape.trace}, at most {shape.users} in flight"
+
+
+def describe_soak_arrival(a: SoakArrival, duration_s: float) -> str:
+    kind = f"gamma (cv {a.cv:g})" if a.kind == "gamma" else a.kind
+    if a.stages is not None:
+        cycle = sum(s.duration_s for s in a.stages)
+        rates = ", ".join(f"{s.rate_rps:g} rps x {describe_duration(s.duration_s)}" for s in a.stages[:4]) + (", ..." if len(a.stages) > 4 else "")
+        rate = f"stages {rates}" + (f", cycled every {describe_duration(cycle)}" if cycle < duration_s else "")
+    elif a.curve == "diurnal":
+        rate = f"diurnal, trough {a.trough_rps:g} and peak {a.rate_rps:g} rps, one day every {describe_duration(a.period_s or duration_s)}"
+    else:
+        rate = f"{a.rate_rps:g} rps"
+    return f"open-loop {kind} arrivals, {rate}, at most {a.max_in_flight} in flight"
 
 
 def _phases(sc: Scenario, reps: str) -> list[str]:
@@ -175,10 +189,10 @@ def plan_lines(loaded: LoadedScenario, engine_cls: type[Engine]) -> list[str]:
                 lines.append(f"    {fill_line}")
     if sc.soak is not None:
         soak = sc.soak
-        shape = describe_shape(soak.shape, soak.duration_s)
+        shape = describe_shape(soak.shape, soak.duration_s) if soak.arrival is None else describe_soak_arrival(soak.arrival, soak.duration_s)
         prompts = soak.prompts or "builtin:soak"
         again = (f"the measurement phases again ({len(m.streams)} stream counts x {reps})" if m.arrival is None
-                 else "no measurement phases again (open-loop phases are not repeated after a soak)")
+                 else f"the open-loop phases again, same schedules ({len(m.arrival.keys())} x {reps})")
         for cfg in sc.soak_configurations():
             if soak.slice_s:
                 n = -(-soak.duration_s // soak.slice_s)

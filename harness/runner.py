@@ -365,7 +365,7 @@ class Runner:
                 length = min(slice_len, remaining)
                 n_slices += 1
                 slice_id = f"{safe_name(cfg.name)}-s{n_slices:03d}"
-                self.console.print(f"[bold]{cfg.name}[/]: soak {slice_id}, {length:,.0f} s from t={elapsed.get(cfg.name, 0.0):,.0f} s ({soak.shape.kind}"
+                self.console.print(f"[bold]{cfg.name}[/]: soak {slice_id}, {length:,.0f} s from t={elapsed.get(cfg.name, 0.0):,.0f} s ({soak.load_kind()}"
                                    + (", one engine for the whole soak)" if not soak.slice_s else ", engine restarted per slice)"))
                 self._set_config_status(cfg.name, status="soaking")
                 session = self.ctx.session(cfg, "soak", ports[cfg.name])
@@ -535,8 +535,6 @@ class Runner:
         # the adaptive sweep (measurement.arrival.saturation.stop_after): per repetition, the judgements of its rates so far
         judged: dict[int, list[Judgement]] = {}
         for load in m.phase_loads():
-            if isinstance(load, str) and phase == "after_soak":
-                continue  # the bracket after a soak repeats the closed-loop phases only (docs/soak.md)
             for rep in reps or range(1, m.repetitions + 1):
                 if (phase == "measure" and isinstance(load, str) and m.arrival is not None
                         and stop_sweep(judged.get(rep, []), m.arrival.saturation.stop_after)):
@@ -551,8 +549,8 @@ class Runner:
                 if phase == "measure" and (cfg.name, load, rep) in self.done_phases:
                     continue
                 self.done_phases.discard((cfg.name, load, rep))
-                if isinstance(load, str):
-                    rec = self._arrival_phase(cfg, session, requests, phases, load, rep)
+                if isinstance(load, str):  # open loop: the same schedule as before the soak (after it too)
+                    rec = self._arrival_phase(cfg, session, requests, phases, load, rep, phase)
                     assert m.arrival is not None
                     judged.setdefault(rep, []).append(judge(rec, Rule.of(m.arrival.saturation)))
                 else:
@@ -573,16 +571,17 @@ class Runner:
                 )
 
     def _arrival_phase(self, cfg: Configuration, session: EngineSession, requests: _Tee, phases: _Tee | None, key: str,
-                       rep: int) -> dict[str, Any]:
-        """One open-loop phase: phase ``arrivals`` of ``key`` (a rate, or the stage list), repetition ``rep``."""
+                       rep: int, phase: str = "measure") -> dict[str, Any]:
+        """One open-loop phase: phase ``arrivals`` of ``key`` (a rate, or the stage list), repetition ``rep``; after a
+        soak (``phase`` after_soak) the same schedule and prompts again, as phase ``after_soak``."""
         m = self.sc.measurement
         assert m.arrival is not None
         sched = schedule(m.arrival, key, rep)
-        rec = self._phase(cfg, session, requests, phases, "arrivals", m.arrival.max_in_flight, rep, len(sched),
-                          arrival_prompt_offset(m.arrival, m.repetitions, key, rep), arrival=(key, sched))
+        rec = self._phase(cfg, session, requests, phases, "after_soak" if phase == "after_soak" else "arrivals", m.arrival.max_in_flight,
+                          rep, len(sched), arrival_prompt_offset(m.arrival, m.repetitions, key, rep), arrival=(key, sched))
         gp = rec.get("goodput_rps")
         self.console.print(
-            f"  {load_label(key)} rep {rep}: offered {rec['offered_rps'] or 0:.2f} rps, achieved {rec['achieved_rps'] or 0:.2f}"
+            f"  {'after soak: ' if phase == 'after_soak' else ''}{load_label(key)} rep {rep}: offered {rec['offered_rps'] or 0:.2f} rps, achieved {rec['achieved_rps'] or 0:.2f}"
             + (f", goodput {gp:.2f}" if gp is not None else "") + f", late {rec['late']}/{rec['scheduled']}"
             + (f" (max delay {rec['max_send_delay_s']:.2f} s)" if rec["late"] else "")
             + f", {rec['total_tps']:.1f} t/s total, errors {rec['errors']}, other CPU {rec['cpu']['other_cores']:.3f} cores"

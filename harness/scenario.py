@@ -444,6 +444,63 @@ class Shape(_Strict):
         return self
 
 
+class SoakArrival(_Strict):
+    """Open-loop arrivals during a soak (harness/load/pacing.py): the rate over the soak is steady, a list of stages
+    cycled over it, or a diurnal curve; each request goes out at its scheduled time whatever the answers before it,
+    up to ``max_in_flight`` at once, and one that cannot go out on time is recorded late with its delay."""
+
+    kind: ArrivalKind = Field(
+        "poisson", description="gaps between arrivals: constant, poisson (exponential) or gamma (coefficient of variation cv), "
+        "drawn at unit rate and stretched over the rate curve (time rescaling)",
+    )
+    rate_rps: float | None = Field(None, gt=0, le=100_000, description="steady: the rate; curve diurnal: the peak rate")
+    curve: Literal["steady", "diurnal"] = Field(
+        "steady", description="with rate_rps: steady (the same rate throughout) or diurnal (trough_rps at t=0, rate_rps half a period later)"
+    )
+    trough_rps: float | None = Field(None, gt=0, le=100_000, description="curve diurnal: the rate at 'midnight' (t=0 and every period_s)")
+    period_s: float | None = Field(None, gt=0, le=604_800, description="curve diurnal: one compressed day (default: the soak)")
+    stages: list[Stage] | None = Field(
+        None, min_length=1, max_length=10_000,
+        description="instead of rate_rps: rate × duration stages in order, started again from the first when they end before the soak does",
+    )
+    cv: float | None = Field(None, gt=0, le=100, description="gamma only (and required there): coefficient of variation of the gaps")
+    max_in_flight: int = Field(
+        64, ge=1, le=65_536, description="requests in flight at most (over all Locust workers); a request due while this many are "
+        "in flight waits for a slot and is recorded late with its send delay"
+    )
+    seed: int = Field(0, description="seed of the gaps: every configuration's soak gets the same schedule")
+
+    @model_validator(mode="after")
+    def _coherent(self) -> SoakArrival:
+        if (self.rate_rps is None) == (self.stages is None):
+            raise ValueError("set exactly one of 'rate_rps' (steady or diurnal) or 'stages' (rate × duration, cycled over the soak)")
+        if self.kind == "gamma" and self.cv is None:
+            raise ValueError("kind 'gamma' needs 'cv', the coefficient of variation of the gaps (1 is as bursty as poisson)")
+        if self.kind != "gamma" and self.cv is not None:
+            raise ValueError(f"'cv' is for kind 'gamma'; kind '{self.kind}' has a fixed one (constant 0, poisson 1): remove 'cv'")
+        if self.curve == "diurnal":
+            if self.rate_rps is None or self.trough_rps is None:
+                raise ValueError("curve 'diurnal' needs 'rate_rps' (the peak) and 'trough_rps'")
+            if self.trough_rps > self.rate_rps:
+                raise ValueError(f"trough_rps ({self.trough_rps:g}) is above the peak rate_rps ({self.rate_rps:g})")
+        else:
+            extra = [f for f in ("trough_rps", "period_s") if getattr(self, f) is not None]
+            if extra:
+                raise ValueError(f"{' and '.join(extra)} {'is' if len(extra) == 1 else 'are'} for curve 'diurnal': set curve: diurnal or remove them")
+        if self.stages is not None and "curve" in self.model_fields_set:
+            raise ValueError("'curve' is for rate_rps; stages set the rate themselves: remove 'curve'")
+        return self
+
+    def mean_rps(self, duration_s: float) -> float:
+        """The mean rate the curve asks over a soak of ``duration_s``."""
+        from harness.load.pacing import cumulative
+
+        return cumulative(self.model_dump(), duration_s, duration_s) / duration_s if duration_s > 0 else 0.0
+
+
+SOAK_MAX_REQUESTS = 50_000_000  # a soak's schedule is drawn in memory: more arrivals than this is a mistake in the rate
+
+
 VerdictKind = Literal["crash", "hang", "collapse", "memory", "error_rate", "drift", "no_load"]
 VerdictAction = Literal["record", "restart", "stop_config", "stop_run"]
 # what each watchdog verdict does unless the scenario says otherwise (docs/soak.md)
@@ -505,7 +562,11 @@ class Soak(_Strict):
         None, gt=0, le=7 * 86_400,
         description="alternate configurations every slice, restarting each engine per slice (resets the state a late collapse needs); default: one engine for the whole soak",
     )
-    shape: Shape = Field(default_factory=Shape, description="traffic over time")
+    shape: Shape = Field(default_factory=Shape, description="traffic over time: closed-loop streams (Locust users)")
+    arrival: SoakArrival | None = Field(
+        None, description="instead of shape: open-loop arrivals at a rate (steady, stages or diurnal), each request sent at its "
+        "scheduled time and recorded late when it cannot be (docs/soak.md#open-loop-arrivals)",
+    )
     workers: int = Field(0, ge=0, le=256, description="Locust workers (0: one local Locust process)")
     prompts: str | None = Field(None, description="default: builtin:soak")
     max_tokens: int | None = Field(None, ge=1, le=131_072, description="tokens per answer; default: measurement.max_tokens")
@@ -516,6 +577,22 @@ class Soak(_Strict):
         "used up stops, and the soak's records say so); allow: prompts wrap around",
     )
     watchdog: Watchdog = Field(default_factory=Watchdog, description="what counts as a failure, and what it does")
+
+    @model_validator(mode="after")
+    def _shape_or_arrival(self) -> Soak:
+        if self.arrival is not None:
+            if "shape" in self.model_fields_set:
+                raise ValueError("soak.shape (closed-loop users) and soak.arrival (open-loop arrivals) are exclusive: the soak's traffic is "
+                                 "one or the other; remove soak.shape or soak.arrival")
+            expected = self.arrival.mean_rps(self.duration_s) * self.duration_s
+            if expected > SOAK_MAX_REQUESTS:
+                raise ValueError(f"soak.arrival asks about {expected:,.0f} requests over the soak (more than {SOAK_MAX_REQUESTS:,}): "
+                                 f"check rate_rps and duration_s")
+        return self
+
+    def load_kind(self) -> str:
+        """What the soak's traffic is, in a word: the shape's kind, or 'open-loop <arrival kind>'."""
+        return f"open-loop {self.arrival.kind}" if self.arrival is not None else self.shape.kind
 
 
 class Ramp(_Strict):
@@ -916,7 +993,7 @@ def wall_clock_estimate(sc: Scenario) -> dict[str, float]:
     if sc.soak is not None:
         n_soak = len(sc.soak_configurations())
         soak_s = n_soak * sc.soak.duration_s
-        after_s = n_soak * (ASSUMED_START_S + (phases_s if m.arrival is None else 0.0))  # open-loop phases are not repeated
+        after_s = n_soak * (ASSUMED_START_S + phases_s - warmup_s)  # the phases again on the soaked engine, without a warm-up
     total = measure_s + ramp_s + fill_s + soak_s + after_s
     return {"total_s": total, "measurement_s": measure_s, "ramp_s": ramp_s, "fill_check_s": fill_s, "soak_s": soak_s, "after_soak_s": after_s}
 

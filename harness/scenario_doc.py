@@ -125,7 +125,8 @@ UNITS: dict[str, str] = {
     "control_drift_max": "fraction", "drift_alpha": "probability", "per_stream_tps_min": "tokens per second", "ttft_p95_s_max": "seconds",
     "warmup_windows": "windows", "reference_windows": "windows", "confirm_windows": "windows",
     "drift_min_windows": "windows", "max_restarts": "restarts", "repetitions": "repetitions", "port": "TCP port",
-    "rate_rps": "requests per second", "requests": "requests", "max_in_flight": "requests", "cv": "std / mean of the gaps",
+    "rate_rps": "requests per second", "trough_rps": "requests per second", "requests": "requests", "max_in_flight": "requests",
+    "cv": "std / mean of the gaps",
     "e2e_s_max": "seconds", "shared_prefix_tokens": "tokens", "mean": "tokens", "sd": "tokens", "min": "tokens", "max": "tokens",
     "completion_ratio_min": "fraction", "late_share_max": "fraction", "goodput_ratio_min": "fraction", "stop_after": "rates",
 }

@@ -41,6 +41,7 @@ from harness.changepoint import ChangeDetector, ChangeEvent, DetectorSettings, m
 from harness.cpu import CpuMeter, tree_rss_bytes
 from harness.errors import EngineError
 from harness.load.locust_proc import LocustProcess
+from harness.load.pacing import LEVEL_STEP, soak_offsets, window_traffic
 from harness.load.shapes import users_at
 from harness.prompts.lengths import soak_prompts
 from harness.records import SLICES, SOAK_DIR, VERDICTS, WINDOWS, JsonlWriter, read_jsonl
@@ -177,6 +178,11 @@ class SoakSlice:
         # CPU per window: engine, harness (this process and its Locust processes), everything else
         self.locust_pids: tuple[int, ...] = ()
         self.cpu_meter: CpuMeter | None = None
+        # open loop: the slice's schedule (soak seconds) and the unix time its offset_s went out (the pacing user's start)
+        self.arrival = self.soak.arrival.model_dump() if self.soak.arrival is not None else None
+        self.schedule = (soak_offsets(self.arrival, offset_s, offset_s + slice_s, self.soak.duration_s)
+                         if self.arrival is not None else np.zeros(0))
+        self.pacing_t0: float | None = None
 
     # ---- verdicts --------------------------------------------------------------------
     def verdict(self, kind: str, message: str, evidence: dict[str, Any], metric: str | None = None, action: str | None = None) -> str:
@@ -342,6 +348,7 @@ class SoakSlice:
             "prompt_reuse": self.soak.prompt_reuse,
             "prompt_start": self._prompt_start(prompts),
             "shape": self.soak.shape.model_dump(),
+            "arrival": self.soak.arrival.model_dump() if self.soak.arrival is not None else None,
             "duration_s": self.soak.duration_s,
             "offset_s": self.offset_s,
             "slice_s": self.slice_s,
@@ -375,6 +382,30 @@ class SoakSlice:
     def _users(self, t_unix: float) -> int:
         return users_at(self.soak.shape.model_dump(), self.offset_s + t_unix - self.t_load, self.soak.duration_s)
 
+    def _soak_time(self, t_unix: float) -> float:
+        """Seconds into the soak at ``t_unix``: from the pacing user's start when Locust has said it (open loop), else
+        from the start of the load."""
+        if self.arrival is not None and self.pacing_t0 is None:
+            starts = []
+            for f in (self.run_dir / SOAK_DIR).glob(f"{self.slice_id}-*.pacing.json"):
+                try:
+                    starts.append(float(json.loads(f.read_text())["t0_unix"]))
+                except (OSError, ValueError, KeyError, TypeError):
+                    continue
+            self.pacing_t0 = min(starts) if starts else None
+        return self.offset_s + t_unix - (self.pacing_t0 if self.pacing_t0 is not None else self.t_load)
+
+    def _traffic(self, recs: list[dict[str, Any]], t0: float, t1: float) -> dict[str, Any]:
+        """A window's traffic figures (harness/load/pacing.py ``window_traffic``)."""
+        slo = self.ctx.sc.slo
+        bounds = (slo.per_stream_tps_min, slo.ttft_p95_s_max, slo.e2e_s_max) if slo is not None else (None, None, None)
+        if self.arrival is None:
+            return window_traffic(recs, t1 - t0, bounds)
+        # the window in soak seconds, within the slice's schedule (Locust's start-up before it, the drain after it ask nothing)
+        s0, s1 = self._soak_time(t0), self._soak_time(t1)
+        span = (max(s0, self.offset_s), min(s1, self.offset_s + self.slice_s))
+        return window_traffic(recs, t1 - t0, bounds, self.arrival, self.schedule, span, self.soak.duration_s)
+
     def _close_window(self, now: float) -> None:
         recs = self.window
         ok = [r for r in recs if r.get("status") == "ok"]
@@ -394,6 +425,7 @@ class SoakSlice:
                 kinds[r["error_kind"]] += 1
         seconds = now - self.window_t0
         users_start, users_end = self._users(self.window_t0), self._users(now)
+        traffic = self._traffic(recs, self.window_t0, now)
         pid = self.session.pid
         win: dict[str, Any] = {
             "config": self.cfg.name, "slice": self.slice_id, "t_start_unix": self.window_t0, "t_end_unix": now,
@@ -407,7 +439,9 @@ class SoakSlice:
             "acceptance": acc["acceptance"], "mean_accept_len": acc["mean_accept_len"],
             "counters": delta.to_dict() if delta is not None else None,
             "engine_rss_mib": engine_rss_mib(pid),
-            "users": users_start if users_start == users_end else None,  # None: the load level changed inside the window
+            # the load level: Locust users (None: it changed inside the window); open loop: no users, the rate's level
+            "users": (users_start if users_start == users_end else None) if self.arrival is None else None,
+            **traffic,
             "engine_pid": pid,
             "engine_uptime_s": self.session.uptime_s(now),
             "engine_restart": self.engine_restarted,
@@ -472,7 +506,8 @@ class SoakSlice:
         evidence = {**ev.to_dict(), "windows": [_brief(w) for w in self.history.get(self.cfg.name, [])[-(self.wd.confirm_windows + 2):]]}
         change = f"{ev.relative_change:+.0%}" if ev.metric != "error_ratio" else f"{ev.relative_change:+.2f}"
         if ev.kind == "collapse":
-            self.verdict("collapse", f"{ev.metric} {change} against its reference {ev.reference:.3g} at {ev.level} users "
+            at = f"{ev.level} users" if self.arrival is None else f"load level {ev.level} (about {LEVEL_STEP ** (ev.level or 0):.3g} rps)"
+            self.verdict("collapse", f"{ev.metric} {change} against its reference {ev.reference:.3g} at {at} "
                          f"(now {ev.value:.3g}), since {time.strftime('%H:%M:%S', time.localtime(ev.onset_unix))}", evidence, metric=ev.metric)
         else:
             self.verdict("recovered", f"{ev.metric} back near its reference after {(ev.episode_end_unix or 0) - (ev.episode_start_unix or 0):.0f} s "
@@ -487,6 +522,9 @@ class SoakSlice:
             + (f", TTFT p95 {win['ttft_p95_s']:.2f} s" if win["ttft_p95_s"] is not None else "")
             + (f", acceptance {win['acceptance']:.2f}" if win["acceptance"] is not None else "")
             + (f", engine RSS {win['engine_rss_mib']:.0f} MiB" if win["engine_rss_mib"] else "")
+            + (f", offered {win['offered_rps']:.2f} rps, achieved {win['achieved_rps']:.2f}, late {win['late']}"
+               if win.get("offered_rps") is not None else "")
+            + (f", goodput {win['goodput_rps']:.2f} rps" if win.get("goodput_rps") is not None else "")
             + (f" [dim](not judged: {win['not_judged_why']})[/]" if not win["judged"] else ""),
             highlight=False,
         )
@@ -513,7 +551,8 @@ class SoakSlice:
 def _brief(w: dict[str, Any]) -> dict[str, Any]:
     """A window as verdict evidence: its figures, without the detector state and CPU detail."""
     keep = ("t_start_unix", "t_end_unix", "requests", "errors", "output_tps", "decode_tps", "ttft_p95_s", "error_ratio",
-            "acceptance", "engine_rss_mib", "users", "engine_uptime_s", "contaminated")
+            "acceptance", "engine_rss_mib", "users", "engine_uptime_s", "contaminated", "achieved_rps", "goodput_rps", "offered_rps",
+            "late", "load_level")
     return {k: w.get(k) for k in keep}
 
 

@@ -22,11 +22,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import gevent
+import gevent.lock
 from locust import LoadTestShape, User, constant, events, task
 from locust.exception import StopUser
 
 from engines import engine_class
 from harness.client import RequestParams, StreamParser, classify_http, request_body
+from harness.load.pacing import LATE_AFTER_S, in_flight_share, soak_offsets, worker_share
 from harness.load.shapes import users_at
 from harness.prompts import Prompt, share_index
 from harness.records import BatchedJsonlWriter
@@ -47,6 +49,7 @@ if os.environ.get("SPECSOAK_LOCUST_API_KEY"):  # from the harness's environment,
     _HEADERS["Authorization"] = "Bearer " + os.environ["SPECSOAK_LOCUST_API_KEY"]
 _ANCHOR = (time.time(), time.perf_counter_ns())
 _T_START: float | None = None
+ARRIVAL: dict[str, Any] | None = CONFIG.get("arrival")  # open loop: PacingUser; closed loop: StreamingUser
 
 
 def _writer() -> BatchedJsonlWriter:
@@ -98,9 +101,10 @@ def _exhausted(n: int) -> None:
         _WRITER.flush()
 
 
-class StreamingUser(User):
-    """A closed-loop user: one conversation after another, each turn streamed and recorded."""
+class _RecordingUser(User):
+    """What both users share: one streamed request, timed and recorded (``_one``)."""
 
+    abstract = True
     wait_time = constant(0)
     _failures_in_a_row = 0
 
@@ -117,22 +121,6 @@ class StreamingUser(User):
         self._failures_in_a_row += 1
         time.sleep(min(5.0, 0.25 * 2 ** (self._failures_in_a_row - 1)))
 
-    @task
-    def converse(self) -> None:
-        if CONFIG["shape"].get("kind") == "replay":
-            prompt = self._next_replay()
-        else:
-            prompt = self._next_prompt()
-        messages = list(prompt.messages)
-        for turn, follow in enumerate((None, *prompt.followups)):
-            if follow is not None:
-                messages = [*messages, {"role": "user", "content": follow}]
-            rec = self._one(messages, prompt.id, turn, prompt.max_tokens)
-            self._back_off(rec["status"] == "ok")
-            if rec["status"] != "ok":
-                return
-            messages = [*messages, {"role": "assistant", "content": rec.get("text") or ""}]
-
     def _next_prompt(self) -> Prompt:
         """The next prompt of this process's share: processes take every ``total``-th prompt from their own index
         (past ``prompt_start``, where earlier slices stopped), so no two send the same one. ``prompt_reuse: forbid``:
@@ -145,25 +133,11 @@ class StreamingUser(User):
             raise StopUser()
         return PROMPTS[i]
 
-    def _next_replay(self) -> Prompt:
-        index, total = _worker_slot(self.environment)
-        trace = CONFIG["trace"]
-        offset = float(CONFIG.get("offset_s", 0.0))
-        while True:
-            i = next(_TRACE_SEQ) * total + index
-            if i >= len(trace):
-                raise StopUser()
-            t_s, pid = trace[i]
-            if t_s < offset:
-                continue  # before this slice (or already sent before a resume)
-            break
-        assert _T_START is not None
-        delay = (t_s - offset) - (time.perf_counter() - _T_START)
-        if delay > 0:
-            time.sleep(delay)  # gevent-patched: yields to other users
-        return BY_ID.get(pid or "", PROMPTS[i % len(PROMPTS)])
-
-    def _one(self, messages: list[dict[str, str]], prompt_id: str, turn: int, max_tokens: int | None = None) -> dict[str, Any]:
+    def _one(self, messages: list[dict[str, str]], prompt_id: str, turn: int, max_tokens: int | None = None,
+             due: tuple[int, bool] | None = None) -> dict[str, Any]:
+        """One streamed request, recorded. ``max_tokens``: the prompt's own (drawn lengths), else the scenario's.
+        ``due``: an open-loop request's scheduled time (perf_counter_ns) and whether it waited for a slot; the record
+        then carries scheduled_unix_s, send_delay_s and late."""
         body = json.dumps(request_body(messages, PARAMS, CONFIG["extras"], next(_SEED_SEQ), max_tokens)).encode()
         t0 = time.perf_counter_ns()
         parser = StreamParser(ENGINE, True, t0)
@@ -199,13 +173,19 @@ class StreamingUser(User):
         meta = {
             "config": CONFIG["config"],
             "phase": "soak",
-            "streams": self.environment.runner.user_count if self.environment.runner else 0,
+            "streams": (int(ARRIVAL["max_in_flight"]) if ARRIVAL is not None
+                        else self.environment.runner.user_count if self.environment.runner else 0),
             "repetition": 0,
             "stream": id(self) % 1_000_000,
             "index": seq,
         }
         rec = parser.record(meta, prompt_id, _ANCHOR[0] + (t0 - _ANCHOR[1]) / 1e9, time.perf_counter_ns()).to_dict()
         rec.update(id=f"{CONFIG['slice_id']}/{os.getpid()}/{seq}", attempt=CONFIG["slice_id"], turn=turn)
+        if due is not None:
+            due_ns, waited = due
+            delay = max(0.0, (t0 - due_ns) / 1e9)
+            rec.update(scheduled_unix_s=round(_ANCHOR[0] + (due_ns - _ANCHOR[1]) / 1e9, 6), send_delay_s=round(delay, 6),
+                       late=waited or delay > LATE_AFTER_S)
         if not CONFIG.get("keep_text", False):
             rec["text"] = None
         _writer().write(rec)
@@ -227,12 +207,106 @@ class StreamingUser(User):
         return rec
 
 
+class StreamingUser(_RecordingUser):
+    """A closed-loop user: one conversation after another, each turn streamed and recorded."""
+
+    abstract = ARRIVAL is not None  # Locust runs only the user class that is not abstract
+
+    @task
+    def converse(self) -> None:
+        if CONFIG["shape"].get("kind") == "replay":
+            prompt = self._next_replay()
+        else:
+            prompt = self._next_prompt()
+        messages = list(prompt.messages)
+        for turn, follow in enumerate((None, *prompt.followups)):
+            if follow is not None:
+                messages = [*messages, {"role": "user", "content": follow}]
+            rec = self._one(messages, prompt.id, turn, prompt.max_tokens)
+            self._back_off(rec["status"] == "ok")
+            if rec["status"] != "ok":
+                return
+            messages = [*messages, {"role": "assistant", "content": rec.get("text") or ""}]
+
+    def _next_replay(self) -> Prompt:
+        index, total = _worker_slot(self.environment)
+        trace = CONFIG["trace"]
+        offset = float(CONFIG.get("offset_s", 0.0))
+        while True:
+            i = next(_TRACE_SEQ) * total + index
+            if i >= len(trace):
+                raise StopUser()
+            t_s, pid = trace[i]
+            if t_s < offset:
+                continue  # before this slice (or already sent before a resume)
+            break
+        assert _T_START is not None
+        delay = (t_s - offset) - (time.perf_counter() - _T_START)
+        if delay > 0:
+            time.sleep(delay)  # gevent-patched: yields to other users
+        return BY_ID.get(pid or "", PROMPTS[i % len(PROMPTS)])
+
+
+class PacingUser(_RecordingUser):
+    """The open-loop user: one per Locust process, a scheduler that sends this process's share of the soak's
+    arrivals (harness/load/pacing.py) each at its time, each in its own greenlet, at most its share of
+    ``max_in_flight`` at once. A request due while every slot is taken waits for one in order, and is recorded late
+    with its delay; one the process itself sends past LATE_AFTER_S (a busy CPU) is late too. Never silently delayed."""
+
+    abstract = ARRIVAL is None
+
+    @task
+    def converse(self) -> None:
+        assert ARRIVAL is not None
+        index, total = _worker_slot(self.environment)
+        offset, slice_s, duration = float(CONFIG.get("offset_s", 0.0)), float(CONFIG["slice_s"]), float(CONFIG["duration_s"])
+        offsets = soak_offsets(ARRIVAL, offset, offset + slice_s, duration)
+        mine = worker_share(len(offsets), index, total)
+        slots = gevent.lock.BoundedSemaphore(in_flight_share(int(ARRIVAL["max_in_flight"]), index, total))
+        t0_ns = time.perf_counter_ns()
+        # where this process's schedule starts, for the harness's offered rate per window (harness/soak.py)
+        start = {"t0_unix": _ANCHOR[0] + (t0_ns - _ANCHOR[1]) / 1e9, "offset_s": offset, "scheduled": len(mine), "pid": os.getpid()}
+        (Path(CONFIG["records_dir"]) / f"{CONFIG['slice_id']}-{os.getpid()}.pacing.json").write_text(json.dumps(start))
+        sent: list[gevent.Greenlet] = []
+        for i in mine:
+            due_ns = t0_ns + int(round((float(offsets[i]) - offset) * 1e9))
+            wait_s = (due_ns - time.perf_counter_ns()) / 1e9
+            if wait_s > 0:
+                gevent.sleep(wait_s)
+            if _stopping(self.environment):
+                break
+            try:
+                prompt = self._next_prompt()
+            except StopUser:  # prompt_reuse: forbid and the share used up (said by _exhausted)
+                break
+            waited = slots.locked()
+            slots.acquire()
+            sent.append(gevent.spawn(self._send, prompt, due_ns, waited, slots))
+        gevent.joinall(sent)
+        raise StopUser()
+
+    def _send(self, prompt: Prompt, due_ns: int, waited: bool, slots: gevent.lock.BoundedSemaphore) -> None:
+        try:
+            self._one(list(prompt.messages), prompt.id, 0, prompt.max_tokens, (due_ns, waited))
+        finally:
+            slots.release()
+
+
+def _stopping(environment: Any) -> bool:
+    runner = environment.runner
+    return runner is None or runner.state in ("stopping", "stopped", "cleanup", "quitting")
+
+
 class ScenarioShape(LoadTestShape):
-    """The scenario's shape (harness/load/shapes.py) for this slice of the soak."""
+    """The scenario's shape (harness/load/shapes.py) for this slice of the soak; open loop: one pacing user per
+    Locust process for the slice."""
 
     def tick(self) -> tuple[int, float] | None:
         t = self.get_run_time()
         if t >= float(CONFIG["slice_s"]):
             return None
+        if ARRIVAL is not None:
+            n = max(1, int(CONFIG.get("workers") or 1))
+            return n, float(n)
         users = users_at(CONFIG["shape"], float(CONFIG.get("offset_s", 0.0)) + t, float(CONFIG["duration_s"]))
         return users, float(CONFIG["shape"].get("spawn_rate", 10.0))

@@ -162,6 +162,18 @@ SOAK = DashboardSpec(
             _ref("acceptance"),
         ), unit="percentunit"),
         PanelSpec("Load: users", "timeseries", (_win("specsoak_soak_users", "{{config}} users"),)),
+        PanelSpec("Requests/s: asked, offered, achieved, goodput (per window)", "timeseries", (
+            _win("specsoak_soak_asked_requests_per_second", "{{config}} asked"),
+            _win("specsoak_soak_offered_requests_per_second", "{{config}} offered"),
+            _win("specsoak_soak_achieved_requests_per_second", "{{config}} achieved"),
+            _win("specsoak_soak_goodput_requests_per_second", "{{config}} goodput (SLO met)"),
+        ), unit="reqps", description="Asked: the rate the scenario's curve asks; offered: arrivals scheduled in the window (open-loop soak "
+           "only); achieved: successful requests finished in it; goodput: those that met the scenario's SLO (absent without one)."),
+        PanelSpec("Late sends per window, longest send delay (open loop)", "timeseries", (
+            _win("specsoak_soak_late_requests", "{{config}} late"),
+            Query(f"max by (config) (specsoak_soak_max_send_delay_seconds{{{S}}}) * 1000", "{{config}} max delay ms"),
+        ), description="Requests that could not go out at their scheduled time: max_in_flight reached, or the client lagged. "
+           "Never silently delayed: each is recorded with its delay."),
         PanelSpec("Engine memory: window, RSS now, machine available", "timeseries", (
             _win("specsoak_soak_engine_memory_bytes", "{{config}} engine tree (window)"),
             Query(f"max by (config) (specsoak_engine_resident_memory_bytes{{{S}}})", "{{config}} engine RSS"),
@@ -343,6 +355,13 @@ SOAK_ONLY_MARKERS = ("specsoak_soak_", 'phase="soak"', "specsoak_engine_uptime_s
 
 
 GPU_ONLY_MARKERS = ("specsoak_soak_gpu_",)
+# series only an open-loop soak (soak.arrival) has: the live soak test runs closed loop, a backfill of open-loop windows checks these
+OPEN_LOOP_ONLY_MARKERS = ("specsoak_soak_asked_", "specsoak_soak_offered_", "specsoak_soak_late_", "specsoak_soak_max_send_delay_")
+
+
+def open_loop_only(expr: str) -> bool:
+    """Whether an expression can only have data during an open-loop soak."""
+    return any(m in expr for m in OPEN_LOOP_ONLY_MARKERS)
 
 
 def gpu_only(expr: str) -> bool:

@@ -186,7 +186,15 @@ class MetricsExporter(BaseObserver):
         self.collapsed = Gauge("specsoak_soak_collapsed", "1 while the change detector is in an episode (collapse) for the metric, else 0", [*L, "metric"], registry=r)
         self.reference = Gauge("specsoak_soak_reference", "the change detector's reference of the metric, in the window field's own unit (engine_rss_mib in MiB)", [*L, "metric"], registry=r)
         self.relative_change = Gauge("specsoak_soak_relative_change", "the last window's change relative to the detector's reference", [*L, "metric"], registry=r)
+        # requests per second of the last soak window (docs/soak.md#open-loop-arrivals); offered, asked and late: open loop only
+        self.soak_achieved_rps = Gauge("specsoak_soak_achieved_requests_per_second", "successful requests finished in the last soak window / its seconds", L, registry=r)
+        self.soak_goodput_rps = Gauge("specsoak_soak_goodput_requests_per_second", "requests of the last soak window that met the scenario's SLO (TTFT, per-token, end-to-end; from their scheduled time) / its seconds; absent without a per-request SLO", L, registry=r)
+        self.soak_offered_rps = Gauge("specsoak_soak_offered_requests_per_second", "open-loop soak: arrivals scheduled in the last window / its seconds", L, registry=r)
+        self.soak_asked_rps = Gauge("specsoak_soak_asked_requests_per_second", "open-loop soak: the mean rate the scenario's rate curve asks over the last window", L, registry=r)
+        self.soak_late = Gauge("specsoak_soak_late_requests", "open-loop soak: requests of the last window sent late (waited for max_in_flight, or the client lagged)", L, registry=r)
+        self.soak_max_delay = Gauge("specsoak_soak_max_send_delay_seconds", "open-loop soak: the longest send delay (send time - scheduled time) among the last window's requests", L, registry=r)
         self._window_gauges = (
+            self.soak_achieved_rps, self.soak_goodput_rps, self.soak_offered_rps, self.soak_asked_rps, self.soak_late, self.soak_max_delay,
             self.soak_output_tps, self.soak_decode_tps, self.soak_ttft_p95, self.soak_error_ratio, self.soak_acceptance, self.soak_accept_len,
             self.soak_engine_memory, self.soak_users, self.engine_uptime, self.soak_headroom, self.soak_gpu_headroom, self.harness_memory,
             self.soak_engine_cores, self.soak_harness_cores, self.soak_other_cores, self.soak_judged, self.soak_window_end,
@@ -380,6 +388,12 @@ class MetricsExporter(BaseObserver):
             (self.soak_judged, None if judged is None else float(bool(judged))),
             (self.soak_window_end, record.get("t_end_unix") or self.clock()),
             (self.soak_gpu_headroom, _headroom(record, "gpu")),
+            (self.soak_achieved_rps, record.get("achieved_rps")),
+            (self.soak_goodput_rps, record.get("goodput_rps")),
+            (self.soak_offered_rps, record.get("offered_rps")),
+            (self.soak_asked_rps, record.get("asked_rps")),
+            (self.soak_late, record.get("late")),
+            (self.soak_max_delay, record.get("max_send_delay_s") if record.get("late") is not None else None),
         ):
             _set_or_remove(gauge, values, v)
         for kind, key in (("used", "gpu_used_mib"), ("total", "gpu_total_mib"), ("engine", "engine_gpu_mib")):

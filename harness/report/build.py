@@ -310,7 +310,8 @@ def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame
     else:
         cols = {"soak_verdict": "soak", "first_failure": "first failure", "first_failure_engine_uptime_h": "at engine uptime h",
                 "max_engine_uptime_h": "longest engine uptime h", "collapse_episodes": "collapse episodes",
-                "duration_s": "duration s", "requests": "requests", "failures": "failures", "failures_by_kind": "by kind",
+                "duration_s": "duration s", "requests": "requests", "offered_rps": "offered rps", "achieved_rps": "achieved rps",
+                "goodput_rps": "goodput rps", "late": "late sends", "failures": "failures", "failures_by_kind": "by kind",
                 "time_to_first_failure_s": "first failure after s", "failures_per_hour": "failures/h", "restarts": "restarts",
                 "drift": "drift verdicts", "judged_windows": "judged windows", "contaminated_windows": "contaminated windows",
                 "engine_cores": "engine cores", "harness_cores": "harness cores (incl. Locust)"}
@@ -326,14 +327,17 @@ def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame
         after = t["after_soak"]
         if not after.empty:
             b.append(h(3, "Before and after the soak"))
-            acols = {"streams": "streams", "before_total_tps": "total t/s before", "after_total_tps": "total t/s after",
+            acols = {"load": "open-loop load", "streams": "streams", "before_achieved_rps": "achieved rps before",
+                     "after_achieved_rps": "achieved rps after", "before_goodput_rps": "goodput rps before", "after_goodput_rps": "goodput rps after",
+                     "before_late": "late before", "after_late": "late after", "before_total_tps": "total t/s before", "after_total_tps": "total t/s after",
                      "after_vs_before": "after / before", "verdict": "verdict", "before_decode_tps": "decode t/s before",
                      "after_decode_tps": "decode t/s after", "before_acceptance": "acceptance before", "after_acceptance": "acceptance after",
                      "before_ttft_p50_s": "TTFT p50 s before", "after_ttft_p50_s": "TTFT p50 s after", "engine_uptime_h": "engine uptime h (after)"}
             b.append(table(_show(after, ["run"] * multi + ["config"] + list(acols), acols)))
             b.append(p("Before: the measurement phases on a fresh engine. After: the same phases on the engine that lived through",
                        "the soak. 'worse' means the after figure is below the before figure's 95% interval over its repetitions:",
-                       "the engine aged, or the machine slowed (the soak windows tell which)."))
+                       "the engine aged, or the machine slowed (the soak windows tell which). An open-loop phase is run again with",
+                       "its own schedule and prompts: the same offered load, so achieved rps, goodput and late sends compare too."))
 
     b.append(h(2, "Losslessness"))
     vt = t["verify"]

@@ -28,8 +28,8 @@ from harness.records import read_jsonl
 COMPACT_DIR = ".compact"
 BLOCK_BYTES = 8 << 20
 
-# every scalar field of RequestRecord (harness/records.py); itl_s, chunk_tokens and text stay in the JSONL only, and so do
-# the open-loop fields (scheduled_unix_s, send_delay_s, late), which the soak's records do not have yet
+# every scalar field of RequestRecord (harness/records.py); itl_s, chunk_tokens and text stay in the JSONL only. The
+# open-loop fields (scheduled_unix_s, send_delay_s, late) are set in an open-loop soak (soak.arrival), null otherwise
 SCHEMA = pa.schema([
     ("config", pa.string()), ("phase", pa.string()), ("streams", pa.int64()), ("repetition", pa.int64()),
     ("stream", pa.int64()), ("index", pa.int64()), ("prompt_id", pa.string()), ("status", pa.string()),
@@ -37,6 +37,7 @@ SCHEMA = pa.schema([
     ("chunks", pa.int64()), ("prompt_tokens", pa.int64()), ("decode_tps", pa.float64()), ("e2e_tps", pa.float64()),
     ("itl_token_p50_s", pa.float64()), ("itl_token_p99_s", pa.float64()), ("draft_tokens", pa.int64()), ("accepted_tokens", pa.int64()), ("finish_reason", pa.string()),
     ("error_kind", pa.string()), ("error", pa.string()), ("id", pa.string()), ("attempt", pa.string()), ("turn", pa.int64()),
+    ("scheduled_unix_s", pa.float64()), ("send_delay_s", pa.float64()), ("late", pa.bool_()),
 ])
 
 
@@ -122,6 +123,8 @@ def _compact(src: Path, dst: Path) -> None:
 
 def _cell(value: object, kind: pa.DataType) -> object:
     """A record's value as its column's type; a value of the wrong type is left empty, as a missing one is."""
+    if kind == pa.bool_():
+        return value if isinstance(value, bool) else None
     if isinstance(value, bool):
         return None
     if kind == pa.string():

@@ -270,8 +270,30 @@ def soak_table(runs: list[RunData]) -> pd.DataFrame:
                 "max_engine_uptime_h": max((float(w.get("engine_uptime_s") or 0) for w in cw), default=0.0) / 3600 if cw else None,
                 "judged_windows": sum(1 for w in cw if w.get("judged")),
                 **_soak_cpu([w for w in run.soak_windows if w.get("config") == name]),
+                **_soak_rates(cw),
             })
     return pd.DataFrame(rows)
+
+
+def _soak_rates(windows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Requests per second over a configuration's soak windows (docs/soak.md#open-loop-arrivals): achieved and goodput
+    pooled over the windows' seconds; open loop: offered (scheduled arrivals over the schedule's seconds), late sends."""
+    secs = [(w, float(w["t_end_unix"]) - float(w["t_start_unix"])) for w in windows if w.get("t_end_unix") and w.get("t_start_unix")]
+    total = sum(s for _, s in secs)
+
+    def pooled(key: str) -> float | None:
+        have = [(float(w[key]), s) for w, s in secs if w.get(key) is not None]
+        return sum(v * s for v, s in have) / sum(s for _, s in have) if have and sum(s for _, s in have) > 0 else None
+
+    spans = [(int(w.get("scheduled") or 0), float(w["soak_t_end_s"]) - float(w["soak_t_start_s"])) for w in windows
+             if w.get("soak_t_end_s") is not None and w.get("soak_t_start_s") is not None]
+    span = sum(s for _, s in spans)
+    return {
+        "achieved_rps": pooled("achieved_rps") if total > 0 else None,
+        "goodput_rps": pooled("goodput_rps") if total > 0 else None,
+        "offered_rps": sum(n for n, _ in spans) / span if span > 0 else None,
+        "late": sum(int(w.get("late") or 0) for w in windows) if spans else None,
+    }
 
 
 def collapse_episodes(verdicts: list[dict[str, Any]]) -> list[str]:
@@ -304,13 +326,20 @@ def after_soak_table(runs: list[RunData]) -> pd.DataFrame:
     rows: list[dict[str, Any]] = []
     for run in runs:
         after = pd.DataFrame(run.after_soak)
-        if after.empty or run.phases.empty:
+        if after.empty or (run.phases.empty and run.arrival_phases.empty):
             continue
         rq = run.requests
-        for (name, n), grp in after.groupby(["config", "streams"], sort=True):
-            before = run.phases[(run.phases["config"] == name) & (run.phases["streams"] == n)]
+        # an open-loop phase is keyed by its load (a rate, or 'stages'): its streams is max_in_flight, the same for all
+        after["key"] = [ld if isinstance(ld, str) else int(n) for ld, n in zip(after.get("load", [None] * len(after)), after["streams"])]
+        for (name, key), grp in after.groupby(["config", "key"], sort=True):
+            open_loop = isinstance(key, str)
+            pool = run.arrival_phases if open_loop else run.phases
+            if pool.empty:
+                continue
+            before = pool[(pool["config"] == name) & (pool["load" if open_loop else "streams"] == key)]
             if before.empty:
                 continue
+            n = int(grp["streams"].iloc[0])
             b_tps, a_tps = [float(x) for x in before["total_tps"]], [float(x) for x in grp["total_tps"]]
             lo, hi = t_interval(b_tps)
             b_med, a_med = float(pd.Series(b_tps).median()), float(pd.Series(a_tps).median())
@@ -318,6 +347,12 @@ def after_soak_table(runs: list[RunData]) -> pd.DataFrame:
                                    "after_vs_before": a_med / b_med if b_med else None, "before_ci_low": lo, "before_ci_high": hi,
                                    "before_reps": len(b_tps), "after_reps": len(a_tps),
                                    "engine_uptime_h": float(grp["engine_uptime_s"].max()) / 3600 if "engine_uptime_s" in grp else None}
+            if open_loop:  # what the same schedule got, before and after
+                row["load"] = key
+                for label, ph in (("before", before), ("after", grp)):
+                    for col in ("achieved_rps", "goodput_rps", "late"):
+                        vals = [float(x) for x in ph[col].dropna()] if col in ph else []
+                        row[f"{label}_{col}"] = float(pd.Series(vals).median()) if vals else None
             for label, ph in (("before", before), ("after", grp)):
                 acc = _pooled_acceptance(ph)
                 row[f"{label}_acceptance"] = acc

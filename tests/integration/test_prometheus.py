@@ -335,6 +335,42 @@ def test_gpu_panels_have_data_from_gpu_windows(promtool: str, prometheus_bin: st
         prom.stop()
 
 
+def test_open_loop_panels_have_data_from_open_loop_windows(promtool: str, prometheus_bin: str, tmp_path: Path) -> None:
+    """The live soak test runs closed loop: soak windows as harness/soak.py writes them in an open-loop soak (asked,
+    offered, achieved and goodput rps, late sends, from harness/load/pacing.py's window_traffic) are backfilled, and every
+    open-loop panel's expression, and the goodput one, has data."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(RUN_QUICK, run_dir)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    t0 = float(manifest["stopped_unix"]) + 60
+    with (run_dir / WINDOWS).open("w") as f:
+        for i in range(12):
+            f.write(json.dumps({"config": "draft-self-k3", "slice": "s1", "t_start_unix": t0 + 60 * i, "t_end_unix": t0 + 60 * (i + 1),
+                                "t_unix": t0 + 60 * i + 30, "requests": 100, "errors": 0, "output_tps": 20.0, "engine_pid": 1, "users": None,
+                                "achieved_rps": 1.6, "slo_met": 90, "goodput_rps": 1.5, "asked_rps": 2.0, "scheduled": 118 + i,
+                                "offered_rps": (118 + i) / 60, "late": i, "max_send_delay_s": 0.5 * i, "load_level": 7}) + "\n")
+    manifest["stopped_unix"] = t0 + 60 * 13
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    om = tmp_path / "run.om"
+    om.write_text(export_openmetrics(run_dir))
+    data = tmp_path / "data"
+    _promtool(promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data))
+    (tmp_path / "prometheus.yml").write_text(promconfig.dump_yaml({"global": {"scrape_interval": "15s"}}))
+    prom = Prometheus(prometheus_bin, tmp_path / "prometheus.yml", data, tmp_path / "prometheus.log")
+    try:
+        exprs = [(where, e) for _uid, where, e in dashboards.all_expressions()
+                 if dashboards.open_loop_only(e) or "specsoak_soak_goodput_" in e or "specsoak_soak_achieved_" in e]
+        assert len(exprs) >= 6
+        for where, expr in exprs:
+            q = expr.replace("$run", manifest["run_id"]).replace("$config", ".*").replace("$__rate_interval", "1m")
+            res = prom.api("query_range", query=q, start=f"{t0:.3f}", end=f"{t0 + 780:.3f}", step="15")["result"]
+            assert _has_data(res), f"{where}: {q}"
+        res = prom.api("query", query="specsoak_soak_late_requests", time=f"{t0 + 725:.3f}")["result"]  # the last window ended at t0 + 720
+        assert res and float(res[0]["value"][1]) == 11
+    finally:
+        prom.stop()
+
+
 @pytest.mark.engine
 def test_cli_run_serves_metrics_and_writes_targets(llama_server_bin: Path, tmp_path: Path) -> None:
     import sys

@@ -54,6 +54,8 @@ def _scenario(folder: Path, name: str) -> Path:
         # (builtin:soak's conversations grow their context turn after turn, and decode t/s falls with it), and
         # one user (two closed-loop users drift between taking turns and being batched together, which halves
         # per-request decode t/s at the same total t/s: a real change of service, seen here, but not the plant's)
+        # a per-request SLO, so the soak windows have goodput for its dashboard panel (generous: it judges nothing here)
+        "slo": {"e2e_s_max": 30.0},
         "soak": {"duration_s": SOAK_S, "shape": {"kind": "steady", "users": 1}, "prompts": "builtin:repeat", "max_tokens": 32, "stall_s": 30,
                  "watchdog": {"probe_interval_s": 0.5, "hang_s": 30, "window_s": WINDOW_S, "warmup_windows": 1,
                               "reference_windows": 3, "confirm_windows": 2, "error_rate": 0.5, "min_requests": 5,
@@ -210,8 +212,10 @@ def test_every_soak_dashboard_expression_returns_data_for_the_soak(planted: dict
     start, end = min(w["t_start_unix"] for w in windows), max(w["t_end_unix"] for w in windows) + 5
     empty = []
     # the soak dashboard, and every other panel or rule that reads a soak-only series (the measured-run test checks the rest)
-    # (GPU memory panels: no NVIDIA GPU here; test_gpu_panels_have_data_from_gpu_windows backfills GPU windows for them)
-    exprs = [(uid, where, e) for uid, where, e in dashboards.all_expressions() if dashboards.soak_only(uid, e) and not dashboards.gpu_only(e)]
+    # (GPU memory panels: no NVIDIA GPU here; test_gpu_panels_have_data_from_gpu_windows backfills GPU windows for them;
+    # open-loop panels: this soak is closed loop; test_open_loop_panels_have_data_from_open_loop_windows backfills them)
+    exprs = [(uid, where, e) for uid, where, e in dashboards.all_expressions()
+             if dashboards.soak_only(uid, e) and not dashboards.gpu_only(e) and not dashboards.open_loop_only(e)]
     assert len([x for x in exprs if x[0] == "specsoak-soak"]) >= 17
     for _uid, where, expr in exprs:
         q = expr.replace("$run", run).replace("$config", ".*").replace("$__rate_interval", "30s")
