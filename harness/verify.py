@@ -185,15 +185,28 @@ class Verifier:
         out = JsonlWriter(run_dir / VERIFY)
         dist = JsonlWriter(run_dir / VERIFY_DIST)
         all_same = True
+        bases: dict[str, dict[str, Any]] = {}
+
+        def base_of(cfg: Configuration) -> tuple[Configuration, dict[str, Any]]:
+            """Each configuration is compared with its own baseline (``baseline:``, else the baseline of its target
+            model: an MTP target has its own), whose engine starts once, the first time one needs it."""
+            b = self.sc.baseline_of(cfg) or self.baseline
+            assert b is not None
+            if b.name not in bases:
+                bases[b.name] = self._answers(b, run_dir)
+                answers = bases[b.name]["answers"]
+                self._compare(out, b, self.streams, answers[self.streams], answers[1], f"{b.name}@1")
+            return b, bases[b.name]
+
         try:
             assert self.baseline is not None
-            base = self._answers(self.baseline, run_dir)
-            ref1 = base["answers"][1]
-            self._compare(out, self.baseline, self.streams, base["answers"][self.streams], ref1, "baseline@1")
+            base_of(self.baseline)
             for cfg in self.configs:
+                b, base = base_of(cfg)
+                ref1 = base["answers"][1]
                 if cfg.is_synthetic:
                     for pr in self.prompts:
-                        out.write(self._row(cfg, 1, "baseline@1", pr.id, None, None, "skipped", None, None,
+                        out.write(self._row(cfg, 1, f"{b.name}@1", pr.id, None, None, "skipped", None, None,
                                             note="synthetic acceptance: output is not valid model output"))
                     self.console.print(f"  {cfg.name}: synthetic, skipped (never counted as lossless)")
                     continue
@@ -201,13 +214,13 @@ class Verifier:
                 if "error" in got:
                     all_same = False
                     for pr in self.prompts:
-                        out.write(self._row(cfg, 1, "baseline@1", pr.id, None, None, "none", None, None, note=got["error"]))
+                        out.write(self._row(cfg, 1, f"{b.name}@1", pr.id, None, None, "none", None, None, note=got["error"]))
                     continue
                 for n in sorted({1, self.streams}):
-                    same = self._compare(out, cfg, n, got["answers"][n], ref1, "baseline@1")
+                    same = self._compare(out, cfg, n, got["answers"][n], ref1, f"{b.name}@1")
                     all_same = all_same and same
                 if self.streams != 1:
-                    self._compare(out, cfg, self.streams, got["answers"][self.streams], base["answers"][self.streams], f"baseline@{self.streams}")
+                    self._compare(out, cfg, self.streams, got["answers"][self.streams], base["answers"][self.streams], f"{b.name}@{self.streams}")
                 if self.opts.samples > 0:
                     dist.write(self._distribution(cfg, base["samples"], got["samples"]))
             manifest["verify"].update(status="completed", stopped_unix=time.time(), all_identical=all_same)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -90,6 +91,43 @@ def test_verify_answers_that_failed_are_never_counted_identical(tmp_path: Path) 
     out.close()
     assert "1/2 identical, 1 without an answer to compare" in buf.getvalue() and "HTTP Error 400" in buf.getvalue()
     assert [r["identical"] for r in read_jsonl(tmp_path / "verify.jsonl")] == [True, None]
+
+
+def test_verify_compares_each_configuration_with_its_own_baseline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An MTP target is its own model: its configuration is compared with that model's baseline (`baseline:`), not
+    the scenario's first one (vLLM's MiMo-layout SmolLM2 differs from SmolLM2 in its last bits); each baseline's
+    engine starts once."""
+    import io
+
+    import yaml
+    from rich.console import Console
+
+    from harness.records import read_jsonl
+    from harness.scenario import load_scenario
+    from harness.verify import Verifier, VerifyOptions
+
+    (tmp_path / "t.gguf").write_bytes(b"x")
+    (tmp_path / "mtp.gguf").write_bytes(b"x")
+    data = {"name": "v", "server": {"engine": "llamacpp", "model": "t.gguf"},
+            "configurations": [{"name": "baseline", "algorithm": "none"}, {"name": "ngram", "algorithm": "ngram-map-k"},
+                               {"name": "mtp-none", "algorithm": "none", "model": "mtp.gguf"},
+                               {"name": "mtp", "algorithm": "draft-mtp", "model": "mtp.gguf", "baseline": "mtp-none", "k": 1}],
+            "measurement": {"prompts": "builtin:repeat", "streams": [1, 2]}}
+    (tmp_path / "v.yaml").write_text(yaml.safe_dump(data))
+    loaded = load_scenario(tmp_path / "v.yaml")
+    started: list[str] = []
+
+    def answers(self: Verifier, cfg: Any, run_dir: Path) -> dict[str, Any]:
+        started.append(cfg.name)
+        word = "mtp-model" if (cfg.model or "").endswith("mtp.gguf") else "target"
+        return {"answers": {n: [Answer(p.id, f"{word} {p.id}", None) for p in self.prompts] for n in (1, 2)}, "samples": []}
+
+    monkeypatch.setattr(Verifier, "_answers", answers)
+    run_dir, same = Verifier(loaded, tmp_path / "results", VerifyOptions(prompts=2), Console(file=io.StringIO())).run()
+    assert same is True and started == ["baseline", "ngram", "mtp-none", "mtp"]
+    rows = list(read_jsonl(run_dir / "verify.jsonl"))
+    assert {r["reference"] for r in rows if r["config"] == "mtp"} == {"mtp-none@1", "mtp-none@2"}
+    assert {r["reference"] for r in rows if r["config"] == "ngram"} == {"baseline@1", "baseline@2"}
 
 
 def test_verify_sends_no_stream_options_and_asks_vllm_for_token_ids() -> None:
