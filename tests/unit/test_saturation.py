@@ -212,7 +212,7 @@ def test_the_runner_skips_rates_past_saturation_and_counts_them_done() -> None:
                                       "kind": "constant", "rate_rps": [0.5, 6, 12], "requests": 8, "saturation": {"stop_after": 1}}}})
     measured: list[tuple[str, int]] = []
 
-    def phase(cfg: Any, session: Any, requests: Any, phases: Any, load: str, rep: int) -> dict[str, Any]:
+    def phase(cfg: Any, session: Any, requests: Any, phases: Any, load: str, rep: int, phase: str = "measure") -> dict[str, Any]:
         measured.append((load, rep))
         return _phase(float(load[:-3]), completion=1.0 if load == "0.5rps" or rep == 2 else 0.3)  # rep 2 keeps up at every rate
 
