@@ -38,13 +38,14 @@ The memory headroom forecast is a Theil-Sen slope over recent RSS samples, like 
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 from scipy import stats
+
+from harness.report.stats import number_or_none
 
 MAD_TO_SIGMA = 1.4826  # MAD x this = sigma for Gaussian noise
 
@@ -282,13 +283,7 @@ class ChangeDetector:
 
 
 def _finite(v: Any) -> float | None:
-    if v is None or isinstance(v, bool):
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
+    return number_or_none(v, finite=True)
 
 
 def detect_series(windows: list[dict[str, Any]], settings: DetectorSettings = DetectorSettings(),

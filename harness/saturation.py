@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness.report.stats import number_or_none
+
 GOODPUT_TOLERANCE = 0.02  # goodput within 2% of the baseline's counts as no less
 
 
@@ -53,14 +55,7 @@ class Judgement:
     goodput_ratio: float | None
 
 
-def _num(v: Any) -> float | None:
-    if v is None or isinstance(v, bool):
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(f) else f
+_num = number_or_none
 
 
 def ratios(phase: Mapping[str, Any]) -> tuple[float | None, float | None, float | None]:

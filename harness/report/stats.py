@@ -20,6 +20,18 @@ def isnum(v: object) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) and not math.isnan(float(v))
 
 
+def number_or_none(v: object, finite: bool = False) -> float | None:
+    """``v`` as a float when it is a number (a numeric string too), else None: never a bool, never NaN, and with
+    ``finite`` never ±inf. Records are data from outside: a field of the wrong type is no crash."""
+    if v is None or isinstance(v, (bool, np.bool_)):
+        return None
+    try:
+        f = float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return None if math.isnan(f) or (finite and math.isinf(f)) else f
+
+
 def t_interval(values: Sequence[float], level: float = CI_LEVEL) -> tuple[float | None, float | None]:
     """Student-t interval of the mean of ``values``; (None, None) with fewer than two values."""
     xs = [float(v) for v in values if isnum(v)]
