@@ -95,21 +95,7 @@ def run_locust(rate: float, level: Level, work: Path) -> tuple[Result, ServerLog
 
 def run_guidellm(rate: float, level: Level, work: Path) -> tuple[Result, ServerLog | None]:
     out = work / "guidellm.json"
-    tok = peers._tokenizer()
-
-    def cmd(url: str) -> list[str]:
-        scenario = {"spec": {
-            "backend": {"kind": "openai_http", "target": url, "model": "fake-model", "request_format": "/v1/chat/completions"},
-            "profile": {"kind": "constant", "rate": rate},
-            "data": [{"kind": "synthetic_text", "prompt_tokens": 16, "output_tokens": level.max_tokens}],
-            "tokenizer": {"kind": "huggingface_auto", "model": str(tok)},
-            "constraints": [{"kind": "max_requests", "count": level.requests}],
-            "outputs": [{"kind": "json", "path": str(out)}],
-        }}
-        path = work / "scenario.json"
-        path.write_text(json.dumps(scenario, indent=1))
-        return [str(peers._bin("guidellm")), "run", "-c", str(path), "--disable-console-interactive"]
-
+    cmd = peers.guidellm_command({"kind": "constant", "rate": rate}, level, work, out)
     return measure("GuideLLM 0.8.1 constant", level, work, cmd, timeout_s=level.requests / rate + 150, env={"HF_HUB_OFFLINE": "1"})
 
 

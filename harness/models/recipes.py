@@ -101,45 +101,48 @@ def _smollm2() -> Any:
 
 def build_smollm2_hf(out: Path) -> None:
     """SmolLM2 as a Hugging Face folder, for vLLM: hf_export.py run by the vLLM environment's Python."""
-    import subprocess
-
-    from engines.vllm_env import vllm_python
     from harness.package_files import PackageFileNotFound, package_file
 
-    py = vllm_python()
-    if py is None or not py.exists():
-        raise RecipeError(f"it is converted by the vLLM environment's Python, which is not installed ({py or '.venv-vllm'}: `make vllm`)")
+    py = _vllm_python("converted")
     try:
         src = package_file(SMOLLM2_DIST, SMOLLM2_FILE)
     except PackageFileNotFound as exc:
         raise RecipeError(f"its source model is missing: {exc}") from None
-    script = Path(__file__).with_name("hf_export.py")
-    p = subprocess.run([str(py), str(script), str(src), str(out)], capture_output=True, text=True, timeout=1800)
-    if p.returncode != 0:
-        tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
-        raise RecipeError(f"{script.name} failed (exit {p.returncode}): {' / '.join(tail)}")
+    _run_vllm_script(py, "hf_export.py", str(src), str(out))
 
 
 def build_hf_drafter(out: Path, kind: str, *args: str) -> None:
     """A drafter folder (or an MTP-capable target) for vLLM, made from the ``smollm2-hf`` folder by
     hf_drafters.py in the vLLM environment (its docstring cites where vLLM reads each layout)."""
-    import subprocess
-
-    from engines.vllm_env import vllm_python
     from harness.models import workshop
 
-    py = vllm_python()
-    if py is None or not py.exists():
-        raise RecipeError(f"it is written by the vLLM environment's Python, which is not installed ({py or '.venv-vllm'}: `make vllm`)")
+    py = _vllm_python("written")
     try:
         src = workshop.ensure("smollm2-hf", out.parent)
     except workshop.WorkshopError as exc:
         raise RecipeError(f"its source folder: {exc}") from None
-    script = Path(__file__).with_name("hf_drafters.py")
-    p = subprocess.run([str(py), str(script), kind, str(src), str(out), *args], capture_output=True, text=True, timeout=1800)
+    _run_vllm_script(py, "hf_drafters.py", kind, str(src), str(out), *args, what=f"hf_drafters.py {kind}")
+
+
+def _vllm_python(verb: str) -> Path:
+    """The vLLM environment's Python, which builds the Hugging Face folders (the harness's own has no torch)."""
+    from engines.vllm_env import vllm_python
+
+    py = vllm_python()
+    if py is None or not py.exists():
+        raise RecipeError(f"it is {verb} by the vLLM environment's Python, which is not installed ({py or '.venv-vllm'}: `make vllm`)")
+    return py
+
+
+def _run_vllm_script(py: Path, name: str, *args: str, what: str | None = None) -> None:
+    """Run this folder's script ``name`` with ``args`` in the vLLM environment; its last lines in the error when it fails."""
+    import subprocess
+
+    script = Path(__file__).with_name(name)
+    p = subprocess.run([str(py), str(script), *args], capture_output=True, text=True, timeout=1800)
     if p.returncode != 0:
         tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
-        raise RecipeError(f"{script.name} {kind} failed (exit {p.returncode}): {' / '.join(tail)}")
+        raise RecipeError(f"{what or script.name} failed (exit {p.returncode}): {' / '.join(tail)}")
 
 
 def _copy_field(writer: Any, field: Any, value: Any = None) -> None:

@@ -298,22 +298,17 @@ def test_backfill_a_finished_run(promtool: str, prometheus_bin: str, tmp_path: P
         prom.stop()
 
 
-def test_gpu_panels_have_data_from_gpu_windows(promtool: str, prometheus_bin: str, tmp_path: Path) -> None:
-    """No NVIDIA GPU here: soak windows shaped as harness/soak.py writes them on a GPU machine (GPU memory growing
-    100 MiB a window, from harness/gpu.py's record) are backfilled, and every GPU panel's expression has data."""
+def _backfilled(promtool: str, prometheus_bin: str, tmp_path: Path, windows: Any) -> tuple[Prometheus, dict[str, Any], float]:
+    """The quick run's folder with 12 one-minute soak windows written after it (``windows(t0, i)`` gives window i,
+    from t0 = one minute after the run), exported, backfilled by promtool and served by a real Prometheus:
+    (Prometheus, manifest, t0). The caller stops the Prometheus."""
     run_dir = tmp_path / "run"
     shutil.copytree(RUN_QUICK, run_dir)
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    t0, mib = float(manifest["stopped_unix"]) + 60, 2**20
+    t0 = float(manifest["stopped_unix"]) + 60
     with (run_dir / WINDOWS).open("w") as f:
         for i in range(12):
-            used = 20_000 + 100 * i
-            gpu = {"available": True, "why": None, "used_bytes": used * mib, "total_bytes": 32_768 * mib, "process_bytes": (used - 500) * mib,
-                   "process_why": None, "devices": [{"index": 0, "name": "NVIDIA H200", "used_bytes": used * mib, "total_bytes": 32_768 * mib}]}
-            f.write(json.dumps({"config": "draft-self-k3", "slice": "s1", "t_start_unix": t0 + 60 * i, "t_end_unix": t0 + 60 * (i + 1),
-                                "t_unix": t0 + 60 * i + 30, "requests": 10, "errors": 0, "output_tps": 20.0, "engine_pid": 1, "gpu": gpu,
-                                "gpu_used_mib": used, "gpu_total_mib": 32_768, "engine_gpu_mib": used - 500,
-                                "gpu_headroom_s": (32_768 - used) / 100 * 60, "gpu_slope_mib_per_h": 6000.0}) + "\n")
+            f.write(json.dumps(windows(t0, i)) + "\n")
     manifest["stopped_unix"] = t0 + 60 * 13
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
     om = tmp_path / "run.om"
@@ -321,7 +316,24 @@ def test_gpu_panels_have_data_from_gpu_windows(promtool: str, prometheus_bin: st
     data = tmp_path / "data"
     _promtool(promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data))
     (tmp_path / "prometheus.yml").write_text(promconfig.dump_yaml({"global": {"scrape_interval": "15s"}}))
-    prom = Prometheus(prometheus_bin, tmp_path / "prometheus.yml", data, tmp_path / "prometheus.log")
+    return Prometheus(prometheus_bin, tmp_path / "prometheus.yml", data, tmp_path / "prometheus.log"), manifest, t0
+
+
+def test_gpu_panels_have_data_from_gpu_windows(promtool: str, prometheus_bin: str, tmp_path: Path) -> None:
+    """No NVIDIA GPU here: soak windows shaped as harness/soak.py writes them on a GPU machine (GPU memory growing
+    100 MiB a window, from harness/gpu.py's record) are backfilled, and every GPU panel's expression has data."""
+    mib = 2**20
+
+    def window(t0: float, i: int) -> dict[str, Any]:
+        used = 20_000 + 100 * i
+        gpu = {"available": True, "why": None, "used_bytes": used * mib, "total_bytes": 32_768 * mib, "process_bytes": (used - 500) * mib,
+               "process_why": None, "devices": [{"index": 0, "name": "NVIDIA H200", "used_bytes": used * mib, "total_bytes": 32_768 * mib}]}
+        return {"config": "draft-self-k3", "slice": "s1", "t_start_unix": t0 + 60 * i, "t_end_unix": t0 + 60 * (i + 1),
+                "t_unix": t0 + 60 * i + 30, "requests": 10, "errors": 0, "output_tps": 20.0, "engine_pid": 1, "gpu": gpu,
+                "gpu_used_mib": used, "gpu_total_mib": 32_768, "engine_gpu_mib": used - 500,
+                "gpu_headroom_s": (32_768 - used) / 100 * 60, "gpu_slope_mib_per_h": 6000.0}
+
+    prom, manifest, t0 = _backfilled(promtool, prometheus_bin, tmp_path, window)
     try:
         exprs = [(where, e) for _uid, where, e in dashboards.all_expressions() if dashboards.gpu_only(e)]
         assert len(exprs) >= 2
@@ -339,24 +351,14 @@ def test_open_loop_panels_have_data_from_open_loop_windows(promtool: str, promet
     """The live soak test runs closed loop: soak windows as harness/soak.py writes them in an open-loop soak (asked,
     offered, achieved and goodput rps, late sends, from harness/load/pacing.py's window_traffic) are backfilled, and every
     open-loop panel's expression, and the goodput one, has data."""
-    run_dir = tmp_path / "run"
-    shutil.copytree(RUN_QUICK, run_dir)
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    t0 = float(manifest["stopped_unix"]) + 60
-    with (run_dir / WINDOWS).open("w") as f:
-        for i in range(12):
-            f.write(json.dumps({"config": "draft-self-k3", "slice": "s1", "t_start_unix": t0 + 60 * i, "t_end_unix": t0 + 60 * (i + 1),
-                                "t_unix": t0 + 60 * i + 30, "requests": 100, "errors": 0, "output_tps": 20.0, "engine_pid": 1, "users": None,
-                                "achieved_rps": 1.6, "slo_met": 90, "goodput_rps": 1.5, "asked_rps": 2.0, "scheduled": 118 + i,
-                                "offered_rps": (118 + i) / 60, "late": i, "max_send_delay_s": 0.5 * i, "load_level": 7}) + "\n")
-    manifest["stopped_unix"] = t0 + 60 * 13
-    (run_dir / "manifest.json").write_text(json.dumps(manifest))
-    om = tmp_path / "run.om"
-    om.write_text(export_openmetrics(run_dir))
-    data = tmp_path / "data"
-    _promtool(promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data))
-    (tmp_path / "prometheus.yml").write_text(promconfig.dump_yaml({"global": {"scrape_interval": "15s"}}))
-    prom = Prometheus(prometheus_bin, tmp_path / "prometheus.yml", data, tmp_path / "prometheus.log")
+
+    def window(t0: float, i: int) -> dict[str, Any]:
+        return {"config": "draft-self-k3", "slice": "s1", "t_start_unix": t0 + 60 * i, "t_end_unix": t0 + 60 * (i + 1),
+                "t_unix": t0 + 60 * i + 30, "requests": 100, "errors": 0, "output_tps": 20.0, "engine_pid": 1, "users": None,
+                "achieved_rps": 1.6, "slo_met": 90, "goodput_rps": 1.5, "asked_rps": 2.0, "scheduled": 118 + i,
+                "offered_rps": (118 + i) / 60, "late": i, "max_send_delay_s": 0.5 * i, "load_level": 7}
+
+    prom, manifest, t0 = _backfilled(promtool, prometheus_bin, tmp_path, window)
     try:
         exprs = [(where, e) for _uid, where, e in dashboards.all_expressions()
                  if dashboards.open_loop_only(e) or "specsoak_soak_goodput_" in e or "specsoak_soak_achieved_" in e]
