@@ -108,6 +108,8 @@ class Capacity:
     max_concurrency: float | None = None
     kv_blocks: int | None = None
     kv_block_tokens: int | None = None
+    # a host-memory prompt cache that grows with distinct prompts up to this cap (llama-server --cache-ram)
+    prompt_cache_cap_mib: float | None = None
     notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -142,8 +144,13 @@ class EngineCounters:
     accepted_tokens: float | None = None
     verify_steps: float | None = None
     accepted_per_position: tuple[float, ...] = ()
-    requests_processing: float | None = None
-    requests_deferred: float | None = None
+    requests_processing: float | None = None  # gauge: requests being decoded (llama.cpp: busy slots)
+    requests_deferred: float | None = None  # gauge: requests waiting for a slot or KV blocks
+    kv_usage: float | None = None  # gauge: share of the KV cache in use, 0 to 1
+    preemptions: float | None = None  # requests preempted (swapped or recomputed) for lack of KV
+    prefix_cache_queries: float | None = None  # prompt tokens looked up in the prefix cache
+    prefix_cache_hits: float | None = None  # of those, tokens found there
+    requests_finished: float | None = None  # requests the engine finished, any reason
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -167,7 +174,18 @@ def counters_delta(before: EngineCounters, after: EngineCounters) -> EngineCount
         accepted_per_position=tuple(a - b for a, b in zip(ap, bp)),
         requests_processing=after.requests_processing,
         requests_deferred=after.requests_deferred,
+        kv_usage=after.kv_usage,
+        preemptions=d(after.preemptions, before.preemptions),
+        prefix_cache_queries=d(after.prefix_cache_queries, before.prefix_cache_queries),
+        prefix_cache_hits=d(after.prefix_cache_hits, before.prefix_cache_hits),
+        requests_finished=d(after.requests_finished, before.requests_finished),
     )
+
+
+def prefix_hit_rate(delta: EngineCounters) -> float | None:
+    """Prompt tokens found in the prefix cache over those looked up, in a counter delta (None: none looked up)."""
+    q, h = delta.prefix_cache_queries, delta.prefix_cache_hits
+    return h / q if q and h is not None and q > 0 else None
 
 
 def acceptance_figures(delta: EngineCounters) -> dict[str, Any]:
@@ -181,6 +199,15 @@ def acceptance_figures(delta: EngineCounters) -> dict[str, Any]:
         out["mean_accept_len"] = 1.0 + accepted / steps
         out["per_position"] = [p / steps for p in delta.accepted_per_position]
     return out
+
+
+@dataclass(frozen=True)
+class CacheState:
+    """A host prompt cache's size as the engine last logged it."""
+
+    prompts: int
+    size_mib: float
+    cap_mib: float | None  # None: no limit
 
 
 @dataclass(frozen=True)
@@ -304,6 +331,11 @@ class Engine(ABC):
     @classmethod
     def request_spec_stats(cls, final_chunk: dict[str, Any]) -> RequestSpecStats:
         return RequestSpecStats()
+
+    @classmethod
+    def cache_state(cls, log_text: str) -> CacheState | None:
+        """The prompt cache's size from the newest line of running log that states it (None: this engine logs none)."""
+        return None
 
     @classmethod
     def installed_version(cls) -> str | None:
@@ -491,6 +523,19 @@ class Engine(ABC):
             return ""  # attached without server.log_file: no log to read
         try:
             return path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+
+    def read_log_tail(self, max_bytes: int = 65536) -> str:
+        """The newest ``max_bytes`` of the log (running state lines such as the prompt cache's), without reading it all."""
+        path = self.spec.attach_log if self.spec.attached else self.log_path
+        if path is None:
+            return ""
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - max_bytes))
+                return f.read().decode("utf-8", "replace")
         except OSError:
             return ""
 

@@ -501,12 +501,12 @@ class SoakArrival(_Strict):
 SOAK_MAX_REQUESTS = 50_000_000  # a soak's schedule is drawn in memory: more arrivals than this is a mistake in the rate
 
 
-VerdictKind = Literal["crash", "hang", "collapse", "memory", "error_rate", "drift", "no_load"]
+VerdictKind = Literal["crash", "hang", "collapse", "memory", "error_rate", "drift", "no_load", "stall", "cache_cap"]
 VerdictAction = Literal["record", "restart", "stop_config", "stop_run"]
 # what each watchdog verdict does unless the scenario says otherwise (docs/soak.md)
 DEFAULT_ACTIONS: dict[str, str] = {
     "crash": "restart", "hang": "restart", "collapse": "stop_config", "memory": "stop_config",
-    "error_rate": "record", "drift": "record", "no_load": "record",
+    "error_rate": "record", "drift": "record", "no_load": "record", "stall": "record", "cache_cap": "record",
 }
 
 
@@ -537,6 +537,12 @@ class Watchdog(_Strict):
     confirm_windows: int = Field(2, ge=1, le=100, description="consecutive windows past the change threshold that make a collapse")
     memory_horizon_s: float = Field(3600.0, gt=0, le=7 * 86_400, description="a 'memory' verdict when available memory runs out sooner than this at the engine's slope")
     memory_fit_s: float = Field(1800.0, gt=0, le=86_400, description="the recent span of engine memory the headroom forecast fits")
+    memory_limit_mib: float | None = Field(
+        None, gt=0, le=2**30, description="memory the engine may hold at most (a container's limit), when lower than the machine's: "
+        "the headroom forecast and the prompt-cache check count from it; default: the machine's available memory",
+    )
+    stall_warn_s: float = Field(5.0, gt=0, le=86_400, description="a 'stall' verdict when a stream's gap between two chunks or a "
+                                "health probe takes this long (again each time the longest pause grows by half)")
     actions: dict[VerdictKind, VerdictAction] = Field(
         default_factory=dict, description="what a verdict kind does: record, restart (crash, hang), stop_config, stop_run; defaults in docs/soak.md"
     )
@@ -1033,4 +1039,7 @@ def soak_warnings(sc: Scenario) -> list[str]:
     if judged_after >= sc.soak.duration_s:
         out.append(f"soak.watchdog: the change detector needs {describe_duration(judged_after)} of warm-up and reference windows, "
                    f"longer than the soak ({describe_duration(sc.soak.duration_s)}): nothing will be judged")
+    if wd.stall_warn_s >= sc.soak.stall_s:
+        out.append(f"soak.watchdog.stall_warn_s ({wd.stall_warn_s:g} s) is not below soak.stall_s ({sc.soak.stall_s:g} s): a pause "
+                   f"fails its requests before the watchdog can warn of it")
     return out

@@ -213,9 +213,11 @@ def test_every_soak_dashboard_expression_returns_data_for_the_soak(planted: dict
     empty = []
     # the soak dashboard, and every other panel or rule that reads a soak-only series (the measured-run test checks the rest)
     # (GPU memory panels: no NVIDIA GPU here; test_gpu_panels_have_data_from_gpu_windows backfills GPU windows for them;
-    # open-loop panels: this soak is closed loop; test_open_loop_panels_have_data_from_open_loop_windows backfills them)
+    # open-loop panels: this soak is closed loop; test_open_loop_panels_have_data_from_open_loop_windows backfills them;
+    # KV usage and preemptions: llama-server has none; test_engine_view_panels_have_data_from_vllm_windows backfills them)
     exprs = [(uid, where, e) for uid, where, e in dashboards.all_expressions()
-             if dashboards.soak_only(uid, e) and not dashboards.gpu_only(e) and not dashboards.open_loop_only(e)]
+             if dashboards.soak_only(uid, e) and not dashboards.gpu_only(e) and not dashboards.open_loop_only(e)
+             and not dashboards.paged_kv_only(e)]
     assert len([x for x in exprs if x[0] == "specsoak-soak"]) >= 17
     for _uid, where, expr in exprs:
         q = expr.replace("$run", run).replace("$config", ".*").replace("$__rate_interval", "30s")
