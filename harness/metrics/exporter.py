@@ -41,7 +41,8 @@ from harness.observe import BaseObserver
 CONFIG_LABELS = ("run", "config", "engine", "algorithm", "synthetic")
 MAX_POSITIONS = 16  # per-position acceptance beyond this many drafted tokens is not exported
 # watchdog verdict kinds (harness/soak.py); an unknown kind is exported as "other"
-VERDICT_KINDS = ("crash", "hang", "restart_failed", "gave_up", "no_load", "error_rate", "collapse", "recovered", "memory", "drift", "other")
+VERDICT_KINDS = ("crash", "hang", "restart_failed", "gave_up", "no_load", "error_rate", "collapse", "recovered", "memory", "drift", "stall",
+                 "cache_cap", "other")
 # the window series the soak's change detector watches (the ``detectors`` of a window record)
 MIB = 1024 * 1024
 
@@ -63,6 +64,8 @@ WINDOW_GAUGES: dict[str, tuple[str, str, float]] = {
     "engine_requests_done": ("specsoak_soak_engine_requests_done", "requests the engine served since it started (its counter, else the harness's count)", 1.0),
     "engine_output_tokens_done": ("specsoak_soak_engine_output_tokens_done", "output tokens the engine produced since it started", 1.0),
 }
+# series a verdict may name beside the change detector's (stall, prompt cache, GPU memory)
+VERDICT_ONLY_METRICS = ("longest_stall_s", "prompt_cache_mib", "gpu_used_mib")
 WATCHED_METRICS = ("output_tps", "decode_tps", "ttft_p95_s", "error_ratio", "acceptance", "engine_memory_mib")
 BUFFERS = ("model_mib", "kv_mib", "compute_mib", "recurrent_mib")
 
@@ -476,7 +479,7 @@ class MetricsExporter(BaseObserver):
         """A watchdog verdict of ``kind`` about ``config`` (and ``metric``): counted and timestamped.
         A kind outside VERDICT_KINDS counts as "other", a metric outside WATCHED_METRICS as "other"."""
         kind_label = kind if kind in VERDICT_KINDS else "other"
-        metric_label = "" if not metric else metric if metric in WATCHED_METRICS else "other"
+        metric_label = "" if not metric else metric if metric in (*WATCHED_METRICS, *VERDICT_ONLY_METRICS) else "other"
         lab = {**self._cfg(config).labels, "kind": kind_label, "metric": metric_label}
         self.verdicts.labels(**lab).inc()
         self.verdict_time.labels(**lab).set(float(t_unix) if t_unix is not None else self.clock())

@@ -96,11 +96,14 @@ def build_report(
 
     for name in PLOTS:
         (out / name).unlink(missing_ok=True)
-    images: dict[str, Path | None] = {
+    for stale in out.glob("failure_timeline_*.png"):
+        stale.unlink()
+    images: dict[str, Any] = {
         "tps": plots.tps_vs_streams(verdict, counts, tables["break_even"], out / "tps_vs_streams.png", multi) if not verdict.empty else None,
         "control": plots.control_over_time(tables["control"], tables["control_summary"], out / "control.png", multi),
         "acc": plots.acceptance_over_time(runs, out / "acceptance_over_time.png"),
         "soak": plots.soak_timeline(runs, out / "soak_timeline.png"),
+        "failures": plots.failure_timelines(runs, out),
         "lat": plots.latency_distributions(runs, out / "latency.png"),
         "mem": plots.memory_bars(tables["memory"], out / "memory.png", multi),
         "k": plots.k_sweep(verdict, runs, counts, out / "k_sweep.png") if not verdict.empty else None,
@@ -314,14 +317,25 @@ def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame
                 "goodput_rps": "goodput rps", "late": "late sends", "failures": "failures", "failures_by_kind": "by kind",
                 "time_to_first_failure_s": "first failure after s", "failures_per_hour": "failures/h", "restarts": "restarts",
                 "drift": "drift verdicts", "judged_windows": "judged windows", "contaminated_windows": "contaminated windows",
-                "engine_cores": "engine cores", "harness_cores": "harness cores (incl. Locust)"}
+                "engine_cores": "engine cores", "harness_cores": "harness cores (incl. Locust)",
+                "longest_stall_s": "longest stall s", "stall_trend_s_per_h": "stall trend s/h", "stall_verdicts": "stall verdicts",
+                "peak_engine_memory_mib": "peak engine memory MiB", "peak_swap_mib": "peak swap MiB",
+                "engine_requests_done": "requests served", "engine_output_tokens_done": "tokens served"}
         b.append(table(_show(sk, ["run"] * multi + ["config"] + list(cols), cols)))
+        for _, row in sk.iterrows():
+            if row.get("prompt_cache") and row["prompt_cache"] != "none":
+                b.append(p(f"Prompt cache of {row['config']}: {row['prompt_cache']}. Its growth is left out of the memory the",
+                           "watchdog judges (`engine_memory_mib`, docs/soak.md#memory)."))
+            if row.get("why"):
+                b.append(p(f"Why {row['config']}'s soak was flagged: {row['why']}."))
         b.append(p("A collapse is a watched window series (output t/s, decode t/s, TTFT p95, error share, acceptance, engine",
                    "memory) that left its reference at the same load level and stayed there (docs/soak.md); the engine uptime",
                    "is the age of the engine process when the watchdog flagged it. Windows contaminated by other processes'",
                    "CPU, or in an engine's warm-up, are recorded but not judged."))
         if images["soak"]:
             b.append(img(images["soak"], "soak windows against engine uptime"))
+        for path in images.get("failures") or []:
+            b.append(img(path, "every series of a flagged configuration, aligned, the onset marked"))
         if images["acc"]:
             b.append(img(images["acc"], "acceptance over time"))
         after = t["after_soak"]

@@ -15,6 +15,7 @@ import pandas as pd
 
 from engines.base import EngineCounters, acceptance_figures
 
+from harness.soak_figures import stall_trend
 from harness.gpu import MIB
 from harness.report.load import RunData
 from harness.report.stats import break_even, expected_tokens_per_step, isnum, shown_difference, t_interval
@@ -271,8 +272,38 @@ def soak_table(runs: list[RunData]) -> pd.DataFrame:
                 "judged_windows": sum(1 for w in cw if w.get("judged")),
                 **_soak_cpu([w for w in run.soak_windows if w.get("config") == name]),
                 **_soak_rates(cw),
+                **_soak_watch(cw, verdicts),
             })
     return pd.DataFrame(rows)
+
+
+def _soak_watch(windows: list[dict[str, Any]], verdicts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Stalls, memory as operators meet it, the prompt cache, the work done and why the first explained verdict came."""
+    worst, slope = stall_trend(windows)
+    cache = [(w, float(w["prompt_cache_mib"])) for w in windows if isinstance(w.get("prompt_cache_mib"), int | float)]
+    growth = "none"
+    if cache:
+        first, last = cache[0], cache[-1]
+        cap = last[0].get("prompt_cache_cap_mib")
+        warned = any(v.get("kind") == "cache_cap" for v in verdicts)
+        cap_text = f" toward its cap of {cap:,.0f} MiB" if isinstance(cap, int | float) and cap >= 0 else " with no cap"
+        growth = (f"cache growth {first[1]:,.0f} → {last[1]:,.0f} MiB{cap_text}, "
+                  + ("a cap larger than the memory left (cache_cap verdict)" if warned else "by design: it fits in the memory left"))
+    explained = next((v for v in verdicts if isinstance((v.get("evidence") or {}).get("explanation"), dict)), None)
+    held = [max(float(w.get("engine_rss_mib") or 0.0), float(w.get("engine_anon_mib") or 0.0)) for w in windows]
+    return {
+        "longest_stall_s": worst,
+        "stall_trend_s_per_h": slope,
+        "stall_verdicts": sum(1 for v in verdicts if v.get("kind") == "stall"),
+        "prompt_cache": growth,
+        "peak_engine_memory_mib": max(held) if held else None,
+        "peak_swap_mib": max((float(w["engine_swap_mib"]) for w in windows if isinstance(w.get("engine_swap_mib"), int | float)), default=None),
+        "engine_requests_done": max((float(w["engine_requests_done"]) for w in windows if isinstance(w.get("engine_requests_done"), int | float)), default=None),
+        "engine_output_tokens_done": max((float(w["engine_output_tokens_done"]) for w in windows
+                                          if isinstance(w.get("engine_output_tokens_done"), int | float)), default=None),
+        "why": (f"{explained['kind']}" + (f" of {explained['metric']}" if explained.get("metric") else "")
+                + f": {explained['evidence']['explanation'].get('text')}") if explained else "",
+    }
 
 
 def _soak_rates(windows: list[dict[str, Any]]) -> dict[str, Any]:
