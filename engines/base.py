@@ -333,6 +333,12 @@ class Engine(ABC):
         return RequestSpecStats()
 
     @classmethod
+    def host_cache_cap_mib(cls, args: list[str] | tuple[str, ...]) -> float | None:
+        """The cap of a host-memory prompt cache that grows with distinct prompts, for these engine arguments
+        (-1: no limit, 0: disabled); None when the engine keeps no such cache."""
+        return None
+
+    @classmethod
     def cache_state(cls, log_text: str) -> CacheState | None:
         """The prompt cache's size from the newest line of running log that states it (None: this engine logs none)."""
         return None

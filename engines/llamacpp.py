@@ -286,8 +286,7 @@ class LlamaCpp(Engine):
 
     @classmethod
     def validate_warnings(cls, configuration: Any, server: Any) -> list[str]:
-        args = [*getattr(server, "extra_args", []), *getattr(configuration, "engine_args", [])]
-        cap = cache_ram_mib(args)
+        cap = cache_ram_mib([*getattr(server, "extra_args", []), *getattr(configuration, "engine_args", [])])
         total = _machine_memory_mib()
         if cap is None or total is None:
             return []
@@ -347,6 +346,10 @@ class LlamaCpp(Engine):
         if "prefix_cache_hits" in values and "prompt_tokens" in values:
             values["prefix_cache_queries"] = values["prefix_cache_hits"] + values["prompt_tokens"]
         return EngineCounters(accepted_per_position=positions, **values)
+
+    @classmethod
+    def host_cache_cap_mib(cls, args: list[str] | tuple[str, ...]) -> float | None:
+        return cache_ram_mib(args)
 
     @classmethod
     def cache_state(cls, log_text: str) -> CacheState | None:

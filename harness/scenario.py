@@ -1039,6 +1039,16 @@ def soak_warnings(sc: Scenario) -> list[str]:
     if judged_after >= sc.soak.duration_s:
         out.append(f"soak.watchdog: the change detector needs {describe_duration(judged_after)} of warm-up and reference windows, "
                    f"longer than the soak ({describe_duration(sc.soak.duration_s)}): nothing will be judged")
+    if wd.memory_limit_mib is not None:
+        from engines import ENGINES
+
+        engine = ENGINES.get(sc.server.engine)
+        for cfg in sc.runs():
+            cap = engine.host_cache_cap_mib([*sc.server.extra_args, *cfg.engine_args]) if engine is not None else None
+            if cap is not None and (cap < 0 or cap >= wd.memory_limit_mib):
+                out.append(f"configuration '{cfg.name}': the engine's prompt cache may grow to "
+                           f"{'no limit' if cap < 0 else f'{cap:,.0f} MiB'}, more than soak.watchdog.memory_limit_mib "
+                           f"({wd.memory_limit_mib:,.0f} MiB): with distinct prompts the soak will end in a 'memory' verdict")
     if wd.stall_warn_s >= sc.soak.stall_s:
         out.append(f"soak.watchdog.stall_warn_s ({wd.stall_warn_s:g} s) is not below soak.stall_s ({sc.soak.stall_s:g} s): a pause "
                    f"fails its requests before the watchdog can warn of it")

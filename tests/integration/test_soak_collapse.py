@@ -174,6 +174,10 @@ def test_planted_collapse_is_flagged_within_three_windows_and_stops_the_configur
     assert first["engine_uptime_s"] == pytest.approx(PLANT_AFTER_S + delay, abs=3.0)
     assert first["action"] == "stop_config"
     assert first["evidence"]["windows"], "the evidence windows are in the verdict"
+    # it explains itself: the engine froze, so its CPU fell with the throughput, each against its own reference
+    moves = {m["metric"]: m for m in first["evidence"]["explanation"]["moves"]}
+    assert moves["engine_cores"]["moved"] and moves["engine_cores"]["now"] < moves["engine_cores"]["reference"], moves
+    assert "at the same time" in first["message"] and "engine CPU cores" in first["message"]
     # no verdict before the plant: the reference period was healthy
     assert all(v["t_unix"] >= plant.onset_unix for v in _verdicts(run_dir)), _verdicts(run_dir)
     # the configuration's soak stopped there, not after SOAK_S

@@ -146,3 +146,37 @@ def test_explanation_lists_what_moved_with_the_verdict_and_what_did_not() -> Non
     # a window of another engine (restarted) is no reference for this one
     other = [_win(i, engine_pid=8, kv_usage=0.1) for i in range(5)] + wins
     assert explain(other, 600.0, "acceptance").text() == text
+
+
+def _soak_scenario(tmp_path: Path, soak: dict[str, object], configs: list[dict[str, object]] | None = None) -> Path:
+    import yaml
+
+    data = {"name": "w", "server": {"model": "m.gguf"}, "configurations": configs or [{"name": "baseline", "algorithm": "none"}],
+            "measurement": {"prompts": "builtin:repeat"}, "soak": soak}
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    path = tmp_path / "w.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_plan_says_how_much_work_a_soak_pushes_through(tmp_path: Path) -> None:
+    from harness.plan import soak_work
+    from harness.scenario import load_scenario
+
+    open_loop = load_scenario(_soak_scenario(tmp_path, {"duration_s": 3600, "max_tokens": 100,
+                                                        "arrival": {"kind": "poisson", "rate_rps": 2.0}})).scenario
+    assert soak_work(open_loop).startswith("about 7,200 requests and 720,000 output tokens")
+    closed = load_scenario(_soak_scenario(tmp_path, {"duration_s": 3600, "max_tokens": 100, "shape": {"kind": "steady", "users": 2}})).scenario
+    assert "2 users on average" in soak_work(closed)
+
+
+def test_validate_warns_of_a_prompt_cache_cap_over_the_memory_limit(tmp_path: Path) -> None:
+    from harness.scenario import load_scenario, soak_warnings
+
+    configs = [{"name": "default-cap", "algorithm": "none"},
+               {"name": "small-cap", "algorithm": "none", "engine_args": ["--cache-ram", "256"]}]
+    sc = load_scenario(_soak_scenario(tmp_path, {"duration_s": 600, "watchdog": {"memory_limit_mib": 2048}}, configs)).scenario
+    warnings = [w for w in soak_warnings(sc) if "prompt cache" in w]
+    assert len(warnings) == 1 and "'default-cap'" in warnings[0] and "8,192 MiB" in warnings[0]
+    sc = load_scenario(_soak_scenario(tmp_path, {"duration_s": 600, "stall_s": 5, "watchdog": {"stall_warn_s": 5}})).scenario
+    assert any("stall_warn_s" in w for w in soak_warnings(sc))
