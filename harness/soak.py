@@ -48,7 +48,8 @@ from harness.prompts.lengths import soak_prompts
 from harness.records import SLICES, SOAK_DIR, VERDICTS, WINDOWS, JsonlWriter, read_jsonl
 from harness.scenario import Configuration, Soak, Watchdog
 from harness.session import EngineSession, RunContext
-from harness.soak_figures import cache_outlook, engine_view, longest_stall, memory_figures, stall_figures, work_done
+from harness.soak_figures import (cache_outlook, engine_view, longest_stall, memory_figures, stall_figures, stall_to_flag,
+                                  work_done)
 from harness.trend import WATCHED, trend
 
 # shown in red, and reported to the observers as failures of the configuration (harness.scenario.verdict_fails
@@ -536,8 +537,8 @@ class SoakSlice:
     def _stall(self, win: dict[str, Any]) -> None:
         """A ``stall`` verdict when a stream or the health probe waited past ``stall_warn_s``, and again each time the
         longest pause grows by half (pauses that lengthen with uptime: each a line, long before a request fails)."""
-        stall = longest_stall(win)
-        if stall is None or stall < self.wd.stall_warn_s or stall < 1.5 * self.stall_flagged_s:
+        stall = stall_to_flag(win, self.wd.stall_warn_s, self.stall_flagged_s)
+        if stall is None:
             return
         self.stall_flagged_s = stall
         where = "a stream waited" if (win.get("max_chunk_gap_s") or 0) >= (win.get("probe_max_s") or 0) else "the health probe waited"

@@ -40,6 +40,15 @@ def longest_stall(window: dict[str, Any]) -> float | None:
     return max(vals) if vals else None
 
 
+def stall_to_flag(window: dict[str, Any], floor_s: float, flagged_s: float) -> float | None:
+    """The pause a ``stall`` verdict names for this window, or None: the window's longest pause when it reaches the
+    floor and is at least half again the longest already named on this engine (``flagged_s``, 0 for none)."""
+    stall = longest_stall(window)
+    if stall is None or stall < floor_s or stall < 1.5 * flagged_s:
+        return None
+    return stall
+
+
 def engine_view(delta: EngineCounters | None) -> dict[str, float | None]:
     """The engine's own view of load in a window, from the /metrics delta (gauges as at the window's end)."""
     if delta is None:
