@@ -326,6 +326,9 @@ def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame
             if row.get("prompt_cache") and row["prompt_cache"] != "none":
                 b.append(p(f"Prompt cache of {row['config']}: {row['prompt_cache']}. Its growth is left out of the memory the",
                            "watchdog judges (`engine_memory_mib`, docs/soak.md#memory)."))
+            if row.get("not_reported"):
+                b.append(p(f"Not reported by {row['config']}'s engine: {row['not_reported']}. Those series are absent from its",
+                           "windows and panels, not zero."))
             if row.get("why"):
                 b.append(p(f"Why {row['config']}'s soak was flagged: {row['why']}."))
         b.append(p("A collapse is a watched window series (output t/s, decode t/s, TTFT p95, error share, acceptance, engine",

@@ -277,6 +277,11 @@ def soak_table(runs: list[RunData]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# the engine's own series a soak window records (docs/soak.md#engine-view): absent, never 0, where an engine lacks one
+ENGINE_VIEW_LABELS = {"requests_running": "requests running", "requests_waiting": "requests waiting", "kv_usage": "KV usage",
+                      "preemptions": "preemptions", "prefix_hit_rate": "prefix-cache hit rate", "prompt_cache_mib": "prompt cache size"}
+
+
 def _soak_watch(windows: list[dict[str, Any]], verdicts: list[dict[str, Any]]) -> dict[str, Any]:
     """Stalls, memory as operators meet it, the prompt cache, the work done and why the first explained verdict came."""
     worst, slope = stall_trend(windows)
@@ -301,6 +306,7 @@ def _soak_watch(windows: list[dict[str, Any]], verdicts: list[dict[str, Any]]) -
         "engine_requests_done": max((float(w["engine_requests_done"]) for w in windows if isinstance(w.get("engine_requests_done"), int | float)), default=None),
         "engine_output_tokens_done": max((float(w["engine_output_tokens_done"]) for w in windows
                                           if isinstance(w.get("engine_output_tokens_done"), int | float)), default=None),
+        "not_reported": ", ".join(label for key, label in ENGINE_VIEW_LABELS.items() if windows and all(w.get(key) is None for w in windows)),
         "why": (f"{explained['kind']}" + (f" of {explained['metric']}" if explained.get("metric") else "")
                 + f": {explained['evidence']['explanation'].get('text')}") if explained else "",
     }

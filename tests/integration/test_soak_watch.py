@@ -127,6 +127,8 @@ def test_pauses_that_grow_give_a_stall_verdict_at_the_first_over_the_floor_befor
     assert max(w["probe_max_s"] or 0 for w in windows) >= 3.0
     report = (run_dir / "report.md").read_text()
     assert "longest stall s" in report
+    # llama-server's /metrics has no KV usage or preemption series: said, not shown as 0
+    assert "Not reported by baseline's engine: KV usage, preemptions" in report
 
 
 def _cache_scenario(folder: Path) -> Path:
