@@ -532,19 +532,6 @@ class Engine(ABC):
         except OSError:
             return ""
 
-    def read_log_tail(self, max_bytes: int = 65536) -> str:
-        """The newest ``max_bytes`` of the log (running state lines such as the prompt cache's), without reading it all."""
-        path = self.spec.attach_log if self.spec.attached else self.log_path
-        if path is None:
-            return ""
-        try:
-            with open(path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - max_bytes))
-                return f.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
-
     def capacity(self) -> Capacity:
         return self.parse_startup_log(self.read_log())
 

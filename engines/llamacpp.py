@@ -353,10 +353,12 @@ class LlamaCpp(Engine):
 
     @classmethod
     def cache_state(cls, log_text: str) -> CacheState | None:
-        tail = log_text[-65536:]  # the line is written after every request: the newest is near the end
+        # the newest line: the engine lists every cached prompt after it, so it may be far from the end
         found = None
-        for found in _CACHE_STATE.finditer(tail):
-            pass
+        at = log_text.rfind("cache state:")
+        while at >= 0 and found is None:
+            found = _CACHE_STATE.search(log_text, at, at + 200)
+            at = log_text.rfind("cache state:", 0, at) if found is None else at
         if found is None:
             return None
         return CacheState(prompts=int(found.group(1)), size_mib=float(found.group(2)), cap_mib=float(found.group(3)))

@@ -96,6 +96,33 @@ class RecordTail:
         return out
 
 
+class LogFollower:
+    """The engine log's new text since the last read (a log that shrank was replaced: read it from its start), so a
+    running-state line is found however many lines the engine wrote after it."""
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+        self.offset = 0
+
+    def read(self, path: Path | None, max_bytes: int = 64 * 2**20) -> str:
+        if path is None:
+            return ""
+        if path != self.path:
+            self.path, self.offset = path, 0
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                end = f.tell()
+                if end < self.offset:
+                    self.offset = 0
+                f.seek(max(self.offset, end - max_bytes))
+                data = f.read(end - f.tell())
+        except OSError:
+            return ""
+        self.offset = end
+        return data.decode("utf-8", "replace")
+
+
 def detector_settings(wd: Watchdog) -> DetectorSettings:
     return DetectorSettings(warmup_windows=wd.warmup_windows, reference_windows=wd.reference_windows, confirm_windows=wd.confirm_windows)
 
@@ -161,6 +188,8 @@ class SoakSlice:
         self.memory_warned_pid: int | None = None
         self.gpu_warned_pid: int | None = None
         self.cache_warned_pid: int | None = None
+        self.log_follower = LogFollower()
+        self.cache_seen: Any = None  # the prompt cache as the engine last logged it
         self.probe_latencies: list[float] = []  # health probes of the open window, seconds (a timeout counts as its limit)
         self.stall_flagged_s = 0.0  # the longest stall a verdict has named on this engine
         self.tail = RecordTail()
@@ -232,6 +261,7 @@ class SoakSlice:
             self.memory_warned_pid = None
             self.gpu_warned_pid = None
             self.cache_warned_pid = None
+            self.cache_seen = None
             self.stall_flagged_s = 0.0
             if self.cpu_meter is not None:
                 self.cpu_meter = CpuMeter(self.session.pid, client_pids=self.locust_pids).start()
@@ -529,10 +559,13 @@ class SoakSlice:
         return available
 
     def _cache_state(self) -> Any:
-        try:
-            return self.session.engine.cache_state(self.session.engine.read_log_tail())
-        except (OSError, ValueError):
-            return None
+        """The prompt cache's newest logged size (kept from an earlier window when nothing new was logged)."""
+        engine = self.session.engine
+        text = self.log_follower.read(engine.spec.attach_log if engine.spec.attached else engine.log_path)
+        state = engine.cache_state(text) if text else None
+        if state is not None:
+            self.cache_seen = state
+        return self.cache_seen
 
     def _stall(self, win: dict[str, Any]) -> None:
         """A ``stall`` verdict when a stream or the health probe waited past ``stall_warn_s``, and again each time the
