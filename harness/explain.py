@@ -78,7 +78,7 @@ class Explanation:
             parts.append("at the same time " + _and([m.text() for m in self.moved]))
         if self.unchanged:
             parts.append(_and([m.label for m in self.unchanged]) + " unchanged")
-        return "; ".join(parts) if parts else "no other series recorded"
+        return "; ".join(parts) if parts else "too few windows before its onset to compare with"
 
     def to_dict(self) -> dict[str, Any]:
         return {"metric": self.metric, "text": self.text(), "moves": [asdict(m) for m in self.moves]}
@@ -98,12 +98,15 @@ def series_value(window: dict[str, Any], metric: str) -> float | None:
 def explain(windows: Sequence[dict[str, Any]], onset_unix: float, metric: str, reference_windows: int = 10,
             now_windows: int = 3) -> Explanation:
     """Every series in SERIES with values on both sides of ``onset_unix``: its reference (median of up to
-    ``reference_windows`` windows of the onset's engine before it, after the engine's first window) and its value
+    ``reference_windows`` windows of the onset's engine before it, after the engine's first window unless that is
+    all there is) and its value
     from the onset on (median of up to ``now_windows``), and whether that is a move."""
     after = [w for w in windows if float(w.get("t_end_unix") or w.get("t_unix") or 0) > onset_unix]
     pid = after[0].get("engine_pid") if after else None
     before = [w for w in windows if float(w.get("t_end_unix") or w.get("t_unix") or 0) <= onset_unix
-              and (pid is None or w.get("engine_pid") == pid) and not w.get("engine_restart")][-reference_windows:]
+              and (pid is None or w.get("engine_pid") == pid)]
+    warm = [w for w in before if not w.get("engine_restart")]
+    before = (warm or before)[-reference_windows:]  # the engine's first window only when there is nothing else
     after = after[:now_windows]
     moves = []
     for name, spec in SERIES.items():

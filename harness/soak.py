@@ -600,8 +600,10 @@ class SoakSlice:
             self.memory_warned_pid = pid
             self.verdict("memory", f"the prompt cache grows {out.slope_mib_per_h:,.0f} MiB/h toward a cap that does not fit: "
                          f"available memory ({available:,.0f} MiB) runs out in {out.runs_out_s / 60:.0f} min",
+                         # the growth's onset: the end of the first window of the fit (what it grew from)
                          {"window": _brief(win), "headroom_s": out.runs_out_s, "cap_mib": cap, "size_mib": out.size_mib,
-                          "onset_unix": pts[0][0]}, metric="prompt_cache_mib")
+                          "onset_unix": next(w["t_end_unix"] for w in self.history.get(self.cfg.name, []) if w["t_unix"] == pts[0][0])},
+                         metric="prompt_cache_mib")
 
     def _change_verdict(self, ev: ChangeEvent, win: dict[str, Any]) -> None:
         evidence = {**ev.to_dict(), "windows": [_brief(w) for w in self.history.get(self.cfg.name, [])[-(self.wd.confirm_windows + 2):]]}

@@ -134,7 +134,8 @@ def test_pauses_that_grow_give_a_stall_verdict_at_the_first_over_the_floor_befor
 def _cache_scenario(folder: Path) -> Path:
     return _write(folder, {
         "name": "cache",
-        "server": {"model": SMOLLM2, "ctx_size": 4096, "parallel": 2, "threads": 2, "stop_grace_s": 3},
+        # 4,096 tokens a slot: the corpus's longest conversations fit
+        "server": {"model": SMOLLM2, "ctx_size": 8192, "parallel": 2, "threads": 2, "stop_grace_s": 3},
         "configurations": [
             {"name": "cache-fits", "algorithm": "none", "engine_args": ["--cache-ram", "192"]},
             {"name": "cache-default", "algorithm": "none"},  # llama-server's default cap: 8192 MiB
@@ -170,8 +171,12 @@ def test_prompt_cache_growth_to_a_cap_that_fits_is_named_and_one_that_does_not_i
     # a cap that does not fit: the warning, then the memory verdict, which stops that configuration (exit 4)
     kinds = [v["kind"] for v in verdicts if v["config"] == "cache-default"]
     assert kinds[:1] == ["cache_cap"] and "memory" in kinds, verdicts
+    assert not [w for w in windows if w["errors"]], "no request failed"
     memory = next(v for v in verdicts if v["kind"] == "memory")
     assert memory["metric"] == "prompt_cache_mib" and memory["action"] == "stop_config"
+    # it explains itself: the cache and RSS grew, nothing else moved
+    moved = {m["metric"] for m in memory["evidence"]["explanation"]["moves"] if m["moved"]}
+    assert "prompt_cache_mib" in moved, memory["evidence"]["explanation"]
     assert proc.returncode == EXIT_SOAK, out[-3000:]
     report = (run_dir / "report.md").read_text()
     assert "Prompt cache of cache-fits: cache growth" in report and "by design" in report
