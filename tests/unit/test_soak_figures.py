@@ -180,3 +180,12 @@ def test_validate_warns_of_a_prompt_cache_cap_over_the_memory_limit(tmp_path: Pa
     assert len(warnings) == 1 and "'default-cap'" in warnings[0] and "8,192 MiB" in warnings[0]
     sc = load_scenario(_soak_scenario(tmp_path, {"duration_s": 600, "stall_s": 5, "watchdog": {"stall_warn_s": 5}})).scenario
     assert any("stall_warn_s" in w for w in soak_warnings(sc))
+
+
+def test_sglang_kv_usage_and_retractions_from_its_metrics() -> None:
+    from engines.sglang import SGLang
+
+    c = SGLang.normalise_metrics((FIXTURES / "sglang" / "eagle3.metrics.txt").read_text())
+    assert c.kv_usage == 0.0 and c.requests_finished is not None
+    text = "# TYPE sglang:num_retracted_requests_total counter\nsglang:num_retracted_requests_total{model_name=\"m\"} 3\n"
+    assert SGLang.normalise_metrics(text).preemptions == 3.0
