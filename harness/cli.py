@@ -197,17 +197,21 @@ def compare(
         err.print(f"[yellow]specsoak: the runs are of different scenarios ({a.manifest.get('scenario')}, {b.manifest.get('scenario')})[/]")
     cmp = compare_table(verdict_table([a]), verdict_table([b]))
     summary = compare_summary(cmp)
-    table = Table(title=f"{a.run_id}  vs  {b.run_id}")
-    for col in ("configuration", "ratio", "run A [95% CI]", "run B [95% CI]", "B / A", "agree"):
-        table.add_column(col, justify="left" if col in ("configuration", "ratio") else "right")
-    rows_md = []
+    import pandas as pd
+
+    from harness.report.console import render
+
+    columns = ("configuration", "ratio", "run A [95% CI]", "run B [95% CI]", "B / A", "agree")
+    rows_md, cells_all = [], []
     for _, r in cmp.iterrows():
         cells = [str(r["config"]), str(r["figure"]), _ci(r["run_a"], r["run_a_ci_low"], r["run_a_ci_high"]),
                  _ci(r["run_b"], r["run_b_ci_low"], r["run_b_ci_high"]), f"{r['difference']:+.1%}",
                  "–" if r["agree"] is None else "✓" if r["agree"] else "✗"]
-        table.add_row(*cells)
+        cells_all.append(cells)
         rows_md.append("| " + " | ".join(cells) + " |")
-    out.print(table)
+    out.print(f"{a.run_id}  vs  {b.run_id}", markup=False, highlight=False, soft_wrap=True)
+    for ln in render(pd.DataFrame(cells_all, columns=list(columns)), _width()):
+        out.print(ln, markup=False, highlight=False, soft_wrap=True)
     med = summary["median_abs_difference"]
     line = (f"{summary['agree']} of {summary['figures']} ratios agree (each inside the other run's 95% interval), "
             f"{summary['disagree']} do not, {summary['no_interval']} without interval; median |B / A − 1| = "
