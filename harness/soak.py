@@ -569,7 +569,10 @@ class SoakSlice:
 
     def _stall(self, win: dict[str, Any]) -> None:
         """A ``stall`` verdict when a stream or the health probe waited past ``stall_warn_s``, and again each time the
-        longest pause grows by half (pauses that lengthen with uptime: each a line, long before a request fails)."""
+        longest pause grows by half (pauses that lengthen with uptime: each a line, long before a request fails).
+        Contaminated windows are not judged, as in the change detector."""
+        if win.get("contaminated"):
+            return  # other processes took the CPU: a pause then is the machine's, not the engine's (recorded, not judged)
         stall = stall_to_flag(win, self.wd.stall_warn_s, self.stall_flagged_s)
         if stall is None:
             return
