@@ -558,6 +558,21 @@ class Engine(ABC):
                 self._log_file = None
 
 
+def served_models(url: str, headers: dict[str, str] | None = None, timeout: float = 10.0) -> list[str]:
+    """The model ids an OpenAI-compatible server lists at /v1/models (llama-server, vLLM, SGLang, TRT-LLM, TGI all
+    answer it); raises OSError when it does not answer with a list."""
+    req = urllib.request.Request(url.rstrip("/") + "/v1/models", headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - the scenario's own server
+            body = json.loads(resp.read(1 << 20) or b"null")
+    except (urllib.error.URLError, ValueError) as exc:
+        raise OSError(str(getattr(exc, "reason", exc))) from exc
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, list):
+        raise OSError(f"unexpected answer: {str(body)[:120]}")
+    return [str(m["id"]) for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+
+
 def listening_pid(url: str) -> int | None:
     """The local process listening on ``url``'s port, when the server runs on this machine and the OS tells
     (psutil; None for a remote server, or when the socket's owner cannot be read)."""

@@ -163,7 +163,8 @@ class Configuration(_Strict):
 class Server(_Strict):
     engine: EngineName = Field("llamacpp", description="the engine adapter that starts and reads the server (engines/*.py)")
     binary: str | None = Field(None, description="the engine's executable (or the Python that runs it); the default depends on the engine")
-    model: str = Field(description="target model: a path, or package:DIST/FILE")
+    model: str | None = Field(None, description="target model: a path, or package:DIST/FILE; attach mode (server.url): optional, "
+                              "the model the server lists first at /v1/models")
     ctx_size: int = Field(8192, ge=256, le=4_194_304, description="total context (all slots)")
     parallel: int = Field(4, ge=1, le=1024, description="server slots")
     threads: int | None = Field(None, ge=1, le=1024, description="CPU threads of llama-server (-t); default: llama.cpp's own choice")
@@ -196,6 +197,9 @@ class Server(_Strict):
 
     @model_validator(mode="after")
     def _attach(self) -> Server:
+        if self.url is None and self.model is None:
+            raise ValueError("server.model is required: the model to launch (with server.url, attaching to a running server, "
+                             "it is read from the server)")
         if self.url is None:
             for f in ("metrics_url", "log_file"):
                 if getattr(self, f) is not None:
@@ -747,6 +751,23 @@ class LoadedScenario:
         return self.models[cfg.model or self.scenario.server.model]
 
 
+def _with_served_model(p: Path, lines: Any, scenario: Scenario) -> Scenario:
+    """Attach mode without server.model: the model the server lists first at /v1/models (what every peer does)."""
+    from engines.base import served_models
+
+    srv = scenario.server
+    key = os.environ.get(srv.api_key_env) if srv.api_key_env else None
+    try:
+        names = served_models(str(srv.url), {"Authorization": f"Bearer {key}"} if key else {})
+    except OSError as exc:
+        loc = ("server", "url")
+        raise ScenarioError(f"{p}{lines(loc)}: server.model: not given, and the server at {srv.url} did not list its models "
+                            f"(GET /v1/models: {exc}); start the server or set server.model") from None
+    if not names:
+        raise ScenarioError(f"{p}: server.model: not given, and the server at {srv.url} lists no model at /v1/models; set server.model")
+    return scenario.model_copy(update={"server": srv.model_copy(update={"model": names[0]})})
+
+
 def load_scenario(
     path: str | Path,
     known_algorithms: frozenset[str] | None = None,
@@ -786,6 +807,8 @@ def load_scenario(
     if key_env and not os.environ.get(key_env):
         loc = ("server", "api_key_env")
         raise ScenarioError(f"{p}{lines(loc)}: {_dotted(loc)}: environment variable '{key_env}' is not set (the API key is read from it)")
+    if scenario.server.model is None and scenario.server.url is not None:
+        scenario = _with_served_model(p, lines, scenario)
     if known_algorithms is not None:
         for i, cfg in enumerate(scenario.configurations):
             if cfg.algorithm not in known_algorithms:
