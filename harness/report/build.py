@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from harness.report import plots
+from harness.report.console import findings
 from harness.report.design import control_summary, control_table, design_notes
 from harness.report.load import RunData, load_run
 from harness.report.render import Block, h, img, p, table, to_html, to_markdown, ul
@@ -152,6 +153,9 @@ def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame
             "measured N (see below; `≥`: no N tried failed). Slots, ctx and memory: the engine's start-up log. `[synthetic]` rows use synthetic",
             "acceptance: their speed is a cost measurement, their output is not valid. Definitions: docs/metrics.md.",
         )]
+        found = findings(t["verdict"])
+        if found:
+            b.append(ul(found))
         if any(str(c).startswith("offered / achieved rps") for c in shown.columns):
             b.append(p(
                 "Open-loop phases (`measurement.arrival`), one set of columns per rate (`@R rps`) or stage list: offered = scheduled",
@@ -394,11 +398,14 @@ def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame
         b.append(img(images["k"], "K sweep"))
     pt = t["prompts"]
     if not pt.empty:
-        cols = {"phase": "phase", "load": "streams or rate", "repetition": "rep", "requests": "requests",
-                "distinct_prompts": "distinct prompts", "repeated": "repeated"}
-        b += [h(2, "Prompts"), table(_show(pt, ["run"] * multi + ["config"] + list(cols), cols)), p(
-            "How many different prompts each phase and each soak sent: a prompt and its later turns count apart; `repeated`:",
-            "requests whose prompt had already been sent in that phase or soak (scenario `prompt_reuse`: docs/scenarios.md).",
+        # audit material: the table is prompts.csv (one line per phase, repetition and soak); here, its summary
+        soaks = pt[pt["phase"] == "soak"] if "phase" in pt else pt.iloc[0:0]
+        b += [h(2, "Prompts"), p(
+            f"{len(pt) - len(soaks)} measured phases sent {int(pt['requests'].sum() - soaks['requests'].sum()):,} requests,",
+            f"{int(pt['repeated'].sum() - soaks['repeated'].sum()):,} of them with a prompt already sent in the same phase"
+            + (f"; {len(soaks)} soaks sent {int(soaks['requests'].sum()):,} requests of {int(soaks['distinct_prompts'].sum()):,}"
+               f" distinct prompts ({int(soaks['repeated'].sum()):,} repeated)" if len(soaks) else "") + ".",
+            "One line per phase, repetition and soak: `prompts.csv` (scenario `prompt_reuse`: docs/scenarios.md).",
         )]
     notes = _notes(runs, t["verdict"])
     if notes:

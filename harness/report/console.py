@@ -17,7 +17,7 @@ from harness.report.stats import isnum
 SHOWN_MARK = "*"  # after a ratio whose interval excludes 1.0
 
 
-def stream_counts(verdict: pd.DataFrame) -> list[int]:
+def verdict_stream_counts(verdict: pd.DataFrame) -> list[int]:
     """The closed-loop stream counts the verdict has (its ``total_tps_N`` columns), ascending."""
     return sorted(int(c.removeprefix("total_tps_")) for c in verdict.columns if c.startswith("total_tps_") and c[10:].isdigit())
 
@@ -44,7 +44,7 @@ def _servable(v: Any, fill: Any, ctx: Any) -> str:
 def compact_verdict(verdict: pd.DataFrame) -> pd.DataFrame:
     """Seed 000's columns: solo decode and its ratio, total t/s at the highest N and its ratio, acceptance, servable
     context per slot, max streams, and the soak's outcome when there is one."""
-    counts = stream_counts(verdict)
+    counts = verdict_stream_counts(verdict)
     n = counts[-1] if counts else None
     multi = "run" in verdict and verdict["run"].nunique() > 1
     rows = []
@@ -71,11 +71,15 @@ def compact_verdict(verdict: pd.DataFrame) -> pd.DataFrame:
 
 def findings(verdict: pd.DataFrame) -> list[str]:
     """One line per thing that matters: each configuration's ratios where the run shows a difference, failures, soaks."""
-    counts = stream_counts(verdict)
+    counts = verdict_stream_counts(verdict)
     n = counts[-1] if counts else None
     out = []
     for _, r in verdict.iterrows():
         name = str(r["config"])
+        if isnum(r.get("records_missing")) and float(r["records_missing"]) > 0 and isnum(r.get("records_expected")):
+            exp = int(r["records_expected"])
+            out.append(f"{name}: request records read ✗ {exp - int(r['records_missing'])} of {exp}: its figures rest on what "
+                       f"could be read (see the notes)")
         if isinstance(r.get("failure"), str) and r["failure"]:
             out.append(f"{name}: failed: {r['failure']}")
             continue
