@@ -190,8 +190,10 @@ def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame
     if be.empty:
         b.append(p("No speculative configuration was measured against a baseline."))
     else:
-        b += [table(_show(be, ["run"] * multi + ["config", "algorithm", "break_even", "shown_by_intervals"],
-                          {"break_even": "stops beating the baseline at", "shown_by_intervals": "what the intervals show"})), p(
+        cols = ["config", "algorithm", "break_even", "shown_by_intervals"] + (["solo_vs_n1"] if (be["solo_vs_n1"] != "").any() else [])
+        b += [table(_show(be, ["run"] * multi + cols,
+                          {"break_even": "stops beating the baseline at", "shown_by_intervals": "what the intervals show",
+                           "solo_vs_n1": "why solo and N=1 differ"})), p(
             "The stream count from which a configuration's total t/s no longer exceeds the baseline's, linearly interpolated",
             "between the last measured N where it wins and the first where it does not (the two points in brackets), from the",
             "point estimates. `what the intervals show`: at each N, `faster` or `slower` only when the ratio's 95% interval",

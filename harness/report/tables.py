@@ -428,6 +428,15 @@ def _soak_time(offsets: dict[str, tuple[float, float]], slice_id: str, t_unix: f
 
 
 # ---- break-even concurrency -------------------------------------------------------------------
+def _solo_vs_n1(solo: Any, n1: Any) -> str:
+    """Why the verdict's solo ratio and this table's ratio at 1 stream can tell different stories ('' when they agree)."""
+    if not (isnum(solo) and isnum(n1)) or ((solo > 1.0) == (n1 > 1.0) and abs(float(solo) / float(n1) - 1.0) < 0.1):
+        return ""
+    return (f"solo decode {float(solo):.2f}× counts the decode rate after the first token; total t/s at N=1 {float(n1):.2f}× "
+            f"also counts prompt processing and the first token, which speculation does not speed up")
+
+
+
 def breakeven_table(verdict: pd.DataFrame, counts: list[int]) -> pd.DataFrame:
     rows: list[dict[str, Any]] = []
     for _, v in verdict.iterrows():
@@ -451,7 +460,7 @@ def breakeven_table(verdict: pd.DataFrame, counts: list[int]) -> pd.DataFrame:
         shown = [f"N={n}: {shown_difference(v.get(f'speedup_{n}_ci_low'), v.get(f'speedup_{n}_ci_high')) or 'no interval'}"
                  for n in counts if isnum(v.get(f"speedup_{n}"))]
         rows.append({"run": v["run"], "config": v["config"], "algorithm": v["algorithm"], "synthetic": bool(v["synthetic"]),
-                     "shown_by_intervals": ", ".join(shown),
+                     "shown_by_intervals": ", ".join(shown), "solo_vs_n1": _solo_vs_n1(v.get("solo_speedup"), v.get("speedup_1")),
                      "break_even_kind": be["kind"], "break_even_streams": be["streams"],
                      "evidence": json.dumps([[int(n), round(float(s), 6)] for n, s in ev]), "break_even": text})  # type: ignore[misc]
     return pd.DataFrame(rows)
