@@ -104,12 +104,13 @@ def chi_square(ref: Counter[Any], got: Counter[Any]) -> dict[str, Any]:
 class _Client:
     """Greedy answers from one running engine (llama.cpp: token ids; others: text)."""
 
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Engine, url: str | None = None):
         self.engine = engine
+        self.url = url or engine.base_url  # the soak's canary asks through the request URL (a proxy in between)
         self.tokens = engine.name == "llamacpp"
 
     def _post(self, path: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
-        req = urllib.request.Request(self.engine.base_url + path, data=json.dumps(body).encode(),
+        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json", **self.engine.request_headers()})
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             data = json.loads(resp.read())
