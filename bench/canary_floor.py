@@ -1,9 +1,10 @@
 """How often the soak canary's greedy answers differ on an unchanged engine under concurrent load: the floor its
 divergence rule is set from (docs/soak.md#output-canary).
 
-    flock /tmp/specsoak-engine.lock .venv/bin/python -m bench.canary_floor [ROUNDS] [STREAMS] [CONFIG...]
+    flock /tmp/specsoak-engine.lock .venv/bin/python -m bench.canary_floor [ROUNDS] [STREAMS] [THREADS] [CONFIG...]
 
-For each configuration: llama-server starts (4 slots, 2 threads), the canary's built-in prompts are answered
+For each configuration: llama-server starts (4 slots, THREADS threads, default 1: on a shared 2-core machine two
+threads spin at llama.cpp's barriers while the other core is taken, down to ~1 token/s), the canary's built-in prompts are answered
 once alone (the reference), then ``STREAMS`` closed-loop streams of other prompts (32–160 tokens, so the
 batch changes all the time) run while the canary asks ``ROUNDS`` more rounds, each answer compared with the
 reference token by token (and with the baseline's reference on the same target). Prints, per configuration,
@@ -60,12 +61,12 @@ def _load(engine: LlamaCpp, stop: threading.Event, seed: int, sent: list[int]) -
             time.sleep(0.2)
 
 
-def measure(name: str, rounds: int, streams: int, refs: dict[str, dict[str, CanaryAnswer]]) -> dict[str, Any]:
+def measure(name: str, rounds: int, streams: int, threads: int, refs: dict[str, dict[str, CanaryAnswer]]) -> dict[str, Any]:
     root = Path(__file__).resolve().parents[1]
     c = CONFIGS[name]
     spec = LaunchSpec(model=resolve_model(c["model"], root), algorithm=c["algorithm"],
                       draft=resolve_model(c["draft"], root) if c.get("draft") else None, k=c.get("k"),
-                      ctx_size=4096, parallel=4, threads=2, port=free_port())
+                      ctx_size=4096, parallel=4, threads=threads, port=free_port())
     engine = LlamaCpp(spec, Path("/tmp") / f"canary_floor-{name}-{spec.port}.server.log")
     engine.start()
     try:
@@ -110,6 +111,7 @@ def measure(name: str, rounds: int, streams: int, refs: dict[str, dict[str, Cana
                     differ_base += 1
                     base_positions.append(a.vs_baseline.first_diff if a.vs_baseline.first_diff is not None else -1)
             max_in_round = max(max_in_round, in_round)
+            print(f"  {name} round {r}: {in_round} of {len(prompts)} differ from the first answers; load requests so far {sent[0]}", flush=True)
         cpu = meter.stop()
         stop.set()
         for t in threads:
@@ -128,11 +130,12 @@ def measure(name: str, rounds: int, streams: int, refs: dict[str, dict[str, Cana
 def main(argv: list[str]) -> None:
     rounds = int(argv[0]) if argv else 20
     streams = int(argv[1]) if len(argv) > 1 else 3
-    names = argv[2:] or ["baseline", "draft-self-k3"]
+    threads = int(argv[2]) if len(argv) > 2 else 1
+    names = argv[3:] or ["baseline", "draft-self-k3"]
     refs: dict[str, dict[str, CanaryAnswer]] = {}
-    print(f"{len(BUILTIN_PROMPTS)} canary prompts, {MAX_TOKENS} tokens, {rounds} rounds under {streams} streams", flush=True)
+    print(f"{len(BUILTIN_PROMPTS)} canary prompts, {MAX_TOKENS} tokens, {rounds} rounds under {streams} streams, {threads} engine threads", flush=True)
     for name in names:
-        res = measure(name, rounds, streams, refs)
+        res = measure(name, rounds, streams, threads, refs)
         print(json.dumps(res), flush=True)
 
 

@@ -1057,4 +1057,8 @@ def soak_warnings(sc: Scenario) -> list[str]:
     if judged_after >= sc.soak.duration_s:
         out.append(f"soak.watchdog: the change detector needs {describe_duration(judged_after)} of warm-up and reference windows, "
                    f"longer than the soak ({describe_duration(sc.soak.duration_s)}): nothing will be judged")
+    canary = sc.soak.canary
+    if canary.enabled is not False and any(c.speculative for c in sc.soak_configurations()) and canary.every_s >= sc.soak.duration_s:
+        out.append(f"soak.canary.every_s ({describe_duration(canary.every_s)}) is not shorter than the soak ({describe_duration(sc.soak.duration_s)}): "
+                   f"the canary answers once, before the traffic, so only a baseline's answers can be compared with")
     return out

@@ -263,3 +263,11 @@ def test_the_exporter_serves_the_last_rounds_differing_answers_and_the_diverged_
     assert val[("specsoak_soak_canary_answers_total", None, "ok")] == 7 and val[("specsoak_soak_canary_answers_total", None, "error")] == 1
     exp.on_config_end("spec", "done")
     assert not [s for fam in exp.registry.collect() for s in fam.samples if s.name in ("specsoak_soak_canary_diverged", "specsoak_soak_canary_differing_answers")]
+
+
+def test_validate_warns_when_the_canary_would_answer_only_once() -> None:
+    from harness.scenario import soak_warnings
+
+    assert any("soak.canary.every_s" in w for w in soak_warnings(_scenario({})))  # 300 s against a 60-s soak
+    assert not any("canary" in w for w in soak_warnings(_scenario({"canary": {"every_s": 20}})))
+    assert not any("canary" in w for w in soak_warnings(_scenario({"canary": {"enabled": False}})))
