@@ -266,11 +266,11 @@ class SoakSlice:
         gave_up = False
         t_load = self.t_load = time.time()
         try:
+            self.canary = canary_mod.for_slice(self.ctx, self.cfg, self.session, self.slice_id)
+            if self.canary is not None:  # its first round before the traffic (the reference is the engine's answer alone) and the first window
+                self._canary_round(self.canary.first_round())
             self.window_t0 = time.time()
             self.window_counters = self._scrape()
-            self.canary = canary_mod.for_slice(self.ctx, self.cfg, self.session, self.slice_id)
-            if self.canary is not None:  # its first round before the traffic: the reference is the engine's answer alone
-                self._canary_round(self.canary.first_round())
             last_ok = time.monotonic()
             t_load = self.t_load = time.time()
             locust.start()
