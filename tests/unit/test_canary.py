@@ -101,8 +101,25 @@ def test_a_divergence_from_the_baseline_is_judged_apart_from_the_first_answers()
 
 def test_the_rule_defaults_per_engine_and_the_scenario_overrides_them() -> None:
     sc = _scenario({"canary": {"confirm_rounds": 3}})
-    assert rule_of(sc, "llamacpp") == Rule(confirm_rounds=3, max_differing=1)
-    assert rule_of(_scenario({}), "sglang") == Rule()
+    assert rule_of(sc, "llamacpp") == Rule(confirm_rounds=3, max_differing=1, baseline_strict=True)
+    assert rule_of(_scenario({}), "llamacpp") == Rule(confirm_rounds=2, max_differing=1, baseline_strict=True)
+    assert rule_of(_scenario({}), "sglang") == Rule(confirm_rounds=3, max_differing=1, baseline_strict=False)
+
+
+def test_where_the_baseline_is_not_strict_only_a_prompt_that_agreed_with_it_at_first_counts() -> None:
+    base = {"a": _ans("a", REF, 1, config="base"), "b": _ans("b", REF, 1, config="base")}
+    other = (10, 11, 12, 50, 51)
+    # "a" differed from the baseline from the start (bfloat16 numerics); "b" agreed with it
+    firsts = {"a": compare(_ans("a", other, 1), {}, base, "base"), "b": compare(_ans("b", REF, 1), {}, base, "base")}
+    loose, strict = Judge(Rule(confirm_rounds=1, max_differing=5)), Judge(Rule(confirm_rounds=1, max_differing=5, baseline_strict=True))
+    later = [compare(_ans("a", other, 2), firsts, base, "base"), compare(_ans("b", REF, 2), firsts, base, "base")]
+    assert loose.judge(later, firsts, base) is None
+    div = strict.judge(later, firsts, base)
+    assert div is not None and div.prompt_id == "a" and div.reference == "base"
+    # "b" leaving the baseline counts in both
+    changed = [compare(_ans("b", other, 3), firsts, base, "base")]
+    div = loose.judge(changed, firsts, base)
+    assert div is not None and div.reference == "first" and div.prompt_id == "b"  # its first answer is checked first
 
 
 # ---- scheduling, records, resume ------------------------------------------------------------------------------
@@ -124,7 +141,7 @@ class FakeEngine:
         return Answer(p.id, " ".join(map(str, toks)), toks, draft_tokens=8, accepted_tokens=6)
 
 
-def _canary(run_dir: Path, ask: Any, slice_id: str = "spec-s001", rule: Rule = Rule(), every_s: float = 10.0,
+def _canary(run_dir: Path, ask: Any, slice_id: str = "spec-s001", rule: Rule = Rule(confirm_rounds=2), every_s: float = 10.0,
             baseline: str | None = None, config: str = "spec") -> Canary:
     return Canary(run_dir, config, slice_id, canary_prompts(None), ask, every_s, rule, baseline, lambda: (4242, 12.5))
 
