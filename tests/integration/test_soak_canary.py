@@ -24,10 +24,11 @@ from tests.integration.conftest import SMOLLM2
 
 pytestmark = pytest.mark.engine
 PROMPTS = ["Count from 1 to 20, separated by commas.", "Name three colours and one thing of each colour."]
-SOAK_S = 30
+SOAK_S = 30  # unplanted: each configuration's soak
+PLANTED_SOAK_S = 150  # planted: the n-gram configuration alone, stopped by the verdict long before this
 
 
-def _scenario(tmp_path: Path, engine_port: int, proxy_url: str) -> Path:
+def _scenario(tmp_path: Path, engine_port: int, proxy_url: str, plant: bool) -> Path:
     data = {
         "name": "canary",
         "server": {"model": SMOLLM2, "ctx_size": 2048, "parallel": 2, "threads": 2, "stop_grace_s": 3, "port": engine_port,
@@ -35,7 +36,8 @@ def _scenario(tmp_path: Path, engine_port: int, proxy_url: str) -> Path:
         "configurations": [{"name": "baseline", "algorithm": "none"}, {"name": "ngram", "algorithm": "ngram-map-k"}],
         "measurement": {"prompts": "builtin:repeat", "max_tokens": 8, "streams": [1], "requests_per_stream": 1, "repetitions": 1,
                         "warmup_requests": 0},
-        "soak": {"duration_s": SOAK_S, "shape": {"kind": "steady", "users": 2}, "max_tokens": 16, "stall_s": 20,
+        "soak": {"duration_s": PLANTED_SOAK_S if plant else SOAK_S, "configurations": ["ngram"] if plant else None,
+                 "shape": {"kind": "steady", "users": 2}, "max_tokens": 16, "stall_s": 20,
                  "canary": {"every_s": 4, "max_tokens": 24, "prompts": PROMPTS},
                  # this test is about answers: a window series on 5-s windows of two users is not judged by it
                  "watchdog": {"probe_interval_s": 0.5, "hang_s": 20, "window_s": 5, "actions": {"collapse": "record"}}},
@@ -57,7 +59,7 @@ def _run(tmp_path: Path, plant: bool) -> tuple[int, str, Path, FaultProxy]:
     results = tmp_path / "results"
     engine_port = free_port()
     with FaultProxy(f"http://127.0.0.1:{engine_port}") as proxy:
-        proc = start_cli("run", str(_scenario(tmp_path, engine_port, proxy.url)), "--results", str(results))
+        proc = start_cli("run", str(_scenario(tmp_path, engine_port, proxy.url, plant)), "--results", str(results))
         stop = threading.Event()
 
         def planter() -> None:
@@ -88,10 +90,12 @@ def test_a_corrupted_canary_answer_is_a_divergence_that_stops_the_configuration(
     assert len(div) == 1 and div[0]["config"] == "ngram" and div[0]["action"] == "stop_config", verdicts
     ev = div[0]["evidence"]
     assert ev["prompt_id"] in ("canary-0", "canary-1") and ev["first_diff"] == CORRUPT_FROM and ev["method"] == "tokens"
-    assert ev["text"].endswith("corrupted answer") and ev["ref_text"] and ev["ref_text"] != ev["text"] and ev["rounds"] == 2
+    assert ev["text"].endswith("corrupted answer") and ev["ref_text"] and ev["ref_text"] != ev["text"]
+    # both prompts corrupted in one round (more than max_differing), or the second corrupted round of a prompt
+    assert ev["rounds"] == 2 or len(ev["differing"]) == 2, ev
     assert div[0]["engine_uptime_s"] > 0
     recs = [r for r in read_jsonl(run_dir / CANARY) if r["config"] == "ngram"]
-    # the two rounds before the plant equal the first answers; the two after it differ at the corrupted token
+    # the rounds before the plant equal the first answers; the one that gave the verdict differs at the corrupted token
     by_round: dict[int, list[dict[str, Any]]] = {}
     for r in recs:
         by_round.setdefault(r["round"], []).append(r)
@@ -100,9 +104,8 @@ def test_a_corrupted_canary_answer_is_a_divergence_that_stops_the_configuration(
     manifest = json.loads((run_dir / "manifest.json").read_text())
     soak = manifest["configurations"]["ngram"]["soak"]
     assert soak["status"] == "failed" and soak["first_failure"]["kind"] == "divergence"
-    assert manifest["configurations"]["baseline"]["soak"]["status"] == "ok"
     ends = [e for e in read_jsonl(run_dir / "soak_slices.jsonl") if e["event"] == "end" and e["config"] == "ngram"]
-    assert ends and ends[0]["elapsed_s"] < SOAK_S and ends[0]["stopped_by"].startswith("divergence")
+    assert ends and ends[0]["elapsed_s"] < PLANTED_SOAK_S - 30 and ends[0]["stopped_by"].startswith("divergence")
     report = (run_dir / "report.md").read_text()
     assert f"✗ divergence: {ev['prompt_id']} vs its first answer at token {CORRUPT_FROM}" in report
 
@@ -113,7 +116,7 @@ def test_the_same_soak_unplanted_gives_no_divergence(tmp_path: Path) -> None:
     assert proxy.corrupted == 0
     assert not [v for v in read_jsonl(run_dir / "verdicts.jsonl") if v["kind"] == "divergence"]
     recs = list(read_jsonl(run_dir / CANARY))
-    assert _rounds(run_dir, "baseline") >= 3 and _rounds(run_dir, "ngram") >= 3
+    assert _rounds(run_dir, "baseline") >= 2 and _rounds(run_dir, "ngram") >= 2
     assert all(r["status"] == "ok" and r["tokens"] for r in recs)
     spec = [r for r in recs if r["config"] == "ngram"]
     # llama.cpp Q4_1 on this CPU: the floor is zero (docs/soak.md#output-canary), so every answer equals both references
