@@ -288,3 +288,22 @@ def test_validate_warns_when_the_canary_would_answer_only_once() -> None:
     assert any("soak.canary.every_s" in w for w in soak_warnings(_scenario({})))  # 300 s against a 60-s soak
     assert not any("canary" in w for w in soak_warnings(_scenario({"canary": {"every_s": 20}})))
     assert not any("canary" in w for w in soak_warnings(_scenario({"canary": {"enabled": False}})))
+
+
+def test_specsoak_export_replays_the_canary_rounds(tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    from harness.metrics.openmetrics import export_openmetrics
+
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "run_quick", run)
+    req = json.loads((run / "requests.jsonl").read_text().splitlines()[0])
+    t = float(req["start_unix_s"])
+    first = CanaryAnswer(t, req["config"], "s1", 1, "canary-count", "ok", "a b", (1, 2))
+    later = compare(CanaryAnswer(t + 0.01, req["config"], "s1", 2, "canary-count", "ok", "a c", (1, 3)), {"canary-count": first}, {}, None)
+    (run / CANARY).write_text("".join(json.dumps(a.to_dict()) + "\n" for a in (first, later)))
+    text = export_openmetrics(run)
+    lines = [ln for ln in text.splitlines() if ln.startswith("specsoak_soak_canary_differing_answers{") and f'config="{req["config"]}"' in ln]
+    assert lines and lines[0].split()[-2] == "1.0" and 'reference="first"' in lines[0]
+    assert any(ln.startswith("specsoak_soak_canary_answers_total{") for ln in text.splitlines())
