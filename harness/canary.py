@@ -26,10 +26,15 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.prompts import Prompt
 from harness.records import JsonlWriter, read_jsonl
+
+if TYPE_CHECKING:
+    from engines.base import Engine
+    from harness.scenario import Configuration, Scenario
+    from harness.session import EngineSession, RunContext
 
 CANARY = "canary.jsonl"
 
@@ -231,7 +236,7 @@ class Judge:
 Asker = Callable[[Prompt], Any]  # returns a harness.verify.Answer
 
 
-def answer_asker(engine: Any, max_tokens: int, seed: int, timeout_s: float) -> Asker:
+def answer_asker(engine: Engine, max_tokens: int, seed: int, timeout_s: float) -> Asker:
     """Greedy answers from ``engine`` through its request URL (a proxy in between sees them), as ``specsoak verify`` asks."""
     from harness.verify import _Client
 
@@ -359,7 +364,7 @@ class Canary:
 
 # ---- the soak's side ----------------------------------------------------------------------------------------
 
-def canary_enabled(sc: Any) -> bool:
+def canary_enabled(sc: Scenario) -> bool:
     """Whether the scenario's soak runs the canary: as set, else when it soaks a speculative configuration."""
     if sc.soak is None:
         return False
@@ -367,17 +372,18 @@ def canary_enabled(sc: Any) -> bool:
     return bool(on) if on is not None else any(c.speculative for c in sc.soak_configurations())
 
 
-def rule_of(sc: Any, engine: str) -> Rule:
+def rule_of(sc: Scenario, engine: str) -> Rule:
     """The engine's default rule, with the scenario's ``confirm_rounds`` / ``max_differing`` where it sets them."""
+    assert sc.soak is not None
     base, c = default_rule(engine), sc.soak.canary
     return Rule(c.confirm_rounds if c.confirm_rounds is not None else base.confirm_rounds,
                 c.max_differing if c.max_differing is not None else base.max_differing, base.baseline_strict)
 
 
-def for_slice(ctx: Any, cfg: Any, session: Any, slice_id: str) -> Canary | None:
+def for_slice(ctx: RunContext, cfg: Configuration, session: EngineSession, slice_id: str) -> Canary | None:
     """The canary of one soak slice (None: off, or a synthetic configuration, whose output is not the model's)."""
     sc = ctx.sc
-    if not canary_enabled(sc) or cfg.is_synthetic:
+    if not canary_enabled(sc) or cfg.is_synthetic or sc.soak is None:
         return None
     c = sc.soak.canary
     soaked = {x.name for x in sc.soak_configurations()}
