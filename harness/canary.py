@@ -223,9 +223,10 @@ class Judge:
             if not too_many and n < self.rule.confirm_rounds:
                 continue
             ref = refs.get(a.prompt_id)
-            what = "its first answer" if ref_name == "first" else f"the baseline {d.reference}'s answer"
-            why = (f"{len(differing)} of {len(answers)} canary answers differ from {what} in one round (at most {self.rule.max_differing} allowed)"
-                   if too_many else f"{a.prompt_id} differs from {what} in {n} consecutive rounds")
+            one, many = (("its first answer", "their first answers") if ref_name == "first"
+                         else (f"the baseline {d.reference}'s answer", f"the baseline {d.reference}'s answers"))
+            why = (f"{len(differing)} of {len(answers)} canary answers differ from {many} in one round (at most {self.rule.max_differing} allowed)"
+                   if too_many else f"{a.prompt_id} differs from {one} in {n} consecutive rounds")
             found = Divergence(d.reference, why, a.prompt_id, d.first_diff, d.method, a.text, ref.text if ref else "",
                                ref.round if ref else 0, n, [x[0].prompt_id for x in differing])
         return found
