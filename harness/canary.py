@@ -12,8 +12,8 @@ round, prompt, token ids and text, and the first differing position against each
 refused or failed canary request is a record with ``status: "error"``, never an exception.
 
 The rule (docs/soak.md#output-canary): greedy answers of an unchanged engine under concurrent load may
-flip where two tokens are nearly tied, because the batch changes the order of floating-point sums. Such
-a flip shows once and is gone at the next round. A divergence is therefore an answer that differs from
+flip where two tokens are nearly tied, because the batch changes the order of floating-point sums; such a
+flip depends on the batch the answer met, so it need not come back at the next round. A divergence is therefore an answer that differs from
 its reference in ``confirm_rounds`` consecutive rounds (the same prompt), or a round in which more than
 ``max_differing`` of the prompts differ at once; the defaults come from the floor measured per engine
 and dtype (``python -m bench.canary_floor``).
