@@ -26,6 +26,8 @@ class RunObserver(Protocol):
 
     def on_verdict(self, record: dict[str, Any]) -> None: ...
 
+    def on_canary(self, record: dict[str, Any]) -> None: ...
+
     def on_config_end(self, config: str, status: str) -> None: ...
 
     def on_run_end(self, status: str, reason: str) -> None: ...
@@ -58,6 +60,9 @@ class BaseObserver:
 
     def on_verdict(self, record: dict[str, Any]) -> None:
         pass
+
+    def on_canary(self, record: dict[str, Any]) -> None:
+        """A finished output-canary round of a soak (harness/canary.py ``Canary.summary``)."""
 
     def on_config_end(self, config: str, status: str) -> None:
         pass

@@ -505,12 +505,12 @@ class SoakArrival(_Strict):
 SOAK_MAX_REQUESTS = 50_000_000  # a soak's schedule is drawn in memory: more arrivals than this is a mistake in the rate
 
 
-VerdictKind = Literal["crash", "hang", "collapse", "memory", "error_rate", "drift", "no_load", "stall", "cache_cap"]
+VerdictKind = Literal["crash", "hang", "collapse", "memory", "error_rate", "drift", "no_load", "stall", "cache_cap", "divergence"]
 VerdictAction = Literal["record", "restart", "stop_config", "stop_run"]
 # what each watchdog verdict does unless the scenario says otherwise (docs/soak.md)
 DEFAULT_ACTIONS: dict[str, str] = {
     "crash": "restart", "hang": "restart", "collapse": "stop_config", "memory": "stop_config",
-    "error_rate": "record", "drift": "record", "no_load": "record", "stall": "record", "cache_cap": "record",
+    "error_rate": "record", "drift": "record", "no_load": "record", "stall": "record", "cache_cap": "record", "divergence": "stop_config",
 }
 
 
@@ -521,7 +521,7 @@ def verdict_fails(verdict: dict[str, Any]) -> bool:
     """Whether a watchdog verdict makes its configuration's soak a failure (exit code 4): the engine failed, a
     collapse or memory verdict that was acted on (not set to 'record'), or any verdict that stopped the soak."""
     kind, action = verdict.get("kind"), verdict.get("action")
-    return kind in ENGINE_FAILURES or (kind in ("collapse", "memory") and action != "record") or action in ("stop_config", "stop_run")
+    return kind in ENGINE_FAILURES or (kind in ("collapse", "memory", "divergence") and action != "record") or action in ("stop_config", "stop_run")
 
 
 class Watchdog(_Strict):
@@ -565,6 +565,29 @@ class Watchdog(_Strict):
         return self.actions.get(kind, DEFAULT_ACTIONS.get(kind, "record"))  # type: ignore[call-overload]
 
 
+class Canary(_Strict):
+    """The output canary: fixed greedy prompts answered again and again through the soak (docs/soak.md#output-canary)."""
+
+    enabled: bool | None = Field(
+        None, description="default: on when the soak has a speculative configuration (every soaked configuration then answers: "
+        "a baseline's answers are its speculative configurations' reference)",
+    )
+    every_s: float = Field(300.0, gt=0, le=86_400, description="seconds between canary rounds while the traffic runs (the first round "
+                           "is sent before it starts)")
+    max_tokens: int = Field(64, ge=1, le=4096, description="tokens per canary answer (greedy, no prompt cache)")
+    seed: int = Field(0, description="seed of the canary requests")
+    prompts: list[Annotated[str, StringConstraints(min_length=1)]] | None = Field(
+        None, min_length=1, max_length=64, description="the canary's prompts (one user turn each); default: four built-in ones"
+    )
+    confirm_rounds: int | None = Field(
+        None, ge=1, le=1000, description="a divergence: the same prompt differing from its reference in this many consecutive rounds; "
+        "default: the engine's, from the measured floor",
+    )
+    max_differing: int | None = Field(
+        None, ge=0, le=64, description="a divergence: more prompts than this differing from one reference in one round; default: the engine's"
+    )
+
+
 class Soak(_Strict):
     duration_s: float = Field(gt=0, le=7 * 86_400, description="soak time per configuration")
     configurations: list[str] | None = Field(None, description="default: every configuration")
@@ -587,6 +610,7 @@ class Soak(_Strict):
         "used up stops, and the soak's records say so); allow: prompts wrap around",
     )
     watchdog: Watchdog = Field(default_factory=Watchdog, description="what counts as a failure, and what it does")
+    canary: Canary = Field(default_factory=Canary, description="fixed greedy prompts answered through the soak, compared answer by answer")
 
     @model_validator(mode="after")
     def _shape_or_arrival(self) -> Soak:
@@ -1075,4 +1099,8 @@ def soak_warnings(sc: Scenario) -> list[str]:
     if wd.stall_warn_s >= sc.soak.stall_s:
         out.append(f"soak.watchdog.stall_warn_s ({wd.stall_warn_s:g} s) is not below soak.stall_s ({sc.soak.stall_s:g} s): a pause "
                    f"fails its requests before the watchdog can warn of it")
+    canary = sc.soak.canary
+    if canary.enabled is not False and any(c.speculative for c in sc.soak_configurations()) and canary.every_s >= sc.soak.duration_s:
+        out.append(f"soak.canary.every_s ({describe_duration(canary.every_s)}) is not shorter than the soak ({describe_duration(sc.soak.duration_s)}): "
+                   f"the canary answers once, before the traffic, so only a baseline's answers can be compared with")
     return out

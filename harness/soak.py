@@ -17,7 +17,8 @@ the engine's uptime, the change detector's state, the memory headroom) and may g
 - ``error_rate``: a window's failed share reached the threshold;
 - ``drift``: a slow trend over the whole soak (harness/trend.py);
 - ``restart_failed`` / ``gave_up``: the engine could not be brought back / too many restarts;
-- ``no_load``: Locust sent nothing.
+- ``no_load``: Locust sent nothing;
+- ``divergence``: the output canary's greedy answers changed (harness/canary.py).
 
 What each kind does is the scenario's ``soak.watchdog.actions`` (record, restart, stop the
 configuration, stop the run); docs/soak.md has the defaults.
@@ -37,6 +38,7 @@ import numpy as np
 import psutil
 
 from engines.base import EngineCounters, acceptance_figures, counters_delta
+from harness import canary as canary_mod
 from harness.changepoint import ChangeDetector, ChangeEvent, DetectorSettings, memory_forecast
 from harness.cpu import CpuMeter, tree_memory, tree_rss_bytes
 from harness.errors import EngineError
@@ -54,7 +56,7 @@ from harness.trend import WATCHED, trend
 
 # shown in red, and reported to the observers as failures of the configuration (harness.scenario.verdict_fails
 # decides which make the soak fail: the verdict table, exit code 4)
-FAILURE_KINDS = ("crash", "hang", "restart_failed", "gave_up", "collapse", "memory")
+FAILURE_KINDS = ("crash", "hang", "restart_failed", "gave_up", "collapse", "memory", "divergence")
 OBSERVED_FAILURES = (*FAILURE_KINDS, "error_rate", "no_load", "stall")
 EXPLAINED = ("collapse", "stall", "divergence", "memory")  # verdicts whose evidence lists the series that moved with them
 RSS_TREND_AFTER_S = 600.0  # the slow RSS trend ignores the engine's first 10 minutes (warm-up growth is not a leak)
@@ -209,6 +211,7 @@ class SoakSlice:
         self.schedule = (soak_offsets(self.arrival, offset_s, offset_s + slice_s, self.soak.duration_s)
                          if self.arrival is not None else np.zeros(0))
         self.pacing_t0: float | None = None
+        self.canary: canary_mod.Canary | None = None
 
     # ---- verdicts --------------------------------------------------------------------
     def verdict(self, kind: str, message: str, evidence: dict[str, Any], metric: str | None = None, action: str | None = None) -> str:
@@ -238,6 +241,17 @@ class SoakSlice:
         if action in ("stop_config", "stop_run") and self.outcome.stop is None:
             self.outcome = SliceOutcome("config" if action == "stop_config" else "run", f"{kind}{f' ({metric})' if metric else ''}: {message}")
         return action
+
+    def _canary_round(self, div: canary_mod.Divergence | None) -> None:
+        """A finished canary round: to the observers, its errors said, and a divergence judged by the rule a verdict."""
+        assert self.canary is not None
+        summary = self.canary.summary()
+        self.ctx.obs.on_canary(summary)
+        if summary["errors"]:
+            self.ctx.console.print(f"  [yellow]canary: {summary['errors']} of {summary['answers']} answers failed: {summary['error']}[/]", highlight=False)
+        if div is not None:
+            at = f"{'token' if div.method == 'tokens' else 'character'} {div.first_diff}"
+            self.verdict("divergence", f"{div.why} (first difference at {at})", div.evidence())
 
     # ---- engine ----------------------------------------------------------------------
     def _restart(self, why: str) -> bool:
@@ -286,6 +300,9 @@ class SoakSlice:
         gave_up = False
         t_load = self.t_load = time.time()
         try:
+            self.canary = canary_mod.for_slice(self.ctx, self.cfg, self.session, self.slice_id)
+            if self.canary is not None:  # its first round before the traffic (the reference is the engine's answer alone) and the first window
+                self._canary_round(self.canary.first_round())
             self.window_t0 = time.time()
             self.window_counters = self._scrape()
             last_ok = time.monotonic()
@@ -320,7 +337,13 @@ class SoakSlice:
                     last_ok = time.monotonic()
                     continue
                 self._consume(time.time())
+                if self.canary is not None and self.outcome.stop is None:
+                    done, div = self.canary.poll()
+                    if done:
+                        self._canary_round(div)
         finally:
+            if self.canary is not None:
+                self.canary.close()
             locust.stop(grace_s=15)
             self._consume(time.time(), final=True)
             if self.records_seen == 0 and not gave_up and self.outcome.stop is None:

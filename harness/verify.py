@@ -35,6 +35,7 @@ from scipy import stats
 from engines import engine_class
 from engines.base import Engine
 from harness import __version__
+from harness.canary import first_difference as token_difference
 from harness.errors import EngineError, ScenarioError
 from harness.prompts import Prompt, PromptError, load_prompts
 from harness.records import MANIFEST, JsonlWriter, write_json_atomic
@@ -68,17 +69,7 @@ class VerifyOptions:
 
 def first_difference(ref: Answer, got: Answer) -> tuple[bool, int | None, str]:
     """(identical, first differing index, method): token ids when both have them, else characters."""
-    if ref.tokens is not None and got.tokens is not None:
-        a, b = ref.tokens, got.tokens
-        for i, (x, y) in enumerate(zip(a, b)):
-            if x != y:
-                return False, i, "tokens"
-        return (len(a) == len(b)), (None if len(a) == len(b) else min(len(a), len(b))), "tokens"
-    a_s, b_s = ref.text, got.text
-    for i, (x, y) in enumerate(zip(a_s, b_s)):
-        if x != y:
-            return False, i, "text"
-    return (len(a_s) == len(b_s)), (None if len(a_s) == len(b_s) else min(len(a_s), len(b_s))), "text"
+    return token_difference(ref.tokens, ref.text, got.tokens, got.text)
 
 
 def chi_square(ref: Counter[Any], got: Counter[Any]) -> dict[str, Any]:
@@ -104,12 +95,13 @@ def chi_square(ref: Counter[Any], got: Counter[Any]) -> dict[str, Any]:
 class _Client:
     """Greedy answers from one running engine (llama.cpp: token ids; others: text)."""
 
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Engine, url: str | None = None):
         self.engine = engine
+        self.url = url or engine.base_url  # the soak's canary asks through the request URL (a proxy in between)
         self.tokens = engine.name == "llamacpp"
 
     def _post(self, path: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
-        req = urllib.request.Request(self.engine.base_url + path, data=json.dumps(body).encode(),
+        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json", **self.engine.request_headers()})
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             data = json.loads(resp.read())

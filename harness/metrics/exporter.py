@@ -42,7 +42,7 @@ CONFIG_LABELS = ("run", "config", "engine", "algorithm", "synthetic")
 MAX_POSITIONS = 16  # per-position acceptance beyond this many drafted tokens is not exported
 # watchdog verdict kinds (harness/soak.py); an unknown kind is exported as "other"
 VERDICT_KINDS = ("crash", "hang", "restart_failed", "gave_up", "no_load", "error_rate", "collapse", "recovered", "memory", "drift", "stall",
-                 "cache_cap", "other")
+                 "cache_cap", "divergence", "other")
 # the window series the soak's change detector watches (the ``detectors`` of a window record)
 MIB = 1024 * 1024
 
@@ -216,6 +216,12 @@ class MetricsExporter(BaseObserver):
         self.soak_late = Gauge("specsoak_soak_late_requests", "open-loop soak: requests of the last window sent late (waited for max_in_flight, or the client lagged)", L, registry=r)
         self.soak_max_delay = Gauge("specsoak_soak_max_send_delay_seconds", "open-loop soak: the longest send delay (send time - scheduled time) among the last window's requests", L, registry=r)
         self.window_gauges = {field: Gauge(name, text, L, registry=r) for field, (name, text, _) in WINDOW_GAUGES.items()}
+        # the output canary (harness/canary.py): its last round, and whether a divergence was called in this soak
+        self.canary_differing = Gauge("specsoak_soak_canary_differing_answers", "output canary: answers of the last round that differ from "
+                                      "the reference (first: the configuration's first answers; baseline: its baseline's), absent before there is one",
+                                      [*L, "reference"], registry=r)
+        self.canary_diverged = Gauge("specsoak_soak_canary_diverged", "output canary: 1 once a divergence verdict was given in this configuration's soak, else 0", L, registry=r)
+        self.canary_answers = Counter("specsoak_soak_canary_answers", "output canary answers by status (error: refused or failed)", [*L, "status"], registry=r)
         self._window_gauges = (
             *self.window_gauges.values(), self.soak_achieved_rps, self.soak_goodput_rps, self.soak_offered_rps, self.soak_asked_rps, self.soak_late, self.soak_max_delay,
             self.soak_output_tps, self.soak_decode_tps, self.soak_ttft_p95, self.soak_error_ratio, self.soak_acceptance, self.soak_accept_len,
@@ -447,6 +453,9 @@ class MetricsExporter(BaseObserver):
                 gauge.remove(*values, metric)
         for kind in ("used", "total", "engine"):
             self.soak_gpu_memory.remove(*values, kind)
+        self.canary_diverged.remove(*values)
+        for ref in ("first", "baseline"):
+            self.canary_differing.remove(*values, ref)
 
     def on_failure(self, record: dict[str, Any]) -> None:
         lab = self._cfg(str(record["config"])).labels
@@ -474,6 +483,17 @@ class MetricsExporter(BaseObserver):
     def on_verdict(self, record: dict[str, Any]) -> None:
         metric = record.get("metric")
         self.record_verdict(str(record["config"]), str(record.get("kind") or ""), None if metric is None else str(metric), record.get("t_unix"))
+
+    def on_canary(self, record: dict[str, Any]) -> None:
+        """A finished canary round: how many answers differ from each reference, errors counted, diverged or not."""
+        lab = self._cfg(str(record["config"])).labels
+        values = [lab[k] for k in CONFIG_LABELS]
+        for ref in ("first", "baseline"):
+            _set_or_remove(self.canary_differing, [*values, ref], record.get(f"differing_{ref}"))
+        self.canary_diverged.labels(*values).set(float(bool(record.get("diverged"))))
+        errors = int(record.get("errors") or 0)
+        self.canary_answers.labels(**lab, status="ok").inc(max(0, int(record.get("answers") or 0) - errors))
+        self.canary_answers.labels(**lab, status="error").inc(errors)
 
     def record_verdict(self, config: str, kind: str, metric: str | None = None, t_unix: float | None = None) -> None:
         """A watchdog verdict of ``kind`` about ``config`` (and ``metric``): counted and timestamped.

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.canary import CANARY, round_summaries
 from harness.errors import ResultsError
 from harness.metrics.exporter import MetricsExporter
 from harness.records import FAILURES, PHASES, REQUESTS, VERDICTS, WINDOWS, read_jsonl
@@ -78,6 +79,8 @@ def _events(run_dir: Path) -> tuple[dict[str, Any], list[tuple[float, int, str, 
         events.append((float(w.get("t_end_unix") or w.get("t_unix") or 0.0), 5, "window", w))
     for v in verdicts:
         events.append((float(v.get("t_unix") or 0.0), 6, "verdict", v))
+    for c in round_summaries(read_jsonl(run_dir / CANARY), verdicts):
+        events.append((float(c["t_unix"]), 7, "canary", c))
     events.sort(key=lambda e: (e[0], e[1]))
     return manifest, events
 
@@ -154,6 +157,8 @@ def export_openmetrics(run_dir: Path, step_s: float = 15.0) -> str:
             exp.on_window(payload)
         elif kind == "verdict":
             exp.on_verdict(payload)
+        elif kind == "canary":
+            exp.on_canary(payload)
         elif kind == "config_end":
             exp.on_config_end(*payload)
         snapshot(t, every=kind == "tick")

@@ -119,6 +119,10 @@ ALERTS: tuple[Alert, ...] = (
         "{{ $labels.config }}: {{ $labels.metric }} collapsed (the soak's change detector is in an episode)",
     ),
     Alert(
+        "SpecsoakCanaryDivergence", f"max by ({BY}) (specsoak_soak_canary_diverged)", "==", 1, "0s", "critical",
+        "{{ $labels.config }}: the output canary's greedy answers diverged from their reference (a divergence verdict)",
+    ),
+    Alert(
         "SpecsoakMemoryExhaustion", f"min by ({BY}) (specsoak_soak_memory_headroom_seconds)", "<", 3600, "2m", "critical",
         "{{ $labels.config }}: at the engine's memory growth the machine's available memory runs out in {{ $value | humanizeDuration }}",
     ),
@@ -519,6 +523,15 @@ def rule_tests_document(rule_file: str) -> dict[str, Any]:
                     quiet("SpecsoakCollapse", "9m"),
                     *alert("SpecsoakCollapse", "12m", {**exp, "metric": "decode_tps"}, "spec: decode_tps collapsed (the soak's change detector is in an episode)"),
                     quiet("SpecsoakCollapse", "18m"),  # the episode ended
+                ],
+            },
+            {
+                "name": "canary divergence",
+                "interval": "1m",
+                "input_series": [{"series": _series("specsoak_soak_canary_diverged", job), "values": "0x10 1x10"}],
+                "alert_rule_test": [
+                    quiet("SpecsoakCanaryDivergence", "9m"),
+                    *alert("SpecsoakCanaryDivergence", "12m", exp, "spec: the output canary's greedy answers diverged from their reference (a divergence verdict)"),
                 ],
             },
             {

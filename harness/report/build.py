@@ -322,7 +322,7 @@ def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame
                 "duration_s": "duration s", "requests": "requests", "offered_rps": "offered rps", "achieved_rps": "achieved rps",
                 "goodput_rps": "goodput rps", "late": "late sends", "failures": "failures", "failures_by_kind": "by kind",
                 "time_to_first_failure_s": "first failure after s", "failures_per_hour": "failures/h", "restarts": "restarts",
-                "drift": "drift verdicts", "judged_windows": "judged windows", "contaminated_windows": "contaminated windows",
+                "drift": "drift verdicts", "canary": "output canary", "judged_windows": "judged windows", "contaminated_windows": "contaminated windows",
                 "engine_cores": "engine cores", "harness_cores": "harness cores (incl. Locust)",
                 "longest_stall_s": "longest stall s", "stall_trend_s_per_h": "stall trend s/h", "stall_verdicts": "stall verdicts",
                 "peak_engine_memory_mib": "peak engine memory MiB", "peak_swap_mib": "peak swap MiB",
@@ -340,7 +340,11 @@ def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame
         b.append(p("A collapse is a watched window series (output t/s, decode t/s, TTFT p95, error share, acceptance, engine",
                    "memory) that left its reference at the same load level and stayed there (docs/soak.md); the engine uptime",
                    "is the age of the engine process when the watchdog flagged it. Windows contaminated by other processes'",
-                   "CPU, or in an engine's warm-up, are recorded but not judged."))
+                   "CPU, or in an engine's warm-up, are recorded but not judged. The output canary: fixed greedy prompts",
+                   "answered every few minutes, compared with the configuration's first answers and its baseline's (docs/soak.md#output-canary)."))
+        for _, row in sk.iterrows():
+            if "refused or failed" in str(row.get("canary", "")):
+                b.append(p(f"**Canary answers refused or failed** ({row['config']}): {row['canary']}."))
         if images["soak"]:
             b.append(img(images["soak"], "soak windows against engine uptime"))
         for path in images.get("failures") or []:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.canary import CANARY
 from harness.errors import ResultsError
 from harness import jsonsafe
 from harness.records import AFTER_SOAK, FAILURES, FILL_CHECKS, MANIFEST, PHASES, RAMP, REQUESTS, SLICES, SOAK_DIR, VERDICTS, WINDOWS, ReadLog, read_jsonl
@@ -34,6 +35,7 @@ class RunData:
     ramp: list[dict[str, Any]] = field(default_factory=list)
     fill_checks: list[dict[str, Any]] = field(default_factory=list)
     after_soak: list[dict[str, Any]] = field(default_factory=list)  # the measurement phases again, after each soak
+    canary: list[dict[str, Any]] = field(default_factory=list)  # the soak's output canary answers (harness/canary.py)
     # open-loop phases (a ``load`` key: measurement.arrival), apart: ``phases`` holds the closed-loop ones, by stream count
     arrival_phases: pd.DataFrame = field(default_factory=pd.DataFrame)
     read_log: ReadLog = field(default_factory=ReadLog)  # what could not be read (the report's notes say it)
@@ -106,6 +108,7 @@ def load_run(run_dir: Path) -> RunData:
         ramp=list(read_jsonl(run_dir / RAMP, log, {"config": str, "event": str})),
         fill_checks=list(read_jsonl(run_dir / FILL_CHECKS, log, {"config": str})),
         after_soak=list(read_jsonl(run_dir / AFTER_SOAK, log, PHASE_FIELDS)),
+        canary=list(read_jsonl(run_dir / CANARY, log, {"config": str, "prompt_id": str, "t_unix": NUM})),
         arrival_phases=arrival_phases,
         read_log=log,
     )

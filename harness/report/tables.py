@@ -15,6 +15,7 @@ import pandas as pd
 
 from engines.base import EngineCounters, acceptance_figures
 
+from harness.canary import canary_cell
 from harness.soak_figures import stall_trend
 from harness.gpu import MIB
 from harness.report.load import RunData
@@ -270,6 +271,7 @@ def soak_table(runs: list[RunData]) -> pd.DataFrame:
                 "collapse_episodes": " | ".join(episodes) if episodes else "none",
                 "max_engine_uptime_h": max((float(w.get("engine_uptime_s") or 0) for w in cw), default=0.0) / 3600 if cw else None,
                 "judged_windows": sum(1 for w in cw if w.get("judged")),
+                "canary": canary_cell(run.canary, verdicts, name),
                 **_soak_cpu([w for w in run.soak_windows if w.get("config") == name]),
                 **_soak_rates(cw),
                 **_soak_watch(cw, verdicts),

@@ -21,6 +21,11 @@ Faults (what the proxy does -> what the harness must record):
 | ``slow_headers_ok`` | holds the headers back 1 s, then forwards: a slow success, never a fast one | (ok, TTFT >= 1 s) |
 | ``malformed`` | forwards 3 text chunks, then a ``data:`` line that is not JSON | malformed |
 | ``duplicate`` | forwards the stream with its second text chunk sent twice | duplicate |
+
+Apart from the schedule, ``corrupt_answers`` (set it at any time) spoils every whole (not streamed) answer from then
+on: llama.cpp's ``/completion`` and a non-streamed chat answer keep their first ``CORRUPT_FROM`` tokens and text
+characters and get different ones after, as an engine that started giving wrong answers would (the soak's output
+canary must call it a divergence).
 """
 
 from __future__ import annotations
@@ -52,6 +57,34 @@ FAULTS = (
     "duplicate",
 )
 KEEP_CHUNKS = 3  # text chunks forwarded before a mid-stream fault
+CORRUPT_FROM = 5  # corrupt_answers: tokens (and characters) kept before the answer goes wrong
+
+
+def corrupt_answer(data: Any) -> Any:
+    """A whole answer with its tokens and text changed from position CORRUPT_FROM on (llama.cpp /completion:
+    ``content`` and ``tokens``; OpenAI chat: each choice's message content and ``token_ids``)."""
+    if not isinstance(data, dict):
+        return data
+
+    def ids(v: Any) -> Any:
+        return [t if i < CORRUPT_FROM else t + 1 for i, t in enumerate(v)] if isinstance(v, list) else v
+
+    def text(v: Any) -> Any:
+        return v[:CORRUPT_FROM] + " corrupted answer" if isinstance(v, str) else v
+
+    out = dict(data)
+    if "content" in out:
+        out["content"], out["tokens"] = text(out["content"]), ids(out.get("tokens"))
+    choices = []
+    for c in out.get("choices") or ():
+        c = dict(c)
+        if isinstance(c.get("message"), dict):
+            c["message"] = {**c["message"], "content": text(c["message"].get("content"))}
+        c["token_ids"] = ids(c.get("token_ids"))
+        choices.append(c)
+    if choices:
+        out["choices"] = choices
+    return out
 
 
 def _is_text_chunk(line: bytes) -> bool:
@@ -84,6 +117,8 @@ class FaultProxy:
         self.schedule = list(faults)
         self.slow_s = slow_s
         self.seen: list[str] = []  # the fault applied to each chat request, in arrival order
+        self.corrupt_answers = False  # from now on, whole answers come back with wrong tokens (corrupt_answer)
+        self.corrupted = 0  # answers corrupted so far
         self.port = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="fault-proxy", daemon=True)
@@ -142,6 +177,8 @@ class FaultProxy:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
+        if self.corrupt_answers and request.method == "POST" and _whole_answer(request.path, body):
+            return await self._forward_corrupted(request, body)
         if request.method != "POST" or not request.path.endswith("/chat/completions"):
             return await self._forward_plain(request, body)
         n = len(self.seen)
@@ -173,6 +210,15 @@ class FaultProxy:
                                        headers=self._upstream_headers(request)) as up:
                 data = await up.read()
                 return web.Response(status=up.status, body=data, content_type=up.content_type)
+
+    async def _forward_corrupted(self, request: web.Request, body: bytes) -> web.Response:
+        async with aiohttp.ClientSession() as session:
+            async with session.post(self.upstream + request.path_qs, data=body, headers=self._upstream_headers(request)) as up:
+                data = await up.read()
+                if up.status != 200:
+                    return web.Response(status=up.status, body=data, content_type=up.content_type)
+        self.corrupted += 1
+        return web.json_response(corrupt_answer(json.loads(data)))
 
     async def _forward_stream(self, request: web.Request, body: bytes, fault: str) -> web.StreamResponse:
         timeout = aiohttp.ClientTimeout(total=300)
@@ -206,6 +252,18 @@ class FaultProxy:
             await resp.write(b'data: {"choices": [{"delta": {"content": "x"\n\n')
             await resp.write_eof()
         return resp
+
+
+def _whole_answer(path: str, body: bytes) -> bool:
+    """A request for a whole generated answer: llama.cpp's /completion, or a chat completion that is not streamed."""
+    if path.endswith("/completion"):
+        return True
+    if not path.endswith("/chat/completions"):
+        return False
+    try:
+        return not json.loads(body).get("stream")
+    except (ValueError, AttributeError):
+        return False
 
 
 def expected_kind(fault: str, stall_is_timeout: bool = False) -> str | None:
