@@ -569,6 +569,7 @@ class Runner:
                     self.done_phases.add((cfg.name, load, rep))
                     self.progress.phase_done()
                 if isinstance(load, str):
+                    self._say_progress(phase, cfg, load, rep)
                     continue
                 streams = load
                 acc = rec.get("acceptance")
@@ -579,9 +580,15 @@ class Runner:
                     + f", errors {rec['errors']}, other CPU {rec['cpu']['other_cores']:.3f} cores"
                     + (" [yellow](contaminated)[/]" if rec["contaminated"] else "")
                 )
-            if phase == "measure":
-                block = f"block {rep}/{m.repetitions} · " if m.design == "interleaved" else ""
-                self.console.print(self.progress.line(f"{block}{cfg.name} · {load_label(load)} rep {rep}"), highlight=False)
+                self._say_progress(phase, cfg, load, rep)
+
+    def _say_progress(self, phase: str, cfg: Configuration, load: int | str, rep: int) -> None:
+        """After a measured phase: where the run is and how long it has left."""
+        if phase != "measure":
+            return
+        block = f"block {rep}/{self.sc.measurement.repetitions} · " if self.sc.measurement.design == "interleaved" else ""
+        what = load_label(load) if isinstance(load, str) else f"{load} stream{'s' if load > 1 else ''}"
+        self.console.print(self.progress.line(f"{block}{cfg.name} · {what} rep {rep}"), highlight=False)
 
     def _arrival_phase(self, cfg: Configuration, session: EngineSession, requests: _Tee, phases: _Tee | None, key: str,
                        rep: int, phase: str = "measure") -> dict[str, Any]:
