@@ -501,12 +501,12 @@ class SoakArrival(_Strict):
 SOAK_MAX_REQUESTS = 50_000_000  # a soak's schedule is drawn in memory: more arrivals than this is a mistake in the rate
 
 
-VerdictKind = Literal["crash", "hang", "collapse", "memory", "error_rate", "drift", "no_load"]
+VerdictKind = Literal["crash", "hang", "collapse", "memory", "error_rate", "drift", "no_load", "disk"]
 VerdictAction = Literal["record", "restart", "stop_config", "stop_run"]
 # what each watchdog verdict does unless the scenario says otherwise (docs/soak.md)
 DEFAULT_ACTIONS: dict[str, str] = {
     "crash": "restart", "hang": "restart", "collapse": "stop_config", "memory": "stop_config",
-    "error_rate": "record", "drift": "record", "no_load": "record",
+    "error_rate": "record", "drift": "record", "no_load": "record", "disk": "stop_run",
 }
 
 
@@ -537,6 +537,10 @@ class Watchdog(_Strict):
     confirm_windows: int = Field(2, ge=1, le=100, description="consecutive windows past the change threshold that make a collapse")
     memory_horizon_s: float = Field(3600.0, gt=0, le=7 * 86_400, description="a 'memory' verdict when available memory runs out sooner than this at the engine's slope")
     memory_fit_s: float = Field(1800.0, gt=0, le=86_400, description="the recent span of engine memory the headroom forecast fits")
+    disk_min_free_mib: float = Field(
+        1024.0, ge=0, le=16_777_216, description="a 'disk' verdict when the results disk has less free, or will have at its "
+        "write rate within two windows (docs/soak.md#disk-space)",
+    )
     actions: dict[VerdictKind, VerdictAction] = Field(
         default_factory=dict, description="what a verdict kind does: record, restart (crash, hang), stop_config, stop_run; defaults in docs/soak.md"
     )
@@ -628,6 +632,10 @@ class Slo(_Strict):
 
 class ReportOptions(_Strict):
     memory_budget_mib: float | None = Field(None, gt=0, le=16_777_216, description="memory for weights + KV + buffers: the report's servable context")
+    engine_log_max_mib: float = Field(
+        256.0, ge=0.0625, le=16_777_216, description="disk each engine log may take (per log file: start-up section whole, "
+        "then the newest output in gzip segments; docs/soak.md#engine-logs)",
+    )
     fill_check: bool = Field(
         False, description="restart each configuration at its servable context under the budget and fill every slot (needs memory_budget_mib)"
     )
