@@ -41,7 +41,7 @@ from harness.observe import BaseObserver
 CONFIG_LABELS = ("run", "config", "engine", "algorithm", "synthetic")
 MAX_POSITIONS = 16  # per-position acceptance beyond this many drafted tokens is not exported
 # watchdog verdict kinds (harness/soak.py); an unknown kind is exported as "other"
-VERDICT_KINDS = ("crash", "hang", "restart_failed", "gave_up", "no_load", "error_rate", "collapse", "recovered", "memory", "drift", "other")
+VERDICT_KINDS = ("crash", "hang", "restart_failed", "gave_up", "no_load", "error_rate", "collapse", "recovered", "memory", "drift", "disk", "other")
 # the window series the soak's change detector watches (the ``detectors`` of a window record)
 WATCHED_METRICS = ("output_tps", "decode_tps", "ttft_p95_s", "error_ratio", "acceptance", "engine_rss_mib")
 MIB = 1024 * 1024
