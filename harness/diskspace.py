@@ -26,12 +26,16 @@ RECORD_BYTES = 850
 RECORD_BYTES_PER_TOKEN = 10
 # a soak window in windows.jsonl with its detector state (measured: docs/soak.md#how-large-a-nights-run-folder-is)
 WINDOW_BYTES = 6_000
+# engine log bytes a request adds (before compression). llama-server at -lv 4 with its prompt cache on lists every cached
+# prompt on every request: 72 MB for ~760 distinct requests in 38 min (issue #27), so ~100 KB a request averaged over
+# a soak (it grows with the cache). vLLM logs no line per request, two stats lines every 10 s (tests/fixtures/vllm).
+ENGINE_LOG_BYTES_PER_REQUEST = {"llamacpp": 100_000, "vllm": 1_000}
 FORECAST_WINDOWS = 2  # a disk verdict when the free space runs out within this many windows at the last window's rate
 
 
 @dataclass(frozen=True)
 class FolderEstimate:
-    """Bytes a run of a scenario writes, by part (an upper bound for the engine logs: each at its bound)."""
+    """Bytes a run of a scenario writes, by part (engine logs at their engine's bytes per request, each at most its bound)."""
 
     requests: int
     records_bytes: int
@@ -49,7 +53,7 @@ def record_bytes(max_tokens: int) -> int:
 
 
 def folder_estimate(sc: Scenario) -> FolderEstimate:
-    """The run folder's size for ``sc``: records of the phases and the soak, soak windows, engine logs at their bound."""
+    """The run folder's size for ``sc``: records of the phases and the soak, soak windows, engine logs."""
     m = sc.measurement
     n_cfg = len(sc.runs())
     if m.arrival is not None:
@@ -59,7 +63,8 @@ def folder_estimate(sc: Scenario) -> FolderEstimate:
     requests = n_cfg * (m.warmup_requests + phase_requests)
     records = requests * record_bytes(m.max_tokens)
     windows = 0
-    logs = n_cfg * (m.repetitions if m.design == "interleaved" else 1)
+    starts = m.repetitions if m.design == "interleaved" else 1
+    logs = [(m.warmup_requests + phase_requests / starts)] * (n_cfg * starts)  # requests each engine log sees
     if sc.soak is not None:
         soak = sc.soak
         tokens = soak.max_tokens or m.max_tokens
@@ -72,10 +77,11 @@ def folder_estimate(sc: Scenario) -> FolderEstimate:
         requests += soak_requests
         records += soak_requests * record_bytes(tokens)
         windows = int(n_soak * soak.duration_s / soak.watchdog.window_s) * WINDOW_BYTES
-        slices = -(-soak.duration_s // soak.slice_s) if soak.slice_s else 1
-        logs += n_soak * int(slices if soak.slice_s else 1)
-    log_bytes = int(sc.report.engine_log_max_mib * MIB)
-    return FolderEstimate(requests, records, windows, logs, logs * log_bytes)
+        slices = int(-(-soak.duration_s // soak.slice_s)) if soak.slice_s else 1
+        logs += [per_cfg / slices + phase_requests] * (n_soak * slices)
+    per_request = ENGINE_LOG_BYTES_PER_REQUEST.get(sc.server.engine, max(ENGINE_LOG_BYTES_PER_REQUEST.values()))
+    bound = sc.report.engine_log_max_mib * MIB
+    return FolderEstimate(requests, records, windows, len(logs), int(sum(min(bound, n * per_request) for n in logs)))
 
 
 def free_bytes(path: Path) -> int | None:
@@ -99,15 +105,16 @@ def disk_warnings(sc: Scenario, results: Path) -> list[str]:
         return []
     return [f"the run folder may need {est.total_bytes / MIB:,.0f} MiB ({est.requests:,} request records "
             f"{est.records_bytes / MIB:,.0f} MiB, soak windows {est.windows_bytes / MIB:,.0f} MiB, {est.engine_logs} engine logs "
-            f"at most {sc.report.engine_log_max_mib:g} MiB each)" + (f" plus the soak's {sc.soak.watchdog.disk_min_free_mib:g} MiB "
+            f"{est.engine_logs_bytes / MIB:,.0f} MiB, each at most {sc.report.engine_log_max_mib:g} MiB)" + (f" plus the soak's {sc.soak.watchdog.disk_min_free_mib:g} MiB "
             "of free space kept" if sc.soak is not None else "") + f", and {results} has {free / MIB:,.0f} MiB free: the soak would "
             "stop with a 'disk' verdict; free space, lower report.engine_log_max_mib, or use --results on a larger disk"]
 
 
 def describe_estimate(sc: Scenario) -> str:
     est = folder_estimate(sc)
-    return (f"run folder at most {est.total_bytes / MIB:,.0f} MiB ({est.requests:,} request records {est.records_bytes / MIB:,.0f} MiB, "
-            f"soak windows {est.windows_bytes / MIB:,.0f} MiB, {est.engine_logs} engine logs of at most {sc.report.engine_log_max_mib:g} MiB)")
+    return (f"run folder about {est.total_bytes / MIB:,.0f} MiB ({est.requests:,} request records {est.records_bytes / MIB:,.0f} MiB, "
+            f"soak windows {est.windows_bytes / MIB:,.0f} MiB, {est.engine_logs} engine logs {est.engine_logs_bytes / MIB:,.0f} MiB, "
+            f"each at most {sc.report.engine_log_max_mib:g} MiB: report.engine_log_max_mib)")
 
 
 class DiskWatch:
