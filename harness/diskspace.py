@@ -28,7 +28,8 @@ RECORD_BYTES_PER_TOKEN = 10
 WINDOW_BYTES = 6_000
 # engine log bytes a request adds (before compression). llama-server at -lv 4 with its prompt cache on lists every cached
 # prompt on every request: 72 MB for ~760 distinct requests in 38 min (issue #27), so ~100 KB a request averaged over
-# a soak (it grows with the cache). vLLM logs no line per request, two stats lines every 10 s (tests/fixtures/vllm).
+# a soak (it grows with the cache). vLLM logs no line per request: one or two stats lines (~260 bytes) every 10 s while it
+# serves (tests/fixtures/vllm), under 1 KB a request at any rate above 0.05 rps.
 ENGINE_LOG_BYTES_PER_REQUEST = {"llamacpp": 100_000, "vllm": 1_000}
 FORECAST_WINDOWS = 2  # a disk verdict when the free space runs out within this many windows at the last window's rate
 
