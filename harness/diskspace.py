@@ -24,8 +24,8 @@ MIB = 2**20
 # per output token (tests/fixtures/run_quick: 2,126 bytes a record at 128 tokens; the soak's records: docs/soak.md)
 RECORD_BYTES = 850
 RECORD_BYTES_PER_TOKEN = 10
-# a soak window in windows.jsonl with its detector state (measured: docs/soak.md#how-large-a-nights-run-folder-is)
-WINDOW_BYTES = 6_000
+# a soak window in windows.jsonl with its detector state (a real soak of llama-server: 16,008 bytes for 8 windows)
+WINDOW_BYTES = 2_000
 # engine log bytes a request adds (before compression). llama-server at -lv 4 with its prompt cache on lists every cached
 # prompt on every request: 72 MB for ~760 distinct requests in 38 min (issue #27), so ~100 KB a request averaged over
 # a soak (it grows with the cache). vLLM logs no line per request: one or two stats lines (~260 bytes) every 10 s while it

@@ -33,7 +33,7 @@ def test_a_night_of_open_loop_arrivals() -> None:
     est = folder_estimate(sc)
     phases = 2 * (1 + 3 * 2 * 5)  # per configuration: warm-up, 3 repetitions of 2 + 8 requests
     assert est.requests == phases + 2 * (0.5 * 12 * 3600 + 3 * 2 * 5)
-    assert est.windows_bytes == 2 * 720 * 6000
+    assert est.windows_bytes == 2 * 720 * 2000
     assert est.engine_logs == 2 * 3 + 2  # an engine per configuration and block (interleaved), one per soak
     assert est.engine_logs_bytes == 6 * 11 * 100_000 + 2 * 256 * MIB  # llama-server's ~100 KB a request; a night's soak reaches the bound
 
