@@ -9,7 +9,7 @@ every metric (3% unless a row says otherwise) and fixed seeds. One configuration
 
 - output_tps = 100 x users^0.8, decode_tps = 40 x users^-0.3, ttft_p95_s = 0.8 x users^0.5,
   acceptance = 0.7: the load changes, nothing degrades;
-- engine_rss_mib = 2000 MiB growing +15% over the first 10 minutes (warm-up), then flat;
+- engine_memory_mib = 2000 MiB growing +15% over the first 10 minutes (warm-up), then flat;
 - error_ratio: Poisson(1 request/s x users^0.8) requests a window, each failing with p = 1% (binomial
   noise: a multiplicative noise on a reference of ~0 would be no noise at all);
 - users per window from harness/load/shapes.py (the soak's own shapes); a window in which the level
@@ -69,7 +69,7 @@ def simulate(soak: Soak, seed: int) -> list[dict[str, Any]]:
             "decode_tps": float(np.mean(40.0 * sub**-0.3)) * noise[1],
             "ttft_p95_s": float(np.mean(0.8 * sub**0.5)) * noise[2],
             "acceptance": 0.7 * noise[3],
-            "engine_rss_mib": 2000.0 * (1 + 0.15 * min(a, 600.0) / 600.0) * noise[4],
+            "engine_memory_mib": 2000.0 * (1 + 0.15 * min(a, 600.0) / 600.0) * noise[4],
             "error_ratio": rng.binomial(requests, 0.01) / requests if requests else None,
         }
         if soak.dead_after_step and after >= 1.0:

@@ -110,6 +110,8 @@ class Capacity:
     max_concurrency: float | None = None
     kv_blocks: int | None = None
     kv_block_tokens: int | None = None
+    # a host-memory prompt cache that grows with distinct prompts up to this cap (llama-server --cache-ram)
+    prompt_cache_cap_mib: float | None = None
     notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -144,8 +146,13 @@ class EngineCounters:
     accepted_tokens: float | None = None
     verify_steps: float | None = None
     accepted_per_position: tuple[float, ...] = ()
-    requests_processing: float | None = None
-    requests_deferred: float | None = None
+    requests_processing: float | None = None  # gauge: requests being decoded (llama.cpp: busy slots)
+    requests_deferred: float | None = None  # gauge: requests waiting for a slot or KV blocks
+    kv_usage: float | None = None  # gauge: share of the KV cache in use, 0 to 1
+    preemptions: float | None = None  # requests preempted (swapped or recomputed) for lack of KV
+    prefix_cache_queries: float | None = None  # prompt tokens looked up in the prefix cache
+    prefix_cache_hits: float | None = None  # of those, tokens found there
+    requests_finished: float | None = None  # requests the engine finished, any reason
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -169,7 +176,18 @@ def counters_delta(before: EngineCounters, after: EngineCounters) -> EngineCount
         accepted_per_position=tuple(a - b for a, b in zip(ap, bp)),
         requests_processing=after.requests_processing,
         requests_deferred=after.requests_deferred,
+        kv_usage=after.kv_usage,
+        preemptions=d(after.preemptions, before.preemptions),
+        prefix_cache_queries=d(after.prefix_cache_queries, before.prefix_cache_queries),
+        prefix_cache_hits=d(after.prefix_cache_hits, before.prefix_cache_hits),
+        requests_finished=d(after.requests_finished, before.requests_finished),
     )
+
+
+def prefix_hit_rate(delta: EngineCounters) -> float | None:
+    """Prompt tokens found in the prefix cache over those looked up, in a counter delta (None: none looked up)."""
+    q, h = delta.prefix_cache_queries, delta.prefix_cache_hits
+    return h / q if q and h is not None and q > 0 else None
 
 
 def acceptance_figures(delta: EngineCounters) -> dict[str, Any]:
@@ -183,6 +201,15 @@ def acceptance_figures(delta: EngineCounters) -> dict[str, Any]:
         out["mean_accept_len"] = 1.0 + accepted / steps
         out["per_position"] = [p / steps for p in delta.accepted_per_position]
     return out
+
+
+@dataclass(frozen=True)
+class CacheState:
+    """A host prompt cache's size as the engine last logged it."""
+
+    prompts: int
+    size_mib: float
+    cap_mib: float | None  # None: no limit
 
 
 @dataclass(frozen=True)
@@ -308,6 +335,17 @@ class Engine(ABC):
     @classmethod
     def request_spec_stats(cls, final_chunk: dict[str, Any]) -> RequestSpecStats:
         return RequestSpecStats()
+
+    @classmethod
+    def host_cache_cap_mib(cls, args: list[str] | tuple[str, ...]) -> float | None:
+        """The cap of a host-memory prompt cache that grows with distinct prompts, for these engine arguments
+        (-1: no limit, 0: disabled); None when the engine keeps no such cache."""
+        return None
+
+    @classmethod
+    def cache_state(cls, log_text: str) -> CacheState | None:
+        """The prompt cache's size from the newest line of running log that states it (None: this engine logs none)."""
+        return None
 
     @classmethod
     def installed_version(cls) -> str | None:
@@ -528,6 +566,21 @@ class Engine(ABC):
             if self._log is not None:
                 self._log.close()  # the engine's last output, then the log's index
                 self._log = None
+
+
+def served_models(url: str, headers: dict[str, str] | None = None, timeout: float = 10.0) -> list[str]:
+    """The model ids an OpenAI-compatible server lists at /v1/models (llama-server, vLLM, SGLang, TRT-LLM, TGI all
+    answer it); raises OSError when it does not answer with a list."""
+    req = urllib.request.Request(url.rstrip("/") + "/v1/models", headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - the scenario's own server
+            body = json.loads(resp.read(1 << 20) or b"null")
+    except (urllib.error.URLError, ValueError) as exc:
+        raise OSError(str(getattr(exc, "reason", exc))) from exc
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, list):
+        raise OSError(f"unexpected answer: {str(body)[:120]}")
+    return [str(m["id"]) for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
 
 
 def listening_pid(url: str) -> int | None:

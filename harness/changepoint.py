@@ -73,7 +73,8 @@ WATCHED_CHANGES: dict[str, MetricRule] = {
     "ttft_p95_s": MetricRule(bad_direction=+1, min_change=0.5, noise_floor=0.05),  # a p95 is noisy: a larger step
     "error_ratio": MetricRule(bad_direction=+1, min_change=0.1, noise_floor=0.02, absolute=True),  # reference ~0: absolute
     "acceptance": MetricRule(bad_direction=-1, min_change=0.15, noise_floor=0.02),  # accepted / drafted tokens
-    "engine_rss_mib": MetricRule(bad_direction=+1, min_change=0.3, noise_floor=0.01),  # above warm-up growth (+15%)
+    # the engine's memory net of its prompt cache (a cache growing to its cap by design is not a collapse)
+    "engine_memory_mib": MetricRule(bad_direction=+1, min_change=0.3, noise_floor=0.01),  # above warm-up growth (+15%)
 }
 
 

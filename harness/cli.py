@@ -47,12 +47,13 @@ def run(
     metrics_port: Annotated[Optional[int], typer.Option(help="serve Prometheus /metrics on this port while the run goes (0 = any free port)")] = None,
     metrics_host: Annotated[str, typer.Option(help="address the /metrics server binds (anything but loopback is your explicit choice)")] = "127.0.0.1",
     metrics_linger: Annotated[float, typer.Option(help="seconds /metrics keeps serving after the run, for the last scrape")] = 10.0,
+    wide: Annotated[bool, typer.Option("--wide", help="print every column of the verdict (the report's table) instead of the compact one")] = False,
 ) -> None:
     """Run a scenario on the real engine, write a run folder, print the verdict table."""
     loaded = _load(scenario)
     result = _run_observed(loaded, results, metrics_port, metrics_host, metrics_linger)
     if report:
-        _report([result.run_dir], None)
+        _report([result.run_dir], None, wide=wide)
     raise typer.Exit(_exit_code(result))
 
 
@@ -74,6 +75,7 @@ def resume(
     metrics_port: Annotated[Optional[int], typer.Option(help="serve Prometheus /metrics on this port while the run goes (0 = any free port)")] = None,
     metrics_host: Annotated[str, typer.Option(help="address /metrics binds to; anything but loopback exposes it")] = "127.0.0.1",
     metrics_linger: Annotated[float, typer.Option(help="seconds /metrics keeps serving after the run, for the last scrape")] = 10.0,
+    wide: Annotated[bool, typer.Option("--wide", help="print every column of the verdict (the report's table) instead of the compact one")] = False,
 ) -> None:
     """Finish a run that was cut short: measured phases and soak time are kept, the rest is run."""
     from harness.errors import ResultsError
@@ -95,7 +97,7 @@ def resume(
         result = _run_observed(loaded, run_dir.parent, metrics_port, metrics_host, metrics_linger, resume_dir=run_dir)
         code = _exit_code(result)
     if report:
-        _report([run_dir], None)
+        _report([run_dir], None, wide=wide)
     raise typer.Exit(code)
 
 
@@ -127,13 +129,25 @@ def _run_observed(loaded, results: Path, metrics_port: Optional[int], metrics_ho
             exporter.close()
 
 
-def _report(run_dirs: list[Path], out_dir: Optional[Path], slo: Optional[dict] = None, memory_budget_mib: Optional[float] = None) -> None:
+def _width() -> int:
+    """The terminal's width, or 100 columns when stdout is not a terminal (a log file, a pipe)."""
+    import shutil
+
+    return shutil.get_terminal_size((100, 24)).columns if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 100)
+
+
+def _report(run_dirs: list[Path], out_dir: Optional[Path], slo: Optional[dict] = None, memory_budget_mib: Optional[float] = None,
+            wide: bool = False) -> None:
     from harness.report.build import build_report
+    from harness.report.console import console_lines
 
     rep = build_report(run_dirs, out_dir, slo=slo, memory_budget_mib=memory_budget_mib)
     for problem in rep.read_problems:
         err.print(f"specsoak: could not read {problem}", markup=False, highlight=False, soft_wrap=True)
-    if not rep.display.empty:
+    if not wide and not rep.verdict.empty:
+        for line in console_lines(rep.verdict, _width()):
+            out.print(line, markup=False, highlight=False, soft_wrap=True)
+    elif not rep.display.empty:
         table = Table(title="specsoak verdict", show_lines=False)
         for col in rep.display.columns:
             table.add_column(str(col), justify="left" if col in ("configuration", "algorithm", "run") else "right")
@@ -152,13 +166,14 @@ def report_cmd(
     slo_tps: Annotated[Optional[float], typer.Option(help="SLO: per-stream decode t/s at least (instead of the scenario's slo:)")] = None,
     slo_ttft_p95: Annotated[Optional[float], typer.Option(help="SLO: TTFT p95 in seconds at most (instead of the scenario's slo:)")] = None,
     memory_budget_mib: Annotated[Optional[float], typer.Option(help="memory budget for the servable context (instead of the scenario's report.memory_budget_mib)")] = None,
+    wide: Annotated[bool, typer.Option("--wide", help="print every column of the verdict (the report's table) instead of the compact one")] = False,
 ) -> None:
     """Rebuild the report (md, html, tables, plots) from run folders alone."""
     for d in run_dirs:
         if not (d / "manifest.json").is_file():
             raise ScenarioError(f"{d}: not a run folder (no manifest.json)")
     slo = {"per_stream_tps_min": slo_tps, "ttft_p95_s_max": slo_ttft_p95} if slo_tps or slo_ttft_p95 else None
-    _report(run_dirs, out_dir, slo, memory_budget_mib)
+    _report(run_dirs, out_dir, slo, memory_budget_mib, wide=wide)
 
 
 @app.command()
@@ -182,17 +197,21 @@ def compare(
         err.print(f"[yellow]specsoak: the runs are of different scenarios ({a.manifest.get('scenario')}, {b.manifest.get('scenario')})[/]")
     cmp = compare_table(verdict_table([a]), verdict_table([b]))
     summary = compare_summary(cmp)
-    table = Table(title=f"{a.run_id}  vs  {b.run_id}")
-    for col in ("configuration", "ratio", "run A [95% CI]", "run B [95% CI]", "B / A", "agree"):
-        table.add_column(col, justify="left" if col in ("configuration", "ratio") else "right")
-    rows_md = []
+    import pandas as pd
+
+    from harness.report.console import render
+
+    columns = ("configuration", "ratio", "run A [95% CI]", "run B [95% CI]", "B / A", "agree")
+    rows_md, cells_all = [], []
     for _, r in cmp.iterrows():
         cells = [str(r["config"]), str(r["figure"]), _ci(r["run_a"], r["run_a_ci_low"], r["run_a_ci_high"]),
                  _ci(r["run_b"], r["run_b_ci_low"], r["run_b_ci_high"]), f"{r['difference']:+.1%}",
                  "–" if r["agree"] is None else "✓" if r["agree"] else "✗"]
-        table.add_row(*cells)
+        cells_all.append(cells)
         rows_md.append("| " + " | ".join(cells) + " |")
-    out.print(table)
+    out.print(f"{a.run_id}  vs  {b.run_id}", markup=False, highlight=False, soft_wrap=True)
+    for ln in render(pd.DataFrame(cells_all, columns=list(columns)), _width()):
+        out.print(ln, markup=False, highlight=False, soft_wrap=True)
     med = summary["median_abs_difference"]
     line = (f"{summary['agree']} of {summary['figures']} ratios agree (each inside the other run's 95% interval), "
             f"{summary['disagree']} do not, {summary['no_interval']} without interval; median |B / A − 1| = "

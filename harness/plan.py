@@ -203,6 +203,7 @@ def plan_lines(loaded: LoadedScenario, engine_cls: type[Engine]) -> list[str]:
                 lines.append(f"  soak {cfg.name}: {start}; {describe_duration(soak.duration_s)} on {'the attached server' if attached else 'that one engine'}; {shape}; {prompts}; "
                              f"watchdog windows of {describe_duration(soak.watchdog.window_s)}")
                 lines.append(f"    after the soak, on the same engine: {again}; {stop}")
+            lines.append(f"    work: {soak_work(sc)}")
         if soak.slice_s:
             lines.append(f"  after all slices, per configuration: {start}; {again}; {stop}")
 
@@ -214,6 +215,26 @@ def plan_lines(loaded: LoadedScenario, engine_cls: type[Engine]) -> list[str]:
     lines.append(f"estimated disk: {describe_estimate(sc)}")
     lines += [f"warning: {w}" for w in disk_warnings(sc, Path("results"))]
     return lines
+
+
+def soak_work(sc: Scenario) -> str:
+    """How many requests and output tokens one configuration's soak pushes through: exact in the open loop's mean rate,
+    an estimate at ASSUMED_STREAM_TPS per closed-loop user (some failures come after a count, not a time)."""
+    from harness.load.shapes import users_at
+
+    soak = sc.soak
+    if soak is None:
+        return ""
+    tokens = soak.max_tokens or sc.measurement.max_tokens
+    if soak.arrival is not None:
+        n = soak.arrival.mean_rps(soak.duration_s) * soak.duration_s
+        return f"about {n:,.0f} requests and {n * tokens:,.0f} output tokens (the arrival curve's mean rate)"
+    steps = 200
+    shape = soak.shape.model_dump()
+    users = sum(users_at(shape, soak.duration_s * (i + 0.5) / steps, soak.duration_s) for i in range(steps)) / steps
+    n = users * soak.duration_s * ASSUMED_STREAM_TPS / tokens
+    return (f"about {n:,.0f} requests and {n * tokens:,.0f} output tokens at an assumed {ASSUMED_STREAM_TPS:g} t/s per user "
+            f"({users:.3g} users on average); the soak table counts what was served")
 
 
 def _block_order(names: list[str], seed: int | None, block: int) -> list[str] | None:

@@ -35,6 +35,7 @@ from harness.client import RequestParams, run_streams
 from harness.cpu import CpuMeter
 from harness.errors import EngineCrashed, EngineError, ResultsError, ScenarioError, ScrapeError
 from harness.observe import Observers, RunObserver
+from harness.progress import Progress
 from harness.prompts import Prompt, PromptError, distinct_prompts, load_prompts
 from harness.prompts.lengths import built_or_cached, measurement_requests
 from harness.prompts.lengths import cache_path as lengths_cache_path
@@ -160,6 +161,7 @@ class Runner:
         self._phase_loop: asyncio.AbstractEventLoop | None = None
         self._phase_stop: asyncio.Event | None = None
         self._interrupted: str | None = None
+        self.progress = Progress.of(self.sc)  # where the run is, and how long it has left (harness/progress.py)
 
     # ---- manifest --------------------------------------------------------------------
     def _write_manifest(self) -> None:
@@ -203,6 +205,7 @@ class Runner:
     def _finish(self, status: str, reason: str) -> None:
         if self.run_dir is not None:  # what each rotated engine log wrote, keeps and dropped (engines/logcapture.py)
             self.manifest["engine_logs"] = [s.to_dict() for s in summarise_logs(self.run_dir)]
+        self.manifest["estimate"] = {**self.progress.record(), "resumed": self.progress.resumed}
         self.manifest["status"] = status
         self.manifest["stop_reason"] = reason
         self.manifest["stopped_unix"] = time.time()
@@ -238,6 +241,8 @@ class Runner:
             self._resume_manifest()
             self.console.print(f"specsoak: resuming {self.run_dir} ({len(self.done_phases)} phases already measured)")
         failed: list[str] = list(self.failed_before)
+        self.progress = Progress.of(self.sc, len(self.done_phases))
+        self.console.print(self.progress.line("plan"), highlight=False)
         old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
 
         def on_signal(signum: int, _frame: Any) -> None:
@@ -374,8 +379,11 @@ class Runner:
                 session = self.ctx.session(cfg, "soak", ports[cfg.name])
                 try:
                     session.start()
-                    result = SoakSlice(self.ctx, cfg, session, slice_id, length, elapsed.get(cfg.name, 0.0), history, detectors[cfg.name]).run()
-                    elapsed[cfg.name] = elapsed.get(cfg.name, 0.0) + max(result.elapsed_s, 1.0)
+                    before = elapsed.get(cfg.name, 0.0)
+                    result = SoakSlice(self.ctx, cfg, session, slice_id, length, before, history, detectors[cfg.name]).run()
+                    elapsed[cfg.name] = before + max(result.elapsed_s, 1.0)
+                    # a soak a verdict stopped will not use the rest of its time
+                    self.progress.soak_done_s += soak.duration_s - before if result.outcome.stop or result.gave_up else result.elapsed_s
                     if result.outcome.stop is not None:
                         stopped[cfg.name] = result.outcome.why or "a verdict"
                         if result.outcome.stop == "run":
@@ -393,6 +401,7 @@ class Runner:
                 finally:
                     session.stop()
                 self._set_config_status(cfg.name, status="done", soak_s=round(elapsed.get(cfg.name, 0.0), 1))
+                self.console.print(self.progress.line(f"soak of {cfg.name}"), highlight=False)
                 if stop_run is not None:
                     break
         if soak.slice_s and stop_run is None:
@@ -561,6 +570,7 @@ class Runner:
                                       prompt_offset(m.requests_per_stream, m.streams, m.repetitions, load, rep))
                 if phase == "measure":
                     self.done_phases.add((cfg.name, load, rep))
+                    self.progress.phase_done()
                 if isinstance(load, str):
                     continue
                 streams = load
@@ -572,6 +582,9 @@ class Runner:
                     + f", errors {rec['errors']}, other CPU {rec['cpu']['other_cores']:.3f} cores"
                     + (" [yellow](contaminated)[/]" if rec["contaminated"] else "")
                 )
+            if phase == "measure":
+                block = f"block {rep}/{m.repetitions} · " if m.design == "interleaved" else ""
+                self.console.print(self.progress.line(f"{block}{cfg.name} · {load_label(load)} rep {rep}"), highlight=False)
 
     def _arrival_phase(self, cfg: Configuration, session: EngineSession, requests: _Tee, phases: _Tee | None, key: str,
                        rep: int, phase: str = "measure") -> dict[str, Any]:

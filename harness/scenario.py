@@ -163,7 +163,8 @@ class Configuration(_Strict):
 class Server(_Strict):
     engine: EngineName = Field("llamacpp", description="the engine adapter that starts and reads the server (engines/*.py)")
     binary: str | None = Field(None, description="the engine's executable (or the Python that runs it); the default depends on the engine")
-    model: str = Field(description="target model: a path, or package:DIST/FILE")
+    model: str | None = Field(None, description="target model: a path, or package:DIST/FILE; attach mode (server.url): optional, "
+                              "the model the server lists first at /v1/models")
     ctx_size: int = Field(8192, ge=256, le=4_194_304, description="total context (all slots)")
     parallel: int = Field(4, ge=1, le=1024, description="server slots")
     threads: int | None = Field(None, ge=1, le=1024, description="CPU threads of llama-server (-t); default: llama.cpp's own choice")
@@ -196,6 +197,9 @@ class Server(_Strict):
 
     @model_validator(mode="after")
     def _attach(self) -> Server:
+        if self.url is None and self.model is None:
+            raise ValueError("server.model is required: the model to launch (with server.url, attaching to a running server, "
+                             "it is read from the server)")
         if self.url is None:
             for f in ("metrics_url", "log_file"):
                 if getattr(self, f) is not None:
@@ -501,12 +505,12 @@ class SoakArrival(_Strict):
 SOAK_MAX_REQUESTS = 50_000_000  # a soak's schedule is drawn in memory: more arrivals than this is a mistake in the rate
 
 
-VerdictKind = Literal["crash", "hang", "collapse", "memory", "error_rate", "drift", "no_load", "disk"]
+VerdictKind = Literal["crash", "hang", "collapse", "memory", "error_rate", "drift", "no_load", "stall", "cache_cap", "disk"]
 VerdictAction = Literal["record", "restart", "stop_config", "stop_run"]
 # what each watchdog verdict does unless the scenario says otherwise (docs/soak.md)
 DEFAULT_ACTIONS: dict[str, str] = {
     "crash": "restart", "hang": "restart", "collapse": "stop_config", "memory": "stop_config",
-    "error_rate": "record", "drift": "record", "no_load": "record", "disk": "stop_run",
+    "error_rate": "record", "drift": "record", "no_load": "record", "stall": "record", "cache_cap": "record", "disk": "stop_run",
 }
 
 
@@ -537,6 +541,12 @@ class Watchdog(_Strict):
     confirm_windows: int = Field(2, ge=1, le=100, description="consecutive windows past the change threshold that make a collapse")
     memory_horizon_s: float = Field(3600.0, gt=0, le=7 * 86_400, description="a 'memory' verdict when available memory runs out sooner than this at the engine's slope")
     memory_fit_s: float = Field(1800.0, gt=0, le=86_400, description="the recent span of engine memory the headroom forecast fits")
+    memory_limit_mib: float | None = Field(
+        None, gt=0, le=2**30, description="memory the engine may hold at most (a container's limit), when lower than the machine's: "
+        "the headroom forecast and the prompt-cache check count from it; default: the machine's available memory",
+    )
+    stall_warn_s: float = Field(5.0, gt=0, le=86_400, description="a 'stall' verdict when a stream's gap between two chunks or a "
+                                "health probe takes this long (again each time the longest pause grows by half)")
     disk_min_free_mib: float = Field(
         1024.0, ge=0, le=16_777_216, description="a 'disk' verdict when the results disk has less free, or will have at its "
         "write rate within two windows (docs/soak.md#disk-space)",
@@ -749,6 +759,23 @@ class LoadedScenario:
         return self.models[cfg.model or self.scenario.server.model]
 
 
+def _with_served_model(p: Path, lines: Any, scenario: Scenario) -> Scenario:
+    """Attach mode without server.model: the model the server lists first at /v1/models (what every peer does)."""
+    from engines.base import served_models
+
+    srv = scenario.server
+    key = os.environ.get(srv.api_key_env) if srv.api_key_env else None
+    try:
+        names = served_models(str(srv.url), {"Authorization": f"Bearer {key}"} if key else {})
+    except OSError as exc:
+        loc = ("server", "url")
+        raise ScenarioError(f"{p}{lines(loc)}: server.model: not given, and the server at {srv.url} did not list its models "
+                            f"(GET /v1/models: {exc}); start the server or set server.model") from None
+    if not names:
+        raise ScenarioError(f"{p}: server.model: not given, and the server at {srv.url} lists no model at /v1/models; set server.model")
+    return scenario.model_copy(update={"server": srv.model_copy(update={"model": names[0]})})
+
+
 def load_scenario(
     path: str | Path,
     known_algorithms: frozenset[str] | None = None,
@@ -788,6 +815,8 @@ def load_scenario(
     if key_env and not os.environ.get(key_env):
         loc = ("server", "api_key_env")
         raise ScenarioError(f"{p}{lines(loc)}: {_dotted(loc)}: environment variable '{key_env}' is not set (the API key is read from it)")
+    if scenario.server.model is None and scenario.server.url is not None:
+        scenario = _with_served_model(p, lines, scenario)
     if known_algorithms is not None:
         for i, cfg in enumerate(scenario.configurations):
             if cfg.algorithm not in known_algorithms:
@@ -1041,4 +1070,17 @@ def soak_warnings(sc: Scenario) -> list[str]:
     if judged_after >= sc.soak.duration_s:
         out.append(f"soak.watchdog: the change detector needs {describe_duration(judged_after)} of warm-up and reference windows, "
                    f"longer than the soak ({describe_duration(sc.soak.duration_s)}): nothing will be judged")
+    if wd.memory_limit_mib is not None:
+        from engines import ENGINES
+
+        engine = ENGINES.get(sc.server.engine)
+        for cfg in sc.runs():
+            cap = engine.host_cache_cap_mib([*sc.server.extra_args, *cfg.engine_args]) if engine is not None else None
+            if cap is not None and (cap < 0 or cap >= wd.memory_limit_mib):
+                out.append(f"configuration '{cfg.name}': the engine's prompt cache may grow to "
+                           f"{'no limit' if cap < 0 else f'{cap:,.0f} MiB'}, more than soak.watchdog.memory_limit_mib "
+                           f"({wd.memory_limit_mib:,.0f} MiB): with distinct prompts the soak will end in a 'memory' verdict")
+    if wd.stall_warn_s >= sc.soak.stall_s:
+        out.append(f"soak.watchdog.stall_warn_s ({wd.stall_warn_s:g} s) is not below soak.stall_s ({sc.soak.stall_s:g} s): a pause "
+                   f"fails its requests before the watchdog can warn of it")
     return out

@@ -39,9 +39,10 @@ import psutil
 
 from engines.base import EngineCounters, acceptance_figures, counters_delta
 from harness.changepoint import ChangeDetector, ChangeEvent, DetectorSettings, memory_forecast
-from harness.cpu import CpuMeter, tree_rss_bytes
+from harness.cpu import CpuMeter, tree_memory, tree_rss_bytes
 from harness.diskspace import DiskWatch
 from harness.errors import EngineError
+from harness.explain import explain
 from harness.load.locust_proc import LocustProcess
 from harness.load.pacing import LEVEL_STEP, soak_offsets, window_traffic
 from harness.load.shapes import users_at
@@ -49,12 +50,15 @@ from harness.prompts.lengths import soak_prompts
 from harness.records import SLICES, SOAK_DIR, VERDICTS, WINDOWS, JsonlWriter, read_jsonl
 from harness.scenario import Configuration, Soak, Watchdog
 from harness.session import EngineSession, RunContext
+from harness.soak_figures import (cache_outlook, engine_view, longest_stall, memory_figures, stall_figures, stall_to_flag,
+                                  work_done)
 from harness.trend import WATCHED, trend
 
 # shown in red, and reported to the observers as failures of the configuration (harness.scenario.verdict_fails
 # decides which make the soak fail: the verdict table, exit code 4)
 FAILURE_KINDS = ("crash", "hang", "restart_failed", "gave_up", "collapse", "memory")
-OBSERVED_FAILURES = (*FAILURE_KINDS, "error_rate", "no_load", "disk")
+OBSERVED_FAILURES = (*FAILURE_KINDS, "error_rate", "no_load", "stall", "disk")
+EXPLAINED = ("collapse", "stall", "divergence", "memory")  # verdicts whose evidence lists the series that moved with them
 RSS_TREND_AFTER_S = 600.0  # the slow RSS trend ignores the engine's first 10 minutes (warm-up growth is not a leak)
 
 
@@ -94,6 +98,33 @@ class RecordTail:
         return out
 
 
+class LogFollower:
+    """The engine log's new text since the last read (a log that shrank was replaced: read it from its start), so a
+    running-state line is found however many lines the engine wrote after it."""
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+        self.offset = 0
+
+    def read(self, path: Path | None, max_bytes: int = 64 * 2**20) -> str:
+        if path is None:
+            return ""
+        if path != self.path:
+            self.path, self.offset = path, 0
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                end = f.tell()
+                if end < self.offset:
+                    self.offset = 0
+                f.seek(max(self.offset, end - max_bytes))
+                data = f.read(end - f.tell())
+        except OSError:
+            return ""
+        self.offset = end
+        return data.decode("utf-8", "replace")
+
+
 def detector_settings(wd: Watchdog) -> DetectorSettings:
     return DetectorSettings(warmup_windows=wd.warmup_windows, reference_windows=wd.reference_windows, confirm_windows=wd.confirm_windows)
 
@@ -106,16 +137,6 @@ def replay_detector(wd: Watchdog, windows: list[dict[str, Any]]) -> ChangeDetect
             det.engine_restarted()
         det.update(w)
     return det
-
-
-def engine_rss_mib(pid: int | None) -> float | None:
-    if pid is None:
-        return None
-    try:
-        p = psutil.Process(pid)
-        return sum(q.memory_info().rss for q in [p, *p.children(recursive=True)]) / 2**20
-    except psutil.Error:
-        return None
 
 
 def soak_elapsed(run_dir: Path) -> tuple[dict[str, float], int]:
@@ -169,6 +190,11 @@ class SoakSlice:
         self.memory_warned_pid: int | None = None
         self.gpu_warned_pid: int | None = None
         self.disk = DiskWatch(self.run_dir, self.wd)  # the results disk's free space, once a window (harness/diskspace.py)
+        self.cache_warned_pid: int | None = None
+        self.log_follower = LogFollower()
+        self.cache_seen: Any = None  # the prompt cache as the engine last logged it
+        self.probe_latencies: list[float] = []  # health probes of the open window, seconds (a timeout counts as its limit)
+        self.stall_flagged_s = 0.0  # the longest stall a verdict has named on this engine
         self.tail = RecordTail()
         self.records_seen = 0
         self.window: list[dict[str, Any]] = []
@@ -191,6 +217,11 @@ class SoakSlice:
     def verdict(self, kind: str, message: str, evidence: dict[str, Any], metric: str | None = None, action: str | None = None) -> str:
         """Write a verdict, tell the observers, and return the action to take (the scenario's, unless given)."""
         action = action or self.wd.action(kind)
+        if kind in EXPLAINED:
+            onset = float(evidence.get("onset_unix") or (self.history.get(self.cfg.name) or [{}])[-1].get("t_start_unix") or time.time())
+            why = explain(self.history.get(self.cfg.name, []), onset, metric or kind)
+            evidence = {**evidence, "explanation": why.to_dict()}
+            message = f"{message}; {why.text()}"
         if action == "restart" and self.session.attached:
             action = "stop_config"  # an attached server is not specsoak's to restart: its soak ends, the verdict stays
             message = f"attached server: {message}"
@@ -232,6 +263,9 @@ class SoakSlice:
             self.engine_restarted = True
             self.memory_warned_pid = None
             self.gpu_warned_pid = None
+            self.cache_warned_pid = None
+            self.cache_seen = None
+            self.stall_flagged_s = 0.0
             if self.cpu_meter is not None:
                 self.cpu_meter = CpuMeter(self.session.pid, client_pids=self.locust_pids).start()
             return True
@@ -320,11 +354,15 @@ class SoakSlice:
             pass  # the report compacts what is missing
 
     def _healthy(self) -> bool:
+        timeout = min(5.0, max(0.5, self.wd.hang_s / 3))
+        t0 = time.perf_counter()
         try:
-            status, _ = self.session.engine.http_get(self.session.engine.health_path, timeout=min(5.0, max(0.5, self.wd.hang_s / 3)))
+            status, _ = self.session.engine.http_get(self.session.engine.health_path, timeout=timeout)
             return status == 200
         except OSError:
             return False
+        finally:
+            self.probe_latencies.append(min(timeout, time.perf_counter() - t0))
 
     def _locust_config(self) -> dict[str, Any]:
         from harness.load.shapes import load_trace
@@ -430,6 +468,8 @@ class SoakSlice:
         users_start, users_end = self._users(self.window_t0), self._users(now)
         traffic = self._traffic(recs, self.window_t0, now)
         pid = self.session.pid
+        previous = (self.history.get(self.cfg.name) or [None])[-1]
+        memory = memory_figures(tree_memory(pid), self._cache_state())
         win: dict[str, Any] = {
             "config": self.cfg.name, "slice": self.slice_id, "t_start_unix": self.window_t0, "t_end_unix": now,
             "t_unix": (self.window_t0 + now) / 2, "requests": len(recs), "errors": errors, "error_kinds": dict(kinds),
@@ -441,7 +481,11 @@ class SoakSlice:
             "error_ratio": errors / len(recs) if recs else None,
             "acceptance": acc["acceptance"], "mean_accept_len": acc["mean_accept_len"],
             "counters": delta.to_dict() if delta is not None else None,
-            "engine_rss_mib": engine_rss_mib(pid),
+            **memory,
+            **stall_figures(recs, self.probe_latencies),
+            **engine_view(delta),
+            **work_done(previous, recs, counters, restarted=self.engine_restarted or previous is None
+                        or previous.get("engine_pid") != pid),
             # the load level: Locust users (None: it changed inside the window); open loop: no users, the rate's level
             "users": (users_start if users_start == users_end else None) if self.arrival is None else None,
             **traffic,
@@ -460,6 +504,7 @@ class SoakSlice:
         if self.cpu_meter is not None:
             cpu = self.cpu_meter.stop()
             win["cpu"] = {**cpu.to_dict(), "engine_restarted": pid != self.cpu_meter.engine_pid}
+            win["engine_cores"] = cpu.engine_cores
             win["contaminated"] = cpu.other_cores > self.ctx.sc.measurement.contamination_cores
             self.cpu_meter = CpuMeter(pid, client_pids=self.locust_pids).start()
         else:
@@ -475,13 +520,16 @@ class SoakSlice:
         self.history.setdefault(self.cfg.name, []).append(win)
         self._status_line(win, now)
         self.window, self.window_t0, self.window_counters = [], now, counters
+        self.probe_latencies = []
         for ev in events:
             self._change_verdict(ev, win)
+        self._stall(win)
+        self._cache(win)
         if win["memory_headroom_s"] is not None and win["memory_headroom_s"] < self.wd.memory_horizon_s and self.memory_warned_pid != pid:
             self.memory_warned_pid = pid
-            self.verdict("memory", f"at the engine's memory slope, available memory ({win['machine_memory_available_mib']:,.0f} MiB) "
-                         f"runs out in {win['memory_headroom_s'] / 60:.0f} min", {"window": _brief(win), "headroom_s": win["memory_headroom_s"]},
-                         metric="engine_rss_mib")
+            self.verdict("memory", f"at the engine's memory slope ({win['memory_slope_mib_per_h']:+,.0f} MiB/h, prompt cache left out), "
+                         f"available memory ({self._available_mib(win):,.0f} MiB) runs out in {win['memory_headroom_s'] / 60:.0f} min",
+                         {"window": _brief(win), "headroom_s": win["memory_headroom_s"]}, metric="engine_memory_mib")
         if win["gpu_headroom_s"] is not None and win["gpu_headroom_s"] < self.wd.memory_horizon_s and self.gpu_warned_pid != pid:
             self.gpu_warned_pid = pid
             self.verdict("memory", f"at the GPU memory slope ({win['gpu_slope_mib_per_h']:,.0f} MiB/h), GPU memory "
@@ -498,14 +546,72 @@ class SoakSlice:
         in MiB/h), this engine process only; (None, slope) when it does not grow, (None, None) before there is a forecast.
         ``gpu``: the GPUs' used memory against their free memory instead (None without NVML)."""
         pid = win["engine_pid"]
-        key = "gpu_used_mib" if gpu else "engine_rss_mib"
+        key = "gpu_used_mib" if gpu else "engine_memory_mib"
         pts = [(w["t_unix"], w[key]) for w in self.history.get(self.cfg.name, []) + [win]
                if w.get("engine_pid") == pid and w.get(key) is not None and w["t_unix"] >= win["t_unix"] - self.wd.memory_fit_s]
         if len(pts) < 3:
             return None, None
-        available = win["gpu_total_mib"] - win["gpu_used_mib"] if gpu else win["machine_memory_available_mib"]
+        available = win["gpu_total_mib"] - win["gpu_used_mib"] if gpu else self._available_mib(win)
         fc = memory_forecast([p[0] for p in pts], [p[1] for p in pts], available, min_span_s=min(600.0, self.wd.memory_fit_s / 2))
         return (fc.headroom_s, fc.slope_mib_per_h) if fc is not None else (None, None)
+
+    def _available_mib(self, win: dict[str, Any]) -> float:
+        """Memory the engine can still take: the machine's available memory, or less under ``memory_limit_mib``."""
+        available = float(win.get("machine_memory_available_mib") or 0.0)
+        if self.wd.memory_limit_mib is not None:
+            held = max(float(win.get("engine_rss_mib") or 0.0), float(win.get("engine_anon_mib") or 0.0))
+            available = min(available, max(0.0, self.wd.memory_limit_mib - held))
+        return available
+
+    def _cache_state(self) -> Any:
+        """The prompt cache's newest logged size (kept from an earlier window when nothing new was logged)."""
+        engine = self.session.engine
+        text = self.log_follower.read(engine.spec.attach_log if engine.spec.attached else engine.log_path)
+        state = engine.cache_state(text) if text else None
+        if state is not None:
+            self.cache_seen = state
+        return self.cache_seen
+
+    def _stall(self, win: dict[str, Any]) -> None:
+        """A ``stall`` verdict when a stream or the health probe waited past ``stall_warn_s``, and again each time the
+        longest pause grows by half (pauses that lengthen with uptime: each a line, long before a request fails).
+        Contaminated windows are not judged, as in the change detector."""
+        if win.get("contaminated"):
+            return  # other processes took the CPU: a pause then is the machine's, not the engine's (recorded, not judged)
+        stall = stall_to_flag(win, self.wd.stall_warn_s, self.stall_flagged_s)
+        if stall is None:
+            return
+        self.stall_flagged_s = stall
+        where = "a stream waited" if (win.get("max_chunk_gap_s") or 0) >= (win.get("probe_max_s") or 0) else "the health probe waited"
+        self.verdict("stall", f"{where} {stall:.1f} s for the engine (floor {self.wd.stall_warn_s:g} s)",
+                     {"window": _brief(win), "longest_stall_s": stall, "onset_unix": win["t_start_unix"]}, metric="longest_stall_s")
+
+    def _cache(self, win: dict[str, Any]) -> None:
+        """The prompt cache: growth toward a cap that fits is by design (the report names it); a cap that does not fit
+        is a warning once per engine, and a ``memory`` verdict when its growth will use up the memory left."""
+        pid = win["engine_pid"]
+        pts = [(w["t_unix"], w["prompt_cache_mib"]) for w in self.history.get(self.cfg.name, [])
+               if w.get("engine_pid") == pid and w.get("prompt_cache_mib") is not None and w["t_unix"] >= win["t_unix"] - self.wd.memory_fit_s]
+        cap = win.get("prompt_cache_cap_mib")
+        if not pts:
+            return
+        available = self._available_mib(win)
+        out = cache_outlook(pts, cap, available)
+        if out is None or out.fits:
+            return
+        if self.cache_warned_pid != pid:
+            self.cache_warned_pid = pid
+            self.verdict("cache_cap", f"the engine's prompt cache may grow to {'no limit' if cap is None or cap < 0 else f'{cap:,.0f} MiB'} "
+                         f"({out.size_mib:,.0f} MiB now) but only {available:,.0f} MiB is available", {"window": _brief(win),
+                         "cap_mib": cap, "size_mib": out.size_mib, "available_mib": available}, metric="prompt_cache_mib", action="record")
+        if out.runs_out_s is not None and out.runs_out_s < self.wd.memory_horizon_s and self.memory_warned_pid != pid:
+            self.memory_warned_pid = pid
+            self.verdict("memory", f"the prompt cache grows {out.slope_mib_per_h:,.0f} MiB/h toward a cap that does not fit: "
+                         f"available memory ({available:,.0f} MiB) runs out in {out.runs_out_s / 60:.0f} min",
+                         # the growth's onset: the end of the first window of the fit (what it grew from)
+                         {"window": _brief(win), "headroom_s": out.runs_out_s, "cap_mib": cap, "size_mib": out.size_mib,
+                          "onset_unix": next(w["t_end_unix"] for w in self.history.get(self.cfg.name, []) if w["t_unix"] == pts[0][0])},
+                         metric="prompt_cache_mib")
 
     def _change_verdict(self, ev: ChangeEvent, win: dict[str, Any]) -> None:
         evidence = {**ev.to_dict(), "windows": [_brief(w) for w in self.history.get(self.cfg.name, [])[-(self.wd.confirm_windows + 2):]]}
@@ -527,6 +633,8 @@ class SoakSlice:
             + (f", TTFT p95 {win['ttft_p95_s']:.2f} s" if win["ttft_p95_s"] is not None else "")
             + (f", acceptance {win['acceptance']:.2f}" if win["acceptance"] is not None else "")
             + (f", engine RSS {win['engine_rss_mib']:.0f} MiB" if win["engine_rss_mib"] else "")
+            + (f" (prompt cache {win['prompt_cache_mib']:.0f} MiB)" if win.get("prompt_cache_mib") else "")
+            + (f", longest stall {stall:.1f} s" if (stall := longest_stall(win)) is not None and stall >= 1.0 else "")
             + (f", offered {win['offered_rps']:.2f} rps, achieved {win['achieved_rps']:.2f}, late {win['late']}"
                if win.get("offered_rps") is not None else "")
             + (f", goodput {win['goodput_rps']:.2f} rps" if win.get("goodput_rps") is not None else "")
@@ -542,7 +650,7 @@ class SoakSlice:
             if metric in self.flagged:
                 continue
             pts = [(w["t_unix"], w[metric]) for w in wins if w.get(metric) is not None and not w.get("contaminated")
-                   and (metric != "engine_rss_mib" or (w.get("engine_uptime_s") or 0) >= RSS_TREND_AFTER_S)]
+                   and (metric != "engine_memory_mib" or (w.get("engine_uptime_s") or 0) >= RSS_TREND_AFTER_S)]
             if len(pts) < self.wd.drift_min_windows:
                 continue
             tr = trend(metric, [p[0] for p in pts], [p[1] for p in pts], bad, self.wd.drift_alpha, self.wd.drift_min_change)
@@ -556,8 +664,9 @@ class SoakSlice:
 def _brief(w: dict[str, Any]) -> dict[str, Any]:
     """A window as verdict evidence: its figures, without the detector state and CPU detail."""
     keep = ("t_start_unix", "t_end_unix", "requests", "errors", "output_tps", "decode_tps", "ttft_p95_s", "error_ratio",
-            "acceptance", "engine_rss_mib", "users", "engine_uptime_s", "contaminated", "achieved_rps", "goodput_rps", "offered_rps",
-            "late", "load_level")
+            "acceptance", "engine_rss_mib", "engine_memory_mib", "engine_anon_mib", "prompt_cache_mib", "users", "engine_uptime_s",
+            "contaminated", "achieved_rps", "goodput_rps", "offered_rps", "late", "load_level", "max_chunk_gap_s", "probe_max_s",
+            "requests_waiting", "kv_usage", "prefix_hit_rate", "engine_requests_done", "engine_output_tokens_done")
     return {k: w.get(k) for k in keep}
 
 

@@ -63,5 +63,5 @@ WATCHED = {
     "acceptance": -1,
     "decode_tps": -1,
     "ttft_p95_s": +1,
-    "engine_rss_mib": +1,
+    "engine_memory_mib": +1,
 }

@@ -177,9 +177,36 @@ SOAK = DashboardSpec(
         PanelSpec("Engine memory: window, RSS now, machine available", "timeseries", (
             _win("specsoak_soak_engine_memory_bytes", "{{config}} engine tree (window)"),
             Query(f"max by (config) (specsoak_engine_resident_memory_bytes{{{S}}})", "{{config}} engine RSS"),
-            _ref("engine_rss_mib", " * 1048576"),
+            _ref("engine_memory_mib", " * 1048576"),
             Query('max by (run, kind) (specsoak_machine_memory_bytes{run=~"$run"})', "machine {{kind}}"),
         ), unit="bytes"),
+        PanelSpec("Engine memory: anon + swap, swap, prompt cache and its cap, net of the cache", "timeseries", (
+            _win("specsoak_soak_engine_anon_swap_bytes", "{{config}} anon + swap"),
+            _win("specsoak_soak_engine_swap_bytes", "{{config}} swap"),
+            _win("specsoak_soak_prompt_cache_bytes", "{{config}} prompt cache"),
+            _win("specsoak_soak_prompt_cache_cap_bytes", "{{config}} prompt cache cap"),
+            _win("specsoak_soak_engine_net_memory_bytes", "{{config}} net of the cache (watched)"),
+        ), unit="bytes", description="A leak never read again is swapped out: RSS stays flat while anon + swap grows. A prompt cache "
+           "growing toward a cap that fits is by design; the watchdog watches memory net of it."),
+        PanelSpec("Stalls: longest chunk gap, gap p99, slowest health probe (per window)", "timeseries", (
+            _win("specsoak_soak_longest_chunk_gap_seconds", "{{config}} longest gap"),
+            _win("specsoak_soak_chunk_gap_p99_seconds", "{{config}} gap p99"),
+            _win("specsoak_soak_probe_max_seconds", "{{config}} slowest probe"),
+        ), unit="s", description="A pause freezes every stream and the health probe at once; window medians barely move. "
+           "A stall verdict at watchdog.stall_warn_s."),
+        PanelSpec("Engine's view: running, waiting, preemptions per window", "timeseries", (
+            _win("specsoak_soak_engine_requests_running", "{{config}} running"),
+            _win("specsoak_soak_engine_requests_waiting", "{{config}} waiting"),
+            _win("specsoak_soak_engine_preemptions", "{{config}} preemptions"),
+        ), description="From the engine's own /metrics at the end of each window (absent where the engine does not expose them)."),
+        PanelSpec("Engine's view: KV usage, prefix-cache hit rate (per window)", "timeseries", (
+            _win("specsoak_soak_engine_kv_usage_ratio", "{{config}} KV usage"),
+            _win("specsoak_soak_prefix_cache_hit_ratio", "{{config}} prefix-cache hit rate"),
+        ), unit="percentunit", description="Acceptance that decays with the cache's state, not with time, shows beside these."),
+        PanelSpec("Work done since the engine started: requests, output tokens", "timeseries", (
+            _win("specsoak_soak_engine_requests_done", "{{config}} requests"),
+            _win("specsoak_soak_engine_output_tokens_done", "{{config}} output tokens"),
+        ), description="Some failures come after a count of requests, not a time: read the soak against either."),
         PanelSpec("Memory headroom (until available memory runs out)", "timeseries", (
             Query(f"min by (config) (specsoak_soak_memory_headroom_seconds{{{S}}})", "{{config}} headroom"),
         ), unit="s", description="Absent while the engine's memory is not growing."),
@@ -357,6 +384,15 @@ SOAK_ONLY_MARKERS = ("specsoak_soak_", 'phase="soak"', "specsoak_engine_uptime_s
 GPU_ONLY_MARKERS = ("specsoak_soak_gpu_",)
 # series only an open-loop soak (soak.arrival) has: the live soak test runs closed loop, a backfill of open-loop windows checks these
 OPEN_LOOP_ONLY_MARKERS = ("specsoak_soak_asked_", "specsoak_soak_offered_", "specsoak_soak_late_", "specsoak_soak_max_send_delay_")
+
+
+# series a llama-server soak does not have (vLLM's KV usage and preemptions): a backfill of vLLM-shaped windows checks these
+PAGED_KV_ONLY_MARKERS = ("specsoak_soak_engine_kv_usage_", "specsoak_soak_engine_preemptions")
+
+
+def paged_kv_only(expr: str) -> bool:
+    """Whether an expression reads a window series only paged-KV engines (vLLM) report."""
+    return any(m in expr for m in PAGED_KV_ONLY_MARKERS)
 
 
 def open_loop_only(expr: str) -> bool:

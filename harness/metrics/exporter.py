@@ -41,10 +41,32 @@ from harness.observe import BaseObserver
 CONFIG_LABELS = ("run", "config", "engine", "algorithm", "synthetic")
 MAX_POSITIONS = 16  # per-position acceptance beyond this many drafted tokens is not exported
 # watchdog verdict kinds (harness/soak.py); an unknown kind is exported as "other"
-VERDICT_KINDS = ("crash", "hang", "restart_failed", "gave_up", "no_load", "error_rate", "collapse", "recovered", "memory", "drift", "disk", "other")
+VERDICT_KINDS = ("crash", "hang", "restart_failed", "gave_up", "no_load", "error_rate", "collapse", "recovered", "memory", "drift", "stall", "disk",
+                 "cache_cap", "other")
 # the window series the soak's change detector watches (the ``detectors`` of a window record)
-WATCHED_METRICS = ("output_tps", "decode_tps", "ttft_p95_s", "error_ratio", "acceptance", "engine_rss_mib")
 MIB = 1024 * 1024
+
+# window fields shown as one gauge each: (gauge name, help, scale to the gauge's unit); docs/observability.md
+WINDOW_GAUGES: dict[str, tuple[str, str, float]] = {
+    "max_chunk_gap_s": ("specsoak_soak_longest_chunk_gap_seconds", "the longest gap between two chunks of any request of the last soak window", 1.0),
+    "itl_p99_s": ("specsoak_soak_chunk_gap_p99_seconds", "p99 of every gap between two chunks in the last soak window", 1.0),
+    "probe_max_s": ("specsoak_soak_probe_max_seconds", "the slowest health probe of the last soak window (a timed-out probe counts as its timeout)", 1.0),
+    "requests_running": ("specsoak_soak_engine_requests_running", "requests the engine was decoding at the end of the last soak window (its /metrics)", 1.0),
+    "requests_waiting": ("specsoak_soak_engine_requests_waiting", "requests waiting in the engine's queue at the end of the last soak window (its /metrics)", 1.0),
+    "kv_usage": ("specsoak_soak_engine_kv_usage_ratio", "share of the engine's KV cache in use at the end of the last soak window (vLLM)", 1.0),
+    "preemptions": ("specsoak_soak_engine_preemptions", "requests the engine preempted during the last soak window (vLLM)", 1.0),
+    "prefix_hit_rate": ("specsoak_soak_prefix_cache_hit_ratio", "prompt tokens found in the prefix cache / looked up, over the last soak window", 1.0),
+    "engine_anon_mib": ("specsoak_soak_engine_anon_swap_bytes", "anonymous resident + swapped memory of the engine's process tree (RssAnon + VmSwap)", MIB),
+    "engine_swap_mib": ("specsoak_soak_engine_swap_bytes", "swapped-out memory of the engine's process tree (VmSwap)", MIB),
+    "engine_memory_mib": ("specsoak_soak_engine_net_memory_bytes", "the larger of RSS and anon + swap, less the prompt cache: what the watchdog watches", MIB),
+    "prompt_cache_mib": ("specsoak_soak_prompt_cache_bytes", "the engine's host prompt cache as it last logged it (llama-server)", MIB),
+    "prompt_cache_cap_mib": ("specsoak_soak_prompt_cache_cap_bytes", "the prompt cache's cap as the engine logs it (llama-server --cache-ram)", MIB),
+    "engine_requests_done": ("specsoak_soak_engine_requests_done", "requests the engine served since it started (its counter, else the harness's count)", 1.0),
+    "engine_output_tokens_done": ("specsoak_soak_engine_output_tokens_done", "output tokens the engine produced since it started", 1.0),
+}
+# series a verdict may name beside the change detector's (stall, prompt cache, GPU memory)
+VERDICT_ONLY_METRICS = ("longest_stall_s", "prompt_cache_mib", "gpu_used_mib")
+WATCHED_METRICS = ("output_tps", "decode_tps", "ttft_p95_s", "error_ratio", "acceptance", "engine_memory_mib")
 BUFFERS = ("model_mib", "kv_mib", "compute_mib", "recurrent_mib")
 
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -184,7 +206,7 @@ class MetricsExporter(BaseObserver):
         self.soak_windows = Counter("specsoak_soak_windows", "soak windows closed", L, registry=r)
         self.change_score = Gauge("specsoak_soak_change_score", "the change detector's score of a watched window series (last window)", [*L, "metric"], registry=r)
         self.collapsed = Gauge("specsoak_soak_collapsed", "1 while the change detector is in an episode (collapse) for the metric, else 0", [*L, "metric"], registry=r)
-        self.reference = Gauge("specsoak_soak_reference", "the change detector's reference of the metric, in the window field's own unit (engine_rss_mib in MiB)", [*L, "metric"], registry=r)
+        self.reference = Gauge("specsoak_soak_reference", "the change detector's reference of the metric, in the window field's own unit (engine_memory_mib in MiB)", [*L, "metric"], registry=r)
         self.relative_change = Gauge("specsoak_soak_relative_change", "the last window's change relative to the detector's reference", [*L, "metric"], registry=r)
         # requests per second of the last soak window (docs/soak.md#open-loop-arrivals); offered, asked and late: open loop only
         self.soak_achieved_rps = Gauge("specsoak_soak_achieved_requests_per_second", "successful requests finished in the last soak window / its seconds", L, registry=r)
@@ -193,8 +215,9 @@ class MetricsExporter(BaseObserver):
         self.soak_asked_rps = Gauge("specsoak_soak_asked_requests_per_second", "open-loop soak: the mean rate the scenario's rate curve asks over the last window", L, registry=r)
         self.soak_late = Gauge("specsoak_soak_late_requests", "open-loop soak: requests of the last window sent late (waited for max_in_flight, or the client lagged)", L, registry=r)
         self.soak_max_delay = Gauge("specsoak_soak_max_send_delay_seconds", "open-loop soak: the longest send delay (send time - scheduled time) among the last window's requests", L, registry=r)
+        self.window_gauges = {field: Gauge(name, text, L, registry=r) for field, (name, text, _) in WINDOW_GAUGES.items()}
         self._window_gauges = (
-            self.soak_achieved_rps, self.soak_goodput_rps, self.soak_offered_rps, self.soak_asked_rps, self.soak_late, self.soak_max_delay,
+            *self.window_gauges.values(), self.soak_achieved_rps, self.soak_goodput_rps, self.soak_offered_rps, self.soak_asked_rps, self.soak_late, self.soak_max_delay,
             self.soak_output_tps, self.soak_decode_tps, self.soak_ttft_p95, self.soak_error_ratio, self.soak_acceptance, self.soak_accept_len,
             self.soak_engine_memory, self.soak_users, self.engine_uptime, self.soak_headroom, self.soak_gpu_headroom, self.harness_memory,
             self.soak_engine_cores, self.soak_harness_cores, self.soak_other_cores, self.soak_judged, self.soak_window_end,
@@ -396,6 +419,8 @@ class MetricsExporter(BaseObserver):
             (self.soak_max_delay, record.get("max_send_delay_s") if record.get("late") is not None else None),
         ):
             _set_or_remove(gauge, values, v)
+        for key, gauge in self.window_gauges.items():
+            _set_or_remove(gauge, values, _times(record.get(key), WINDOW_GAUGES[key][2]))
         for kind, key in (("used", "gpu_used_mib"), ("total", "gpu_total_mib"), ("engine", "engine_gpu_mib")):
             _set_or_remove(self.soak_gpu_memory, [*values, kind], _times(record.get(key), MIB))
         self.soak_windows.labels(**lab).inc()
@@ -454,7 +479,7 @@ class MetricsExporter(BaseObserver):
         """A watchdog verdict of ``kind`` about ``config`` (and ``metric``): counted and timestamped.
         A kind outside VERDICT_KINDS counts as "other", a metric outside WATCHED_METRICS as "other"."""
         kind_label = kind if kind in VERDICT_KINDS else "other"
-        metric_label = "" if not metric else metric if metric in WATCHED_METRICS else "other"
+        metric_label = "" if not metric else metric if metric in (*WATCHED_METRICS, *VERDICT_ONLY_METRICS) else "other"
         lab = {**self._cfg(config).labels, "kind": kind_label, "metric": metric_label}
         self.verdicts.labels(**lab).inc()
         self.verdict_time.labels(**lab).set(float(t_unix) if t_unix is not None else self.clock())

@@ -123,6 +123,10 @@ ALERTS: tuple[Alert, ...] = (
         "{{ $labels.config }}: at the engine's memory growth the machine's available memory runs out in {{ $value | humanizeDuration }}",
     ),
     Alert(
+        "SpecsoakStall", f"max by ({BY}) (max_over_time(specsoak_soak_longest_chunk_gap_seconds[5m]))", ">", 5, "0s", "warning",
+        "{{ $labels.config }}: a stream waited {{ $value | humanizeDuration }} for the engine between two chunks (a pause of the whole engine)",
+    ),
+    Alert(
         "SpecsoakMemoryExhaustionForecast", f"{_RSS_GROWTH_1H} / on (run) group_left {_AVAILABLE}", ">", 1, "15m", "warning",
         "{{ $labels.config }}: engine RSS, extrapolated from its last 30 minutes, grows past the machine's available memory within an hour",
     ),
@@ -524,6 +528,16 @@ def rule_tests_document(rule_file: str) -> dict[str, Any]:
                 "alert_rule_test": [
                     quiet("SpecsoakMemoryExhaustion", "10m"),
                     *alert("SpecsoakMemoryExhaustion", "15m", exp, "spec: at the engine's memory growth the machine's available memory runs out in 30m 0s"),
+                ],
+            },
+            {
+                "name": "stall: a pause of the engine longer than 5 s in a soak window",
+                "interval": "1m",
+                "input_series": [{"series": _series("specsoak_soak_longest_chunk_gap_seconds", job), "values": "0.05x10 7x1 0.05x20"}],
+                "alert_rule_test": [
+                    quiet("SpecsoakStall", "10m"),
+                    *alert("SpecsoakStall", "12m", exp, "spec: a stream waited 7s for the engine between two chunks (a pause of the whole engine)"),
+                    quiet("SpecsoakStall", "25m"),
                 ],
             },
             {

@@ -14,6 +14,7 @@ import pandas as pd
 
 from harness.diskspace import engine_log_notes
 from harness.report import plots
+from harness.report.console import findings
 from harness.report.design import control_summary, control_table, design_notes
 from harness.report.load import RunData, load_run
 from harness.report.render import Block, h, img, p, table, to_html, to_markdown, ul
@@ -97,11 +98,14 @@ def build_report(
 
     for name in PLOTS:
         (out / name).unlink(missing_ok=True)
-    images: dict[str, Path | None] = {
+    for stale in out.glob("failure_timeline_*.png"):
+        stale.unlink()
+    images: dict[str, Any] = {
         "tps": plots.tps_vs_streams(verdict, counts, tables["break_even"], out / "tps_vs_streams.png", multi) if not verdict.empty else None,
         "control": plots.control_over_time(tables["control"], tables["control_summary"], out / "control.png", multi),
         "acc": plots.acceptance_over_time(runs, out / "acceptance_over_time.png"),
         "soak": plots.soak_timeline(runs, out / "soak_timeline.png"),
+        "failures": plots.failure_timelines(runs, out),
         "lat": plots.latency_distributions(runs, out / "latency.png"),
         "mem": plots.memory_bars(tables["memory"], out / "memory.png", multi),
         "k": plots.k_sweep(verdict, runs, counts, out / "k_sweep.png") if not verdict.empty else None,
@@ -150,6 +154,9 @@ def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame
             "measured N (see below; `≥`: no N tried failed). Slots, ctx and memory: the engine's start-up log. `[synthetic]` rows use synthetic",
             "acceptance: their speed is a cost measurement, their output is not valid. Definitions: docs/metrics.md.",
         )]
+        found = findings(t["verdict"])
+        if found:
+            b.append(ul(found))
         if any(str(c).startswith("offered / achieved rps") for c in shown.columns):
             b.append(p(
                 "Open-loop phases (`measurement.arrival`), one set of columns per rate (`@R rps`) or stage list: offered = scheduled",
@@ -184,8 +191,10 @@ def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame
     if be.empty:
         b.append(p("No speculative configuration was measured against a baseline."))
     else:
-        b += [table(_show(be, ["run"] * multi + ["config", "algorithm", "break_even", "shown_by_intervals"],
-                          {"break_even": "stops beating the baseline at", "shown_by_intervals": "what the intervals show"})), p(
+        cols = ["config", "algorithm", "break_even", "shown_by_intervals"] + (["solo_vs_n1"] if (be["solo_vs_n1"] != "").any() else [])
+        b += [table(_show(be, ["run"] * multi + cols,
+                          {"break_even": "stops beating the baseline at", "shown_by_intervals": "what the intervals show",
+                           "solo_vs_n1": "why solo and N=1 differ"})), p(
             "The stream count from which a configuration's total t/s no longer exceeds the baseline's, linearly interpolated",
             "between the last measured N where it wins and the first where it does not (the two points in brackets), from the",
             "point estimates. `what the intervals show`: at each N, `faster` or `slower` only when the ratio's 95% interval",
@@ -315,14 +324,28 @@ def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame
                 "goodput_rps": "goodput rps", "late": "late sends", "failures": "failures", "failures_by_kind": "by kind",
                 "time_to_first_failure_s": "first failure after s", "failures_per_hour": "failures/h", "restarts": "restarts",
                 "drift": "drift verdicts", "judged_windows": "judged windows", "contaminated_windows": "contaminated windows",
-                "engine_cores": "engine cores", "harness_cores": "harness cores (incl. Locust)"}
+                "engine_cores": "engine cores", "harness_cores": "harness cores (incl. Locust)",
+                "longest_stall_s": "longest stall s", "stall_trend_s_per_h": "stall trend s/h", "stall_verdicts": "stall verdicts",
+                "peak_engine_memory_mib": "peak engine memory MiB", "peak_swap_mib": "peak swap MiB",
+                "engine_requests_done": "requests served", "engine_output_tokens_done": "tokens served"}
         b.append(table(_show(sk, ["run"] * multi + ["config"] + list(cols), cols)))
+        for _, row in sk.iterrows():
+            if row.get("prompt_cache") and row["prompt_cache"] != "none":
+                b.append(p(f"Prompt cache of {row['config']}: {row['prompt_cache']}. Its growth is left out of the memory the",
+                           "watchdog judges (`engine_memory_mib`, docs/soak.md#memory)."))
+            if row.get("not_reported"):
+                b.append(p(f"Not reported by {row['config']}'s engine: {row['not_reported']}. Those series are absent from its",
+                           "windows and panels, not zero."))
+            if row.get("why"):
+                b.append(p(f"Why {row['config']}'s soak was flagged: {row['why']}."))
         b.append(p("A collapse is a watched window series (output t/s, decode t/s, TTFT p95, error share, acceptance, engine",
                    "memory) that left its reference at the same load level and stayed there (docs/soak.md); the engine uptime",
                    "is the age of the engine process when the watchdog flagged it. Windows contaminated by other processes'",
                    "CPU, or in an engine's warm-up, are recorded but not judged."))
         if images["soak"]:
             b.append(img(images["soak"], "soak windows against engine uptime"))
+        for path in images.get("failures") or []:
+            b.append(img(path, "every series of a flagged configuration, aligned, the onset marked"))
         if images["acc"]:
             b.append(img(images["acc"], "acceptance over time"))
         after = t["after_soak"]
@@ -378,11 +401,14 @@ def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame
         b.append(img(images["k"], "K sweep"))
     pt = t["prompts"]
     if not pt.empty:
-        cols = {"phase": "phase", "load": "streams or rate", "repetition": "rep", "requests": "requests",
-                "distinct_prompts": "distinct prompts", "repeated": "repeated"}
-        b += [h(2, "Prompts"), table(_show(pt, ["run"] * multi + ["config"] + list(cols), cols)), p(
-            "How many different prompts each phase and each soak sent: a prompt and its later turns count apart; `repeated`:",
-            "requests whose prompt had already been sent in that phase or soak (scenario `prompt_reuse`: docs/scenarios.md).",
+        # audit material: the table is prompts.csv (one line per phase, repetition and soak); here, its summary
+        soaks = pt[pt["phase"] == "soak"] if "phase" in pt else pt.iloc[0:0]
+        b += [h(2, "Prompts"), p(
+            f"{len(pt) - len(soaks)} measured phases sent {int(pt['requests'].sum() - soaks['requests'].sum()):,} requests,",
+            f"{int(pt['repeated'].sum() - soaks['repeated'].sum()):,} of them with a prompt already sent in the same phase"
+            + (f"; {len(soaks)} soaks sent {int(soaks['requests'].sum()):,} requests of {int(soaks['distinct_prompts'].sum()):,}"
+               f" distinct prompts ({int(soaks['repeated'].sum()):,} repeated)" if len(soaks) else "") + ".",
+            "One line per phase, repetition and soak: `prompts.csv` (scenario `prompt_reuse`: docs/scenarios.md).",
         )]
     notes = _notes(runs, t["verdict"])
     if notes:

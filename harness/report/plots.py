@@ -149,6 +149,60 @@ def soak_timeline(runs: list[RunData], path: Path) -> Path | None:
     return _save(fig, path)
 
 
+# the aligned timeline of a flagged configuration: (window field or series, axis label), each on its own axis
+_FAILURE_PANELS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("output_tps",), "output t/s"),
+    (("decode_tps",), "decode t/s"),
+    (("ttft_p95_s",), "TTFT p95 s"),
+    (("acceptance", "kv_usage", "prefix_hit_rate", "error_ratio"), "share"),
+    (("longest_stall_s",), "longest stall s"),
+    (("requests_running", "requests_waiting", "preemptions"), "requests"),
+    (("engine_rss_mib", "engine_anon_mib", "prompt_cache_mib", "engine_memory_mib"), "MiB"),
+    (("engine_cores",), "engine CPU cores"),
+)
+FAILURE_KINDS_DRAWN = ("collapse", "stall", "divergence", "memory", "crash", "hang")
+
+
+def failure_timelines(runs: list[RunData], out: Path) -> list[Path]:
+    """One figure per configuration with a collapse, stall, divergence, memory, crash or hang verdict: every window
+    series on its own axis against engine uptime, aligned, each verdict's onset marked (docs/soak.md#why)."""
+    from harness.explain import series_value
+
+    paths: list[Path] = []
+    for run in runs:
+        by_cfg: dict[str, list[dict[str, Any]]] = {}
+        for w in run.soak_windows:
+            by_cfg.setdefault(w["config"], []).append(w)
+        for cfg, wins in sorted(by_cfg.items()):
+            flagged = [v for v in run.soak_verdicts if v.get("config") == cfg and v.get("kind") in FAILURE_KINDS_DRAWN]
+            if not flagged:
+                continue
+            wins = sorted(wins, key=lambda w: float(w["t_unix"]))
+            t0 = float(wins[0].get("t_start_unix") or wins[0]["t_unix"])
+            x = [(float(w["t_unix"]) - t0) / 60.0 for w in wins]
+            panels = [(keys, label) for keys, label in _FAILURE_PANELS if any(series_value(w, k) is not None for w in wins for k in keys)]
+            fig, axes = plt.subplots(len(panels), 1, figsize=(8.5, 1.6 * len(panels) + 1.0), dpi=100, sharex=True, squeeze=False)
+            for ax, (keys, label) in zip(axes[:, 0], panels):
+                for k in keys:
+                    pts = [(xx, v) for xx, w in zip(x, wins) if (v := series_value(w, k)) is not None]
+                    if pts:
+                        ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=0.9, marker=".", ms=3, label=k)
+                ax.set_ylabel(label, fontsize=8)
+                ax.grid(alpha=0.3)
+                ax.legend(fontsize=6, loc="best")
+                for v in flagged:
+                    onset = float((v.get("evidence") or {}).get("onset_unix") or v["t_unix"])
+                    ax.axvline((onset - t0) / 60.0, color="tab:red", lw=0.9, alpha=0.8)
+            first = flagged[0]
+            axes[0, 0].set_title(f"{cfg}: {first['kind']}" + (f" of {first['metric']}" if first.get("metric") else "")
+                                 + " (red: onset of each verdict)", fontsize=9)
+            axes[-1, 0].set_xlabel("minutes since the first soak window")
+            raw = f"{run.run_id}_{cfg}" if len(runs) > 1 else cfg
+            name = "".join(c if c.isalnum() or c in "-_" else "_" for c in raw)
+            paths.append(_save(fig, out / f"failure_timeline_{name}.png"))
+    return paths
+
+
 def latency_distributions(runs: list[RunData], path: Path) -> Path | None:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.5, 4.0), dpi=110)
     multi = len(runs) > 1

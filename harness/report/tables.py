@@ -15,6 +15,7 @@ import pandas as pd
 
 from engines.base import EngineCounters, acceptance_figures
 
+from harness.soak_figures import stall_trend
 from harness.gpu import MIB
 from harness.report.load import RunData
 from harness.report.stats import break_even, expected_tokens_per_step, isnum, shown_difference, t_interval
@@ -271,8 +272,44 @@ def soak_table(runs: list[RunData]) -> pd.DataFrame:
                 "judged_windows": sum(1 for w in cw if w.get("judged")),
                 **_soak_cpu([w for w in run.soak_windows if w.get("config") == name]),
                 **_soak_rates(cw),
+                **_soak_watch(cw, verdicts),
             })
     return pd.DataFrame(rows)
+
+
+# the engine's own series a soak window records (docs/soak.md#engine-view): absent, never 0, where an engine lacks one
+ENGINE_VIEW_LABELS = {"requests_running": "requests running", "requests_waiting": "requests waiting", "kv_usage": "KV usage",
+                      "preemptions": "preemptions", "prefix_hit_rate": "prefix-cache hit rate", "prompt_cache_mib": "prompt cache size"}
+
+
+def _soak_watch(windows: list[dict[str, Any]], verdicts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Stalls, memory as operators meet it, the prompt cache, the work done and why the first explained verdict came."""
+    worst, slope = stall_trend(windows)
+    cache = [(w, float(w["prompt_cache_mib"])) for w in windows if isinstance(w.get("prompt_cache_mib"), int | float)]
+    growth = "none"
+    if cache:
+        first, last = cache[0], cache[-1]
+        cap = last[0].get("prompt_cache_cap_mib")
+        warned = any(v.get("kind") == "cache_cap" for v in verdicts)
+        cap_text = f" toward its cap of {cap:,.0f} MiB" if isinstance(cap, int | float) and cap >= 0 else " with no cap"
+        growth = (f"cache growth {first[1]:,.0f} → {last[1]:,.0f} MiB{cap_text}, "
+                  + ("a cap larger than the memory left (cache_cap verdict)" if warned else "by design: it fits in the memory left"))
+    explained = next((v for v in verdicts if isinstance((v.get("evidence") or {}).get("explanation"), dict)), None)
+    held = [max(float(w.get("engine_rss_mib") or 0.0), float(w.get("engine_anon_mib") or 0.0)) for w in windows]
+    return {
+        "longest_stall_s": worst,
+        "stall_trend_s_per_h": slope,
+        "stall_verdicts": sum(1 for v in verdicts if v.get("kind") == "stall"),
+        "prompt_cache": growth,
+        "peak_engine_memory_mib": max(held) if held else None,
+        "peak_swap_mib": max((float(w["engine_swap_mib"]) for w in windows if isinstance(w.get("engine_swap_mib"), int | float)), default=None),
+        "engine_requests_done": max((float(w["engine_requests_done"]) for w in windows if isinstance(w.get("engine_requests_done"), int | float)), default=None),
+        "engine_output_tokens_done": max((float(w["engine_output_tokens_done"]) for w in windows
+                                          if isinstance(w.get("engine_output_tokens_done"), int | float)), default=None),
+        "not_reported": ", ".join(label for key, label in ENGINE_VIEW_LABELS.items() if windows and all(w.get(key) is None for w in windows)),
+        "why": (f"{explained['kind']}" + (f" of {explained['metric']}" if explained.get("metric") else "")
+                + f": {explained['evidence']['explanation'].get('text')}") if explained else "",
+    }
 
 
 def _soak_rates(windows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -391,6 +428,15 @@ def _soak_time(offsets: dict[str, tuple[float, float]], slice_id: str, t_unix: f
 
 
 # ---- break-even concurrency -------------------------------------------------------------------
+def _solo_vs_n1(solo: Any, n1: Any) -> str:
+    """Why the verdict's solo ratio and this table's ratio at 1 stream can tell different stories ('' when they agree)."""
+    if not (isnum(solo) and isnum(n1)) or ((solo > 1.0) == (n1 > 1.0) and abs(float(solo) / float(n1) - 1.0) < 0.1):
+        return ""
+    return (f"solo decode {float(solo):.2f}× counts the decode rate after the first token; total t/s at N=1 {float(n1):.2f}× "
+            f"also counts prompt processing and the first token, which speculation does not speed up")
+
+
+
 def breakeven_table(verdict: pd.DataFrame, counts: list[int]) -> pd.DataFrame:
     rows: list[dict[str, Any]] = []
     for _, v in verdict.iterrows():
@@ -414,7 +460,7 @@ def breakeven_table(verdict: pd.DataFrame, counts: list[int]) -> pd.DataFrame:
         shown = [f"N={n}: {shown_difference(v.get(f'speedup_{n}_ci_low'), v.get(f'speedup_{n}_ci_high')) or 'no interval'}"
                  for n in counts if isnum(v.get(f"speedup_{n}"))]
         rows.append({"run": v["run"], "config": v["config"], "algorithm": v["algorithm"], "synthetic": bool(v["synthetic"]),
-                     "shown_by_intervals": ", ".join(shown),
+                     "shown_by_intervals": ", ".join(shown), "solo_vs_n1": _solo_vs_n1(v.get("solo_speedup"), v.get("speedup_1")),
                      "break_even_kind": be["kind"], "break_even_streams": be["streams"],
                      "evidence": json.dumps([[int(n), round(float(s), 6)] for n, s in ev]), "break_even": text})  # type: ignore[misc]
     return pd.DataFrame(rows)

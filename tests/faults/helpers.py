@@ -36,7 +36,7 @@ def scenario(tmp_path: Path, server: dict[str, Any] | None = None, measurement: 
 
 
 def cli(*args: str, timeout: float = 300, env: dict[str, str] | None = None, umask: int | None = None) -> subprocess.CompletedProcess[str]:
-    full = dict(os.environ, COLUMNS="200", **(env or {}))
+    full = {**os.environ, "COLUMNS": "200", **(env or {})}
     pre = (lambda: os.umask(umask)) if umask is not None else None  # noqa: E731
     return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=timeout,
                           env=full, preexec_fn=pre)  # noqa: PLW1509

@@ -62,7 +62,8 @@ def test_attached_server_is_measured_untouched_and_its_death_ends_the_soak(tmp_p
     pid = server.pid
     try:
         url = server.base_url
-        attached = {"name": "attached", "server": {"model": SMOLLM2, "url": url, "log_file": str(log)},
+        # server.url alone: the model is read from the server's /v1/models, as every peer does
+        attached = {"name": "attached", "server": {"url": url, "log_file": str(log)},
                     "configurations": [SELF_DRAFT], "measurement": MEASUREMENT}
         # a baseline stated for a speculative server is refused, from the server's own /slots
         wrong = {**attached, "name": "wrong", "configurations": [{"name": "base", "algorithm": "none"}]}
@@ -75,6 +76,7 @@ def test_attached_server_is_measured_untouched_and_its_death_ends_the_soak(tmp_p
         assert server.alive() and server.pid == pid  # never stopped, never restarted
         man = json.loads((run_dir / "manifest.json").read_text())
         assert man["configurations"]["self-draft"]["engine_exit"] is None
+        assert str(man["configurations"]["self-draft"]["model"]).endswith(smollm2.name), man["configurations"]["self-draft"]
         cap = json.loads((run_dir / "capacity" / "self-draft.json").read_text())
         assert cap["slots"] == 2 and cap["ctx_per_slot"] == 1024  # from the server's own log (server.log_file)
         phases = list(read_jsonl(run_dir / "phases.jsonl"))

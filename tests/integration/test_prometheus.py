@@ -373,6 +373,31 @@ def test_open_loop_panels_have_data_from_open_loop_windows(promtool: str, promet
         prom.stop()
 
 
+def test_engine_view_panels_have_data_from_vllm_windows(promtool: str, prometheus_bin: str, tmp_path: Path) -> None:
+    """The live soak runs llama-server, which has no KV usage gauge or preemption counter: soak windows as harness/soak.py
+    writes them from vLLM's /metrics (engines/vllm.py, real_cpu_032_*.metrics.txt) are backfilled, and every panel
+    reading them has data."""
+
+    def window(t0: float, i: int) -> dict[str, Any]:
+        return {"config": "draft-self-k3", "slice": "s1", "t_start_unix": t0 + 60 * i, "t_end_unix": t0 + 60 * (i + 1),
+                "t_unix": t0 + 60 * i + 30, "requests": 10, "errors": 0, "output_tps": 20.0, "engine_pid": 1, "users": 4,
+                "kv_usage": 0.3 + 0.01 * i, "preemptions": float(i % 3), "requests_running": 4.0, "requests_waiting": 1.0,
+                "prefix_hit_rate": 0.5}
+
+    prom, manifest, t0 = _backfilled(promtool, prometheus_bin, tmp_path, window)
+    try:
+        exprs = [(where, e) for _uid, where, e in dashboards.all_expressions() if dashboards.paged_kv_only(e)]
+        assert len(exprs) >= 2
+        for where, expr in exprs:
+            q = expr.replace("$run", manifest["run_id"]).replace("$config", ".*").replace("$__rate_interval", "1m")
+            res = prom.api("query_range", query=q, start=f"{t0:.3f}", end=f"{t0 + 780:.3f}", step="15")["result"]
+            assert _has_data(res), f"{where}: {q}"
+        res = prom.api("query", query="specsoak_soak_engine_kv_usage_ratio", time=f"{t0 + 725:.3f}")["result"]
+        assert res and float(res[0]["value"][1]) == pytest.approx(0.41)
+    finally:
+        prom.stop()
+
+
 @pytest.mark.engine
 def test_cli_run_serves_metrics_and_writes_targets(llama_server_bin: Path, tmp_path: Path) -> None:
     import sys

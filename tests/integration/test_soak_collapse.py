@@ -175,6 +175,10 @@ def test_planted_collapse_is_flagged_within_three_windows_and_stops_the_configur
     assert first["engine_uptime_s"] == pytest.approx(PLANT_AFTER_S + delay, abs=3.0)
     assert first["action"] == "stop_config"
     assert first["evidence"]["windows"], "the evidence windows are in the verdict"
+    # it explains itself: the engine froze, so its CPU fell with the throughput, each against its own reference
+    moves = {m["metric"]: m for m in first["evidence"]["explanation"]["moves"]}
+    assert moves["engine_cores"]["moved"] and moves["engine_cores"]["now"] < moves["engine_cores"]["reference"], moves
+    assert "at the same time" in first["message"] and "engine CPU cores" in first["message"]
     # no verdict before the plant: the reference period was healthy
     assert all(v["t_unix"] >= plant.onset_unix for v in _verdicts(run_dir)), _verdicts(run_dir)
     # the configuration's soak stopped there, not after SOAK_S
@@ -214,9 +218,11 @@ def test_every_soak_dashboard_expression_returns_data_for_the_soak(planted: dict
     empty = []
     # the soak dashboard, and every other panel or rule that reads a soak-only series (the measured-run test checks the rest)
     # (GPU memory panels: no NVIDIA GPU here; test_gpu_panels_have_data_from_gpu_windows backfills GPU windows for them;
-    # open-loop panels: this soak is closed loop; test_open_loop_panels_have_data_from_open_loop_windows backfills them)
+    # open-loop panels: this soak is closed loop; test_open_loop_panels_have_data_from_open_loop_windows backfills them;
+    # KV usage and preemptions: llama-server has none; test_engine_view_panels_have_data_from_vllm_windows backfills them)
     exprs = [(uid, where, e) for uid, where, e in dashboards.all_expressions()
-             if dashboards.soak_only(uid, e) and not dashboards.gpu_only(e) and not dashboards.open_loop_only(e)]
+             if dashboards.soak_only(uid, e) and not dashboards.gpu_only(e) and not dashboards.open_loop_only(e)
+             and not dashboards.paged_kv_only(e)]
     assert len([x for x in exprs if x[0] == "specsoak-soak"]) >= 17
     for _uid, where, expr in exprs:
         q = expr.replace("$run", run).replace("$config", ".*").replace("$__rate_interval", "30s")

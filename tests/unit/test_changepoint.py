@@ -18,7 +18,7 @@ from harness.changepoint import (
 
 WINDOW_S = 60.0
 T0 = 1_700_000_000.0
-BASE: dict[str, float] = {"output_tps": 100.0, "decode_tps": 40.0, "ttft_p95_s": 0.8, "acceptance": 0.7, "engine_rss_mib": 2000.0}
+BASE: dict[str, float] = {"output_tps": 100.0, "decode_tps": 40.0, "ttft_p95_s": 0.8, "acceptance": 0.7, "engine_memory_mib": 2000.0}
 
 
 def _windows(n: int, seed: int, start: int = 0, scale: dict[str, float] | None = None, users: int | None = 1,
@@ -114,7 +114,7 @@ def test_contaminated_and_warm_up_windows_are_not_judged() -> None:
         assert det.state()["output_tps"].relative_change is None
     # an engine restart: two warm-up windows, slow as a cold engine is, are not judged
     det.engine_restarted()
-    for w in _windows(2, 7, start=15, scale={"output_tps": 0.5, "engine_rss_mib": 0.5}):
+    for w in _windows(2, 7, start=15, scale={"output_tps": 0.5, "engine_memory_mib": 0.5}):
         events += det.update(w)
         assert det.judged() == (False, "warm-up")
     for w in _windows(10, 8, start=17):
@@ -167,13 +167,13 @@ def test_no_reference_is_built_from_a_collapse() -> None:
 def test_rss_warm_up_growth_then_flat_is_not_a_collapse() -> None:
     wins = _windows(600, 17, noise=0.01)
     for i, w in enumerate(wins):  # +15% over the first 10 minutes, then flat
-        w["engine_rss_mib"] = 2000.0 * (1 + 0.15 * min(i, 10) / 10) * (1 + 0.01 * np.sin(i))
+        w["engine_memory_mib"] = 2000.0 * (1 + 0.15 * min(i, 10) / 10) * (1 + 0.01 * np.sin(i))
     assert detect_series(wins) == []
     # a leak that carries RSS +50% above it is
     for i, w in enumerate(wins[300:]):
-        w["engine_rss_mib"] = 2300.0 * (1 + 0.5 * min(i, 60) / 60)
+        w["engine_memory_mib"] = 2300.0 * (1 + 0.5 * min(i, 60) / 60)
     got = _collapses(detect_series(wins))
-    assert [e.metric for e in got] == ["engine_rss_mib"]
+    assert [e.metric for e in got] == ["engine_memory_mib"]
 
 
 def test_memory_forecast_slope_and_headroom() -> None:

@@ -213,12 +213,12 @@ def test_verdicts_carry_their_kind() -> None:
     exp.on_verdict({"t_unix": 2100.0, "config": "spec", "slice": "s1", "kind": "collapse", "metric": "decode_tps", "action": "none", "engine_uptime_s": 60.0})
     exp.on_verdict({"t_unix": 2200.0, "config": "spec", "kind": "crash", "metric": None, "action": "restart"})
     exp.on_verdict({"t_unix": 2300.0, "config": "spec", "kind": "brand_new_kind", "metric": "nonsense"})
-    exp.record_verdict("spec", "memory", "engine_rss_mib")
+    exp.record_verdict("spec", "memory", "engine_memory_mib")
     assert get("specsoak_watchdog_verdicts_total", {**LAB, "kind": "collapse", "metric": "decode_tps"}) == 1
     assert get("specsoak_watchdog_verdict_time_seconds", {**LAB, "kind": "collapse", "metric": "decode_tps"}) == 2100.0
     assert get("specsoak_watchdog_verdicts_total", {**LAB, "kind": "crash", "metric": ""}) == 1
     assert get("specsoak_watchdog_verdicts_total", {**LAB, "kind": "other", "metric": "other"}) == 1, "unknown kind and metric are 'other'"
-    assert get("specsoak_watchdog_verdict_time_seconds", {**LAB, "kind": "memory", "metric": "engine_rss_mib"}) == 5000.0, "no time: the clock's"
+    assert get("specsoak_watchdog_verdict_time_seconds", {**LAB, "kind": "memory", "metric": "engine_memory_mib"}) == 5000.0, "no time: the clock's"
     kinds = {s.labels["kind"] for fam in exp.registry.collect() if fam.name == "specsoak_watchdog_verdicts" for s in fam.samples}
     assert kinds <= set(VERDICT_KINDS) and not kinds & {"pass", "warn", "fail"}
 

@@ -436,3 +436,12 @@ def test_prompts_table_counts_distinct_prompts_per_phase_and_soak(run_dir: Path)
     assert len(measured) == len(phases) and measured["repeated"].tolist() == [1] + [0] * (len(phases) - 1)
     md = (run_dir / "report.md").read_text()
     assert "## Prompts" in md and "distinct prompts" in md
+
+
+def test_break_even_says_why_solo_decode_and_one_stream_disagree() -> None:
+    from harness.report.tables import _solo_vs_n1
+
+    # the README's f32-draft-q4: faster solo by decode rate, slower at one stream by total t/s
+    note = _solo_vs_n1(1.09, 0.93)
+    assert "1.09×" in note and "0.93×" in note and "prompt processing" in note
+    assert _solo_vs_n1(0.49, 0.48) == "" and _solo_vs_n1(None, 0.9) == ""

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -160,3 +161,45 @@ def test_validate_prints_the_wall_clock_estimate_and_warns_about_slices(tmp_path
     assert p.returncode == 0, p.stderr
     assert "estimated wall clock 4.0 h" in p.stdout and "soak 4.0 h" in p.stdout  # 2 configurations x 2 h
     assert "soak.slice_s (10 min) restarts each configuration's engine every slice" in " ".join(p.stderr.split())
+
+
+def _serve_once(body: bytes) -> tuple[str, Any]:
+    """A loopback server answering GET /v1/models with ``body`` (a real llama-server capture)."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.send_response(200 if self.path == "/v1/models" else 404)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{srv.server_address[1]}", srv
+
+
+def test_attach_with_just_a_url_reads_the_model_from_the_server(tmp_path: Path) -> None:
+    capture = (Path(__file__).resolve().parents[1] / "fixtures" / "llamacpp" / "base.GET_v1_models.txt").read_text()
+    body = capture.split("\n\n", 1)[1].strip().encode()  # the capture's HTTP headers, then the body
+    url, srv = _serve_once(body)
+    try:
+        path = tmp_path / "attach.yaml"
+        path.write_text(f"name: a\nserver:\n  url: {url}\nconfigurations:\n  - {{name: base, algorithm: none}}\n"
+                        "measurement: {prompts: 'builtin:repeat'}\n")
+        loaded = load_scenario(path)
+        assert loaded.scenario.server.model == "models/smollm2-135m-q4_1.gguf"
+    finally:
+        srv.shutdown()
+    # the server gone: one line naming the field and what to do (exit 2 at the CLI)
+    with pytest.raises(ScenarioError, match=r"server.model: not given, and the server at .* did not list its models"):
+        load_scenario(path)
+    # without server.url a model is still required
+    path.write_text("name: a\nserver: {engine: llamacpp}\nconfigurations:\n  - {name: base, algorithm: none}\n"
+                    "measurement: {prompts: 'builtin:repeat'}\n")
+    with pytest.raises(ScenarioError, match="server.model is required"):
+        load_scenario(path)
