@@ -43,7 +43,7 @@ def test_a_soak_keeps_the_engine_log_under_its_bound_and_the_report_names_what_w
         "measurement": {"prompts": "builtin:repeat", "max_tokens": 8, "streams": [1], "requests_per_stream": 1,
                         "repetitions": 1, "warmup_requests": 0},
         # distinct short prompts (windows of the corpus, 24 tokens each): many requests, each one more prompt in the cache's listing
-        "soak": {"duration_s": 75, "shape": {"kind": "steady", "users": 2}, "max_tokens": 4, "prompt_reuse": "forbid", "prompts": "builtin:conversations",
+        "soak": {"duration_s": 150, "shape": {"kind": "steady", "users": 2}, "max_tokens": 4, "prompt_reuse": "forbid", "prompts": "builtin:conversations",
                  "lengths": {"input": {"dist": "fixed", "mean": 24}, "prompts": 2000},
                  "watchdog": {"window_s": 10, "actions": {"collapse": "record"}}},
         "report": {"engine_log_max_mib": BOUND_MIB},
