@@ -584,7 +584,7 @@ class Runner:
                 )
             if phase == "measure":
                 block = f"block {rep}/{m.repetitions} · " if m.design == "interleaved" else ""
-                self.console.print(self.progress.line(f"{block}{cfg.name} · {load_label(load)} rep {rep}"), highlight=False)
+                self.console.print(self.progress.line(f"{block}{cfg.name} · {load_label(str(load))} rep {rep}"), highlight=False)
 
     def _arrival_phase(self, cfg: Configuration, session: EngineSession, requests: _Tee, phases: _Tee | None, key: str,
                        rep: int, phase: str = "measure") -> dict[str, Any]:
