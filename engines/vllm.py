@@ -91,6 +91,7 @@ class Vllm(Engine):
     methods: ClassVar[frozenset[str]] = frozenset({"none", *METHODS})
     model_folders: ClassVar[bool] = True
     install_hint: ClassVar[str] = "`make vllm` makes .venv-vllm"
+    ready_line: ClassVar[re.Pattern[bytes] | None] = re.compile(rb"Application startup complete")  # uvicorn, once the API serves
     # /health answers once the API server serves; the socket is bound earlier (poll with a timeout)
 
     def command(self) -> list[str]:

@@ -267,6 +267,7 @@ def validate(
 ) -> None:
     """Check scenario files (fields, ranges, engine methods, model files) without starting anything."""
     from engines import ENGINES
+    from harness.diskspace import describe_estimate, disk_warnings
     from harness.scenario import ASSUMED_STREAM_TPS, describe_duration, design_warnings, soak_warnings, wall_clock_estimate
 
     for path in scenarios:
@@ -277,7 +278,8 @@ def validate(
         parts = [f"{k.removesuffix('_s').replace('_', ' ')} {describe_duration(v)}" for k, v in est.items() if k != "total_s" and v > 0]
         out.print(f"{path}: estimated wall clock {describe_duration(est['total_s'])} ({', '.join(parts)}; phases at an assumed "
                   f"{ASSUMED_STREAM_TPS:g} t/s per stream, the soak exactly)", highlight=False)
-        for warning in design_warnings(sc) + soak_warnings(sc):
+        out.print(f"{path}: {describe_estimate(sc)}", highlight=False)
+        for warning in design_warnings(sc) + soak_warnings(sc) + disk_warnings(sc, Path("results")):
             err.print(f"{path}: warning: {warning}", markup=False, highlight=False, soft_wrap=True)
         for cfg in sc.runs():
             for warning in ENGINES[sc.server.engine].validate_warnings(cfg, sc.server):

@@ -12,6 +12,7 @@ import shlex
 from pathlib import Path
 
 from engines.base import Engine
+from harness.diskspace import describe_estimate, disk_warnings
 from harness.errors import EngineError
 from harness.models_ref import PACKAGE_PREFIX, WORKSHOP_PREFIX, ModelNotFound, resolve_model
 from harness.runner_util import block_order
@@ -211,6 +212,8 @@ def plan_lines(loaded: LoadedScenario, engine_cls: type[Engine]) -> list[str]:
     lines.append("")
     lines.append(f"estimated wall clock: {describe_duration(est['total_s'])} ({', '.join(parts)}; phases at an assumed "
                  f"{ASSUMED_STREAM_TPS:g} t/s per stream, the soak exactly)")
+    lines.append(f"estimated disk: {describe_estimate(sc)}")
+    lines += [f"warning: {w}" for w in disk_warnings(sc, Path("results"))]
     return lines
 
 

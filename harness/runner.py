@@ -27,6 +27,7 @@ from rich.console import Console
 
 from engines import engine_class
 from engines.base import acceptance_figures, counters_delta  # acceptance_figures: also imported from here by tests
+from engines.logcapture import summarise_logs
 from harness import __version__
 from harness.arrivals import Schedule, arrival_figures, arrival_prompt_offset, run_arrivals, schedule
 from harness.saturation import Judgement, Rule, judge, stop_sweep
@@ -202,6 +203,8 @@ class Runner:
         self.obs.on_run_start(self.manifest)
 
     def _finish(self, status: str, reason: str) -> None:
+        if self.run_dir is not None:  # what each rotated engine log wrote, keeps and dropped (engines/logcapture.py)
+            self.manifest["engine_logs"] = [s.to_dict() for s in summarise_logs(self.run_dir)]
         self.manifest["estimate"] = {**self.progress.record(), "resumed": self.progress.resumed}
         self.manifest["status"] = status
         self.manifest["stop_reason"] = reason

@@ -505,12 +505,13 @@ class SoakArrival(_Strict):
 SOAK_MAX_REQUESTS = 50_000_000  # a soak's schedule is drawn in memory: more arrivals than this is a mistake in the rate
 
 
-VerdictKind = Literal["crash", "hang", "collapse", "memory", "error_rate", "drift", "no_load", "stall", "cache_cap", "divergence"]
+VerdictKind = Literal["crash", "hang", "collapse", "memory", "error_rate", "drift", "no_load", "stall", "cache_cap", "divergence", "disk"]
 VerdictAction = Literal["record", "restart", "stop_config", "stop_run"]
 # what each watchdog verdict does unless the scenario says otherwise (docs/soak.md)
 DEFAULT_ACTIONS: dict[str, str] = {
     "crash": "restart", "hang": "restart", "collapse": "stop_config", "memory": "stop_config",
     "error_rate": "record", "drift": "record", "no_load": "record", "stall": "record", "cache_cap": "record", "divergence": "stop_config",
+    "disk": "stop_run",
 }
 
 
@@ -547,6 +548,10 @@ class Watchdog(_Strict):
     )
     stall_warn_s: float = Field(5.0, gt=0, le=86_400, description="a 'stall' verdict when a stream's gap between two chunks or a "
                                 "health probe takes this long (again each time the longest pause grows by half)")
+    disk_min_free_mib: float = Field(
+        1024.0, ge=0, le=16_777_216, description="a 'disk' verdict when the results disk has less free, or will have at its "
+        "write rate within two windows (docs/soak.md#disk-space)",
+    )
     actions: dict[VerdictKind, VerdictAction] = Field(
         default_factory=dict, description="what a verdict kind does: record, restart (crash, hang), stop_config, stop_run; defaults in docs/soak.md"
     )
@@ -662,6 +667,10 @@ class Slo(_Strict):
 
 class ReportOptions(_Strict):
     memory_budget_mib: float | None = Field(None, gt=0, le=16_777_216, description="memory for weights + KV + buffers: the report's servable context")
+    engine_log_max_mib: float = Field(
+        256.0, ge=0.0625, le=16_777_216, description="disk each engine log may take (per log file: start-up section whole, "
+        "then the newest output in gzip segments; docs/soak.md#engine-logs)",
+    )
     fill_check: bool = Field(
         False, description="restart each configuration at its servable context under the budget and fill every slot (needs memory_budget_mib)"
     )

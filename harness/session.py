@@ -50,6 +50,7 @@ def launch_spec(loaded: LoadedScenario, cfg: Configuration, port: int) -> Launch
         env=tuple(sorted((k, str(v)) for k, v in srv.env.items())),
         attach_url=srv.url,
         metrics_url=srv.metrics_url,
+        log_max_mib=loaded.scenario.report.engine_log_max_mib,
         attach_log=(Path(srv.log_file) if Path(srv.log_file).is_absolute() else loaded.path.parent / srv.log_file) if srv.log_file else None,
     )
 

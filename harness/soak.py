@@ -19,6 +19,7 @@ the engine's uptime, the change detector's state, the memory headroom) and may g
 - ``restart_failed`` / ``gave_up``: the engine could not be brought back / too many restarts;
 - ``no_load``: Locust sent nothing;
 - ``divergence``: the output canary's greedy answers changed (harness/canary.py).
+- ``disk``: the results disk runs short (harness/diskspace.py).
 
 What each kind does is the scenario's ``soak.watchdog.actions`` (record, restart, stop the
 configuration, stop the run); docs/soak.md has the defaults.
@@ -41,6 +42,7 @@ from engines.base import EngineCounters, acceptance_figures, counters_delta
 from harness import canary as canary_mod
 from harness.changepoint import ChangeDetector, ChangeEvent, DetectorSettings, memory_forecast
 from harness.cpu import CpuMeter, tree_memory, tree_rss_bytes
+from harness.diskspace import DiskWatch
 from harness.errors import EngineError
 from harness.explain import explain
 from harness.load.locust_proc import LocustProcess
@@ -57,7 +59,7 @@ from harness.trend import WATCHED, trend
 # shown in red, and reported to the observers as failures of the configuration (harness.scenario.verdict_fails
 # decides which make the soak fail: the verdict table, exit code 4)
 FAILURE_KINDS = ("crash", "hang", "restart_failed", "gave_up", "collapse", "memory", "divergence")
-OBSERVED_FAILURES = (*FAILURE_KINDS, "error_rate", "no_load", "stall")
+OBSERVED_FAILURES = (*FAILURE_KINDS, "error_rate", "no_load", "stall", "disk")
 EXPLAINED = ("collapse", "stall", "divergence", "memory")  # verdicts whose evidence lists the series that moved with them
 RSS_TREND_AFTER_S = 600.0  # the slow RSS trend ignores the engine's first 10 minutes (warm-up growth is not a leak)
 
@@ -189,6 +191,7 @@ class SoakSlice:
         self.flagged: set[str] = {v["metric"] for v in read_jsonl(self.run_dir / VERDICTS) if v.get("config") == cfg.name and v.get("kind") == "drift"}
         self.memory_warned_pid: int | None = None
         self.gpu_warned_pid: int | None = None
+        self.disk = DiskWatch(self.run_dir, self.wd)  # the results disk's free space, once a window (harness/diskspace.py)
         self.cache_warned_pid: int | None = None
         self.log_follower = LogFollower()
         self.cache_seen: Any = None  # the prompt cache as the engine last logged it
@@ -555,6 +558,8 @@ class SoakSlice:
             self.verdict("memory", f"at the GPU memory slope ({win['gpu_slope_mib_per_h']:,.0f} MiB/h), GPU memory "
                          f"({win['gpu_total_mib'] - win['gpu_used_mib']:,.0f} MiB free) runs out in {win['gpu_headroom_s'] / 60:.0f} min",
                          {"window": _brief(win), "headroom_s": win["gpu_headroom_s"]}, metric="gpu_used_mib")
+        if (short := self.disk.check(now)) is not None:
+            self.verdict("disk", short[0], {**short[1], "window": _brief(win)})
         if len(recs) >= self.wd.min_requests and errors / len(recs) >= self.wd.error_rate:
             self.verdict("error_rate", f"{errors} of {len(recs)} requests failed in the last window", {"window": _brief(win)})
         self._drift()

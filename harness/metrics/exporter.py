@@ -42,7 +42,7 @@ CONFIG_LABELS = ("run", "config", "engine", "algorithm", "synthetic")
 MAX_POSITIONS = 16  # per-position acceptance beyond this many drafted tokens is not exported
 # watchdog verdict kinds (harness/soak.py); an unknown kind is exported as "other"
 VERDICT_KINDS = ("crash", "hang", "restart_failed", "gave_up", "no_load", "error_rate", "collapse", "recovered", "memory", "drift", "stall",
-                 "cache_cap", "divergence", "other")
+                 "cache_cap", "divergence", "disk", "other")
 # the window series the soak's change detector watches (the ``detectors`` of a window record)
 MIB = 1024 * 1024
 

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from harness.diskspace import engine_log_notes
 from harness.report import plots
 from harness.report.console import findings
 from harness.report.design import control_summary, control_table, design_notes
@@ -485,4 +486,5 @@ def _notes(runs: list[RunData], table_: pd.DataFrame) -> list[str]:
             ec = [c.get("engine_cores") for c in run.phases["cpu"] if c.get("engine_cores") is not None]
             beside = f", beside the engine's median {pd.Series(ec).median():.2f} cores" if ec else ""
             out.append(f"Harness CPU during measurement (run {run.run_id}): median {pd.Series(hc).median():.3f} cores, max {max(hc):.3f}{beside}.")
+        out += engine_log_notes(run.run_dir, run.run_id)
     return out

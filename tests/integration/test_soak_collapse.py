@@ -83,7 +83,7 @@ class DutyCyclePlant(threading.Thread):
 
     def _soak_engine(self) -> psutil.Process | None:
         eng = engine_child(self.harness_pid)
-        return eng if _logs_to_soak(eng) else None
+        return eng if _logs_to_soak(eng, self.harness_pid) else None
 
     def run(self) -> None:
         eng = None
@@ -112,12 +112,13 @@ class DutyCyclePlant(threading.Thread):
                 pass
 
 
-def _logs_to_soak(eng: psutil.Process | None) -> bool:
-    """The soak's engine writes logs/<config>.soak.server.log (the measurement's engine has no '.soak')."""
+def _logs_to_soak(eng: psutil.Process | None, harness_pid: int) -> bool:
+    """The soak's engine logs to logs/<config>.soak.server.log (the measurement's engine has no '.soak'), a file the
+    harness's log thread holds open while that engine runs (engines/logcapture.py)."""
     if eng is None:
         return False
     try:
-        return any(f.path.endswith(".soak.server.log") for f in eng.open_files())
+        return any(f.path.endswith(".soak.server.log") for f in psutil.Process(harness_pid).open_files())
     except psutil.Error:
         return False
 
