@@ -205,6 +205,7 @@ def test_the_runner_skips_rates_past_saturation_and_counts_them_done() -> None:
     manifest too (a resume reads them back)."""
     from types import SimpleNamespace
 
+    from harness.progress import Progress
     from harness.runner import Runner
 
     sc = Scenario.model_validate({"name": "s", "server": {"model": "m.gguf"}, "configurations": [{"name": "b"}],
@@ -217,7 +218,8 @@ def test_the_runner_skips_rates_past_saturation_and_counts_them_done() -> None:
         return _phase(float(load[:-3]), completion=1.0 if load == "0.5rps" or rep == 2 else 0.3)  # rep 2 keeps up at every rate
 
     fake = SimpleNamespace(sc=sc, console=SimpleNamespace(print=lambda *a: None), done_phases=set(), _arrival_phase=phase,
-                           manifest={"configurations": {"b": {}}}, _write_manifest=lambda: None)
+                           manifest={"configurations": {"b": {}}}, _write_manifest=lambda: None, progress=Progress.of(sc),
+                           _say_progress=lambda *a: None)
     cfg = SimpleNamespace(name="b")
     for rep in (1, 2):
         Runner._measure(fake, cfg, None, None, None, reps=[rep])  # type: ignore[arg-type]
