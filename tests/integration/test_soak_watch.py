@@ -50,7 +50,7 @@ class GrowingPauses(threading.Thread):
         eng: psutil.Process | None = None
         while not self.done.is_set() and eng is None:
             eng = engine_child(self.harness_pid)
-            eng = eng if _logs_to_soak(eng) else None
+            eng = eng if _logs_to_soak(eng, self.harness_pid) else None
             time.sleep(0.2)
         if eng is None:
             return
