@@ -25,6 +25,7 @@ configuration, stop the run); docs/soak.md has the defaults.
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import time
@@ -48,12 +49,16 @@ from harness.records import SLICES, SOAK_DIR, VERDICTS, WINDOWS, JsonlWriter, re
 from harness.scenario import Configuration, Soak, Watchdog
 from harness.session import EngineSession, RunContext
 from harness.trend import WATCHED, trend
+from harness.windows import acceptance_sd, end_unix, load_state, outstanding, window_figures
 
 # shown in red, and reported to the observers as failures of the configuration (harness.scenario.verdict_fails
 # decides which make the soak fail: the verdict table, exit code 4)
 FAILURE_KINDS = ("crash", "hang", "restart_failed", "gave_up", "collapse", "memory")
 OBSERVED_FAILURES = (*FAILURE_KINDS, "error_rate", "no_load")
 RSS_TREND_AFTER_S = 600.0  # the slow RSS trend ignores the engine's first 10 minutes (warm-up growth is not a leak)
+# a window is judged this many windows after it closes: the requests that streamed in it have ended by then
+# (a record is written when its request ends), so its throughput counts their tokens (harness/windows.py)
+SETTLE_WINDOWS = 1
 
 
 @dataclass
@@ -169,6 +174,10 @@ class SoakSlice:
         self.tail = RecordTail()
         self.records_seen = 0
         self.window: list[dict[str, Any]] = []
+        self.pending: list[dict[str, Any]] = []  # closed windows waiting SETTLE_WINDOWS for their requests to end
+        self.unassigned: list[dict[str, Any]] = []  # records not yet given to a window (by end time), or still streaming
+        self.ends: list[float] = []  # end times of the slice's records, ascending (the open-loop backlog)
+        self.slice_windows: list[dict[str, Any]] = []  # this slice's judged windows (the backlog's history)
         self.window_t0 = 0.0
         self.window_counters: EngineCounters | None = None
         self.engine_restarted = True  # the first window after an engine start says so (detector warm-up on replay)
@@ -225,8 +234,7 @@ class SoakSlice:
                 kill = True
                 continue
             self.window_counters = self._scrape()
-            self.detector.engine_restarted()
-            self.engine_restarted = True
+            self.engine_restarted = True  # the next window says so; the detector's warm-up starts there, as in a replay
             self.memory_warned_pid = None
             self.gpu_warned_pid = None
             if self.cpu_meter is not None:
@@ -245,7 +253,7 @@ class SoakSlice:
         t_start = time.time()
         slices.write({"event": "start", "slice": self.slice_id, "config": self.cfg.name, "t_unix": t_start, "offset_s": self.offset_s,
                       "slice_s": self.slice_s, "engine_pid": self.session.pid, "engine_started_unix": self.session.started_unix})
-        self.detector.engine_restarted()  # warm-up: a new engine, or the first windows of a resumed soak
+        self.engine_restarted = True  # warm-up: a new engine, or the first windows of a resumed soak (the first window says so)
         key = self.session.engine.spec.api_key
         locust = LocustProcess(self._locust_config(), self.run_dir / SOAK_DIR, self.run_dir / "logs", self.soak.workers,
                                secret_env={"SPECSOAK_LOCUST_API_KEY": key} if key else None)
@@ -375,9 +383,13 @@ class SoakSlice:
         self.records_seen += len(new)
         for r in new:
             self.ctx.obs.on_request(r)
+            bisect.insort(self.ends, end_unix(r))
         self.window.extend(new)
+        self.unassigned.extend(new)
         if now - self.window_t0 >= self.wd.window_s or (final and self.window):
             self._close_window(now)
+        if final:
+            self._settle(final=True)
 
     def _users(self, t_unix: float) -> int:
         return users_at(self.soak.shape.model_dump(), self.offset_s + t_unix - self.t_load, self.soak.duration_s)
@@ -407,9 +419,7 @@ class SoakSlice:
         return window_traffic(recs, t1 - t0, bounds, self.arrival, self.schedule, span, self.soak.duration_s)
 
     def _close_window(self, now: float) -> None:
-        recs = self.window
-        ok = [r for r in recs if r.get("status") == "ok"]
-        errors = len(recs) - len(ok)
+        """The window's live figures (engine counters, memory, CPU) at its end; its request figures wait until it settles."""
         counters = self._scrape()
         delta: EngineCounters | None = None
         if counters is not None and self.window_counters is not None:
@@ -417,31 +427,16 @@ class SoakSlice:
             if (delta.draft_tokens or 0) < 0 or (delta.accepted_tokens or 0) < 0 or (delta.output_tokens or 0) < 0:
                 delta = counters  # the engine restarted inside the window: its counters began again
         acc = acceptance_figures(delta) if delta is not None else {"acceptance": None, "mean_accept_len": None}
-        decode = [r["decode_tps"] for r in ok if r.get("decode_tps")]
-        ttft = [r["ttft_s"] for r in ok if r.get("ttft_s") is not None]
-        kinds: dict[str, int] = defaultdict(int)
-        for r in recs:
-            if r.get("error_kind"):
-                kinds[r["error_kind"]] += 1
-        seconds = now - self.window_t0
         users_start, users_end = self._users(self.window_t0), self._users(now)
-        traffic = self._traffic(recs, self.window_t0, now)
         pid = self.session.pid
         win: dict[str, Any] = {
             "config": self.cfg.name, "slice": self.slice_id, "t_start_unix": self.window_t0, "t_end_unix": now,
-            "t_unix": (self.window_t0 + now) / 2, "requests": len(recs), "errors": errors, "error_kinds": dict(kinds),
-            "output_tokens": sum(r.get("output_tokens") or 0 for r in ok),
-            # a window in which nothing finished has an output rate of 0, not "no value": a collapse to zero shows
-            "output_tps": sum(r.get("output_tokens") or 0 for r in ok) / seconds if seconds > 0 else None,
-            "decode_tps": float(np.median(decode)) if decode else None,
-            "ttft_p95_s": float(np.percentile(ttft, 95)) if ttft else None,
-            "error_ratio": errors / len(recs) if recs else None,
+            "t_unix": (self.window_t0 + now) / 2,
             "acceptance": acc["acceptance"], "mean_accept_len": acc["mean_accept_len"],
             "counters": delta.to_dict() if delta is not None else None,
             "engine_rss_mib": engine_rss_mib(pid),
             # the load level: Locust users (None: it changed inside the window); open loop: no users, the rate's level
             "users": (users_start if users_start == users_end else None) if self.arrival is None else None,
-            **traffic,
             "engine_pid": pid,
             "engine_uptime_s": self.session.uptime_s(now),
             "engine_restart": self.engine_restarted,
@@ -461,6 +456,37 @@ class SoakSlice:
             self.cpu_meter = CpuMeter(pid, client_pids=self.locust_pids).start()
         else:
             win["contaminated"] = False
+        self.window, self.window_t0, self.window_counters = [], now, counters
+        self.pending.append(win)
+        self._settle()
+
+    def _settle(self, final: bool = False) -> None:
+        """Judge the windows whose requests have ended: all but the last SETTLE_WINDOWS closed, or all at the end."""
+        while self.pending and (final or len(self.pending) > SETTLE_WINDOWS):
+            self._judge(self._request_figures(self.pending.pop(0)))
+
+    def _request_figures(self, win: dict[str, Any]) -> dict[str, Any]:
+        """The window's request figures (harness/windows.py): tokens streamed inside it, and the requests that ended in
+        it (a record that arrived after its window was judged joins the next)."""
+        t0, t1 = win["t_start_unix"], win["t_end_unix"]
+        ended = [r for r in self.unassigned if end_unix(r) < t1]
+        self.unassigned = [r for r in self.unassigned if end_unix(r) >= t1]
+        win.update(window_figures(ended, ended + self.unassigned, t0, t1, self.arrival is not None, win.get("users")))
+        win["count_sd"]["acceptance"] = acceptance_sd(win.get("acceptance"), (win.get("counters") or {}).get("draft_tokens"))
+        win.update(self._traffic(ended, t0, t1))
+        if self.arrival is not None:
+            soak_t1 = min(self._soak_time(t1), self.offset_s + self.slice_s)
+            win["outstanding_end"] = outstanding(self.schedule, self.offset_s, soak_t1, self.ends, t1)
+            win.update(load_state(self.slice_windows, win))
+        return win
+
+    def _judge(self, win: dict[str, Any]) -> None:
+        """Feed the detector, write the window, give its verdicts."""
+        recs_n, errors = win["requests"], win["errors"]
+        now = win["t_end_unix"]
+        pid = win["engine_pid"]
+        if win.get("engine_restart"):
+            self.detector.engine_restarted()  # as replay_detector does: the same windows give the same detector
         events = self.detector.update(win)
         judged, why = self.detector.judged()
         win["judged"], win["not_judged_why"] = judged, why
@@ -470,8 +496,8 @@ class SoakSlice:
         self.windows.write(win)
         self.ctx.obs.on_window(win)
         self.history.setdefault(self.cfg.name, []).append(win)
+        self.slice_windows.append(win)
         self._status_line(win, now)
-        self.window, self.window_t0, self.window_counters = [], now, counters
         for ev in events:
             self._change_verdict(ev, win)
         if win["memory_headroom_s"] is not None and win["memory_headroom_s"] < self.wd.memory_horizon_s and self.memory_warned_pid != pid:
@@ -484,8 +510,8 @@ class SoakSlice:
             self.verdict("memory", f"at the GPU memory slope ({win['gpu_slope_mib_per_h']:,.0f} MiB/h), GPU memory "
                          f"({win['gpu_total_mib'] - win['gpu_used_mib']:,.0f} MiB free) runs out in {win['gpu_headroom_s'] / 60:.0f} min",
                          {"window": _brief(win), "headroom_s": win["gpu_headroom_s"]}, metric="gpu_used_mib")
-        if len(recs) >= self.wd.min_requests and errors / len(recs) >= self.wd.error_rate:
-            self.verdict("error_rate", f"{errors} of {len(recs)} requests failed in the last window", {"window": _brief(win)})
+        if recs_n >= self.wd.min_requests and errors / recs_n >= self.wd.error_rate:
+            self.verdict("error_rate", f"{errors} of {recs_n} requests failed in the last window", {"window": _brief(win)})
         self._drift()
 
     def _headroom(self, win: dict[str, Any], gpu: bool = False) -> tuple[float | None, float | None]:
@@ -552,7 +578,7 @@ def _brief(w: dict[str, Any]) -> dict[str, Any]:
     """A window as verdict evidence: its figures, without the detector state and CPU detail."""
     keep = ("t_start_unix", "t_end_unix", "requests", "errors", "output_tps", "decode_tps", "ttft_p95_s", "error_ratio",
             "acceptance", "engine_rss_mib", "users", "engine_uptime_s", "contaminated", "achieved_rps", "goodput_rps", "offered_rps",
-            "late", "load_level")
+            "late", "load_level", "outstanding_end", "draining", "load_settled")
     return {k: w.get(k) for k in keep}
 
 
