@@ -49,7 +49,7 @@ from harness.records import SLICES, SOAK_DIR, VERDICTS, WINDOWS, JsonlWriter, re
 from harness.scenario import Configuration, Soak, Watchdog
 from harness.session import EngineSession, RunContext
 from harness.trend import WATCHED, trend
-from harness.windows import acceptance_sd, end_unix, load_state, outstanding, window_figures
+from harness.windows import acceptance_sd, end_unix, load_key, load_state, outstanding, window_figures
 
 # shown in red, and reported to the observers as failures of the configuration (harness.scenario.verdict_fails
 # decides which make the soak fail: the verdict table, exit code 4)
@@ -562,16 +562,35 @@ class SoakSlice:
         for metric, bad in WATCHED.items():
             if metric in self.flagged:
                 continue
-            pts = [(w["t_unix"], w[metric]) for w in wins if w.get(metric) is not None and not w.get("contaminated")
-                   and (metric != "engine_rss_mib" or (w.get("engine_uptime_s") or 0) >= RSS_TREND_AFTER_S)]
+            pts = drift_points(wins, metric)
             if len(pts) < self.wd.drift_min_windows:
                 continue
-            tr = trend(metric, [p[0] for p in pts], [p[1] for p in pts], bad, self.wd.drift_alpha, self.wd.drift_min_change)
+            tr = trend(metric, [p[0] for p in pts], [p[1] for p in pts], bad, self.wd.drift_alpha, self.wd.drift_min_change,
+                       [p[2] for p in pts])
             if tr is not None and tr.drifting:
                 self.flagged.add(metric)
                 self.verdict("drift", f"{metric} {'rises' if bad > 0 else 'falls'} {abs(tr.relative_change):.0%} over the soak "
                              f"(Theil-Sen {tr.slope_per_hour:+.3g}/h, CI [{tr.slope_low_per_hour:+.3g}, {tr.slope_high_per_hour:+.3g}], p={tr.p_value:.2g})",
                              tr.to_dict(), metric=metric)
+
+
+def drift_points(wins: list[dict[str, Any]], metric: str) -> list[tuple[float, float, Any]]:
+    """(t_unix, value, load level) of the windows the drift test takes: not contaminated, engine memory only after the
+    engine's first 10 minutes and at one level (memory does not follow the load), the rest at their load level
+    (harness/windows.py ``load_key``), open-loop windows only where the backlog held still."""
+    out: list[tuple[float, float, Any]] = []
+    for w in wins:
+        if w.get(metric) is None or w.get("contaminated"):
+            continue
+        if metric == "engine_rss_mib":
+            if (w.get("engine_uptime_s") or 0) >= RSS_TREND_AFTER_S:
+                out.append((w["t_unix"], w[metric], None))
+            continue
+        level = load_key(w)
+        if ("load_level" in w or "users" in w) and level is None or w.get("load_settled") is False:
+            continue
+        out.append((w["t_unix"], w[metric], level))
+    return out
 
 
 def _brief(w: dict[str, Any]) -> dict[str, Any]:

@@ -154,7 +154,9 @@ def outstanding(schedule_s: np.ndarray, slice_start_s: float, soak_t_s: float, e
 
 def load_state(previous: Sequence[dict[str, Any]], win: dict[str, Any]) -> dict[str, Any]:
     """Open loop: whether the window's backlog held still (``load_settled``: a reference may be learned from it) or
-    fell (``draining``: the queue a heavier level left; not judged). ``previous``: the earlier windows of the slice,
+    fell (``draining``: the queue a heavier level left; not judged). Settled: the last BACKLOG_SPAN windows at the
+    same level and none of them draining, no late send, the backlog neither falling nor rising over them, and under
+    one window's arrivals. ``previous``: the earlier windows of the slice,
     oldest first, each with ``outstanding_end`` and ``load_level``. Noise: the arrivals over the span are Poisson, so
     a backlog moving by less than 2 sqrt(scheduled) + 1 has not moved."""
     level, end = win.get("load_level"), win.get("outstanding_end")
@@ -167,5 +169,15 @@ def load_state(previous: Sequence[dict[str, Any]], win: dict[str, Any]) -> dict[
     slack = 2 * math.sqrt(scheduled) + 1
     falling = before - end > slack
     rising = end - before > slack
-    # the first windows at a level are the transition: never a reference, whatever the backlog says
-    return {"draining": falling, "load_settled": same and not falling and not rising and not win.get("late")}
+    # drained: less than one window's arrivals still waiting (in a stable queue a request spends less than a window
+    # in the system; the settling of windows assumes it too). The first windows at a level are the transition: never
+    # a reference, whatever the backlog says
+    drained = end <= int(win.get("scheduled") or 0) + 2 * math.sqrt(int(win.get("scheduled") or 0)) + 1
+    after_drain = any(w.get("draining") for w in span)  # a drain's last windows look still by chance: wait it out
+    return {"draining": falling,
+            "load_settled": same and drained and not after_drain and not falling and not rising and not win.get("late")}
+
+
+def load_key(win: dict[str, Any]) -> Any:
+    """A window's load level: ``load_level`` in an open-loop soak, else ``users`` (None: it changed inside the window)."""
+    return win.get("load_level") if "load_level" in win else win.get("users")
