@@ -16,7 +16,8 @@ every metric (3% unless a row says otherwise) and fixed seeds. One configuration
   changes has users None (mixed values), as the soak writes it.
 
 A step starts at a random instant inside a window (so the first window of a step is a mix), and the
-delay is from that instant to the end of the window that decided the collapse: when the soak knows.
+delay is from that instant to when the soak judges the window that decided the collapse: SETTLE_WINDOWS
+(one) window after its end, once the requests that streamed in it have ended.
 
 Two soaks are simulated request by request instead, their windows built as the soak builds them
 (harness/windows.py; "before": as the soak built them up to 964d5c6, throughput from finished requests, no
@@ -43,7 +44,7 @@ import numpy as np
 from harness.changepoint import WATCHED_CHANGES, ChangeEvent, DetectorSettings, MetricRule, detect_series, memory_forecast
 from harness.load.pacing import LATE_AFTER_S, soak_offsets, window_level, window_traffic
 from harness.load.shapes import users_at
-from harness.soak import drift_points
+from harness.soak import SETTLE_WINDOWS, drift_points
 from harness.trend import WATCHED, trend
 from harness.windows import end_unix, load_state, outstanding, throughput_sd, window_figures
 
@@ -96,12 +97,13 @@ def simulate(soak: Soak, seed: int) -> list[dict[str, Any]]:
 
 
 def _delay_min(events: list[ChangeEvent], soak: Soak) -> tuple[float | None, int]:
-    """Minutes from the step to the end of the window that flagged it, and collapses flagged before the step."""
+    """Minutes from the step to when the soak judges the window that flagged it (SETTLE_WINDOWS after its end), and
+    collapses flagged before the step."""
     assert soak.step_at_s is not None
     t_step = T0_UNIX + soak.step_at_s
     early = [e for e in events if e.kind == "collapse" and e.t_unix + soak.window_s / 2 <= t_step]
     late = [e for e in events if e.kind == "collapse" and e.t_unix + soak.window_s / 2 > t_step]
-    return ((late[0].t_unix + soak.window_s / 2 - t_step) / 60.0 if late else None), len(early)
+    return ((late[0].t_unix + soak.window_s / 2 + SETTLE_WINDOWS * soak.window_s - t_step) / 60.0 if late else None), len(early)
 
 
 def _trend_delay_min(wins: list[dict[str, Any]], soak: Soak) -> float | None:
@@ -272,8 +274,9 @@ def main() -> int:
               f"{' absolute' if r.absolute else ''}, noise floor {r.noise_floor:g}")
 
     # ---- detection delay -----------------------------------------------------------------------
-    print("\nDetection: 6 h flat (1 user), then output_tps steps at a random instant; minutes from the step to the")
-    print("end of the window that flagged it (median, max over seeds); collapses flagged before the step are false alarms.\n")
+    print("\nDetection: 6 h flat (1 user), then output_tps steps at a random instant; minutes from the step to when the soak")
+    print("judges the window that flagged it, one window after its end (median, max over seeds); collapses flagged before")
+    print("the step are false alarms.\n")
     print("| step | window s | noise | seeds | median min | max min | missed | false alarms in the 6 h before |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     wide = {m: r if r.absolute else replace(r, min_change=1.5 * r.min_change) for m, r in WATCHED_CHANGES.items()}

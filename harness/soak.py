@@ -463,14 +463,15 @@ class SoakSlice:
     def _settle(self, final: bool = False) -> None:
         """Judge the windows whose requests have ended: all but the last SETTLE_WINDOWS closed, or all at the end."""
         while self.pending and (final or len(self.pending) > SETTLE_WINDOWS):
-            self._judge(self._request_figures(self.pending.pop(0)))
+            win = self.pending.pop(0)
+            self._judge(self._request_figures(win, last=final and not self.pending))
 
-    def _request_figures(self, win: dict[str, Any]) -> dict[str, Any]:
+    def _request_figures(self, win: dict[str, Any], last: bool = False) -> dict[str, Any]:
         """The window's request figures (harness/windows.py): tokens streamed inside it, and the requests that ended in
-        it (a record that arrived after its window was judged joins the next)."""
+        it (a record that arrived after its window was judged joins the next; the slice's last window takes all left)."""
         t0, t1 = win["t_start_unix"], win["t_end_unix"]
-        ended = [r for r in self.unassigned if end_unix(r) < t1]
-        self.unassigned = [r for r in self.unassigned if end_unix(r) >= t1]
+        ended = [r for r in self.unassigned if end_unix(r) < t1 or last]
+        self.unassigned = [r for r in self.unassigned if end_unix(r) >= t1 and not last]
         win.update(window_figures(ended, ended + self.unassigned, t0, t1, self.arrival is not None, win.get("users")))
         win["count_sd"]["acceptance"] = acceptance_sd(win.get("acceptance"), (win.get("counters") or {}).get("draft_tokens"))
         win.update(self._traffic(ended, t0, t1))
