@@ -10,7 +10,8 @@
 - **Count-implied standard errors** (``count_sd``): what the window's own counts alone make each figure wander by,
   so the change detector's sigma is never below them (harness/changepoint.py): Poisson arrivals for open-loop
   throughput, one request in or out at the window's edges for closed loop, a median or a 95th percentile over n
-  requests, a failure share over n requests, acceptance over the drafted tokens.
+  requests (open loop: at least one request's streaming time, a Poisson burst's wait), a failure share over n
+  requests, acceptance over the drafted tokens.
 - **The open-loop backlog**: requests scheduled before a window's end and not finished by it. A level's reference
   is learned only from windows where that backlog holds still (``load_settled``), and windows where it falls (the
   queue an earlier, heavier level left, draining) are not judged (``draining``).
@@ -94,7 +95,8 @@ def window_figures(ended: Sequence[dict[str, Any]], overlapping: Sequence[dict[s
     out["count_sd"] = {
         "output_tps": throughput_sd(out["output_tps"], len(ok), open_loop, users),
         "decode_tps": median_sd(decode),
-        "ttft_p95_s": p95_sd(ttft),
+        "ttft_p95_s": ttft_sd(ttft, [float(r["e2e_s"]) - float(r["ttft_s"]) for r in ok if r.get("e2e_s") is not None
+                                      and r.get("ttft_s") is not None], open_loop),
         "error_ratio": share_sd(errors, len(ended)),
     }
     return out
@@ -127,6 +129,16 @@ def p95_sd(values: Sequence[float]) -> float | None:
     d = math.sqrt(0.95 * 0.05 / len(values))
     lo, hi = np.percentile(np.asarray(values, dtype=float), [100 * max(0.0, 0.95 - d), 100 * min(1.0, 0.95 + d)])
     return float(hi - lo) / 2
+
+
+def ttft_sd(ttft: Sequence[float], service_s: Sequence[float], open_loop: bool) -> float | None:
+    """TTFT p95 (``p95_sd``); open loop, at least one request's streaming time (the median of ``service_s``): Poisson
+    arrivals come in bursts, and a request that arrives with the slots busy waits for one to end, so a window's p95
+    moves by about that whether or not its own few requests met a burst."""
+    sd = p95_sd(ttft)
+    if open_loop and service_s and sd is not None:
+        return max(sd, float(np.median(service_s)))
+    return sd
 
 
 def share_sd(failed: int, n: int) -> float | None:

@@ -11,7 +11,7 @@ import pytest
 from harness.changepoint import ChangeDetector, ChangeEvent, detect_series
 from harness.soak import drift_points
 from harness.trend import trend
-from harness.windows import chunk_times, load_state, outstanding, p95_sd, share_sd, streamed, throughput_sd, window_figures
+from harness.windows import chunk_times, load_state, outstanding, p95_sd, share_sd, streamed, throughput_sd, ttft_sd, window_figures
 
 T0 = 1_700_000_000.0
 
@@ -76,6 +76,9 @@ def test_count_sds() -> None:
     assert throughput_sd(0.0, 0, open_loop=False, users=1) is None
     assert share_sd(0, 5) == pytest.approx((0.5 / 6 * (1 - 0.5 / 6) / 5) ** 0.5)
     assert p95_sd([1.0, 1.0, 1.0, 1.0, 3.0]) > 0 and p95_sd([1.0]) is None
+    # open loop: a window that met no Poisson burst still says its p95 could have waited one answer's streaming time
+    assert ttft_sd([0.3] * 12, [4.6] * 12, open_loop=True) == pytest.approx(4.6)
+    assert ttft_sd([0.3] * 12, [4.6] * 12, open_loop=False) == 0.0
 
 
 def _ci_windows(counts: list[int], tps_per_request: float = 32 / 8.0, noise_free: bool = True) -> list[dict[str, Any]]:
