@@ -166,17 +166,18 @@ def outstanding(schedule_s: np.ndarray, slice_start_s: float, soak_t_s: float, e
 
 def load_state(previous: Sequence[dict[str, Any]], win: dict[str, Any]) -> dict[str, Any]:
     """Open loop: whether the window's backlog held still (``load_settled``: a reference may be learned from it) or
-    fell (``draining``: the queue a heavier level left; not judged). Settled: the last BACKLOG_SPAN windows at the
-    same level and none of them draining, no late send, the backlog neither falling nor rising over them, and under
-    one window's arrivals. ``previous``: the earlier windows of the slice,
-    oldest first, each with ``outstanding_end`` and ``load_level``. Noise: the arrivals over the span are Poisson, so
-    a backlog moving by less than 2 sqrt(scheduled) + 1 has not moved."""
+    fell (``draining``: the queue a heavier level left; not judged). Settled: the last BACKLOG_SPAN windows at the same
+    level and none of them draining, no late send, the backlog neither falling nor rising over them, and under one
+    window's arrivals. ``previous``: the slice's earlier windows, oldest first, each with ``outstanding_end``,
+    ``scheduled`` and ``load_level``. Noise: the arrivals are Poisson, so a backlog moving by less than
+    2 sqrt(scheduled) + 1 over the span has not moved."""
     level, end = win.get("load_level"), win.get("outstanding_end")
     span = list(previous[-BACKLOG_SPAN:])
     same = len(span) == BACKLOG_SPAN and all(w.get("load_level") == level for w in span) and level is not None
-    if end is None or not span or span[0].get("outstanding_end") is None:
+    start = span[0] if same else (span[-1] if span else None)  # across a level change: over the last window only
+    if end is None or start is None or start.get("outstanding_end") is None:
         return {"draining": False, "load_settled": False}
-    before = int(span[0].get("outstanding_end") or 0) if same else int(previous[-1].get("outstanding_end") or 0)
+    before = int(start["outstanding_end"])
     scheduled = sum(int(w.get("scheduled") or 0) for w in (span[1:] if same else [])) + int(win.get("scheduled") or 0)
     slack = 2 * math.sqrt(scheduled) + 1
     falling = before - end > slack
