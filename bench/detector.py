@@ -370,8 +370,8 @@ def main() -> int:
             missed += 1
             continue
         delays.append((ev[0].t_unix + 30.0 + 60.0 * SETTLE_WINDOWS - (T0_UNIX + onset)) / 60.0)
-    print(f"\nThe staged soak planted (from minute 10-11, at 0.2 rps, the engine runs 15% of the time), {n_staged} seeds: judged "
-          f"{_fmt(delays)[0]} min after the onset (median), {_fmt(delays)[1]} at most, missed {missed}.\n")
+    staged_planted = (f"\nThe staged soak planted (from minute 10-11, at 0.2 rps, the engine runs 15% of the time), {n_staged} seeds: "
+                      f"judged {_fmt(delays)[0]} min after the onset (median), {_fmt(delays)[1]} at most, missed {missed}.")
     ci = DetectorSettings(warmup_windows=1, reference_windows=3, confirm_windows=2)
     n_closed = 5 * a.alarm_seeds
     speeds = (0.5, 1.0, 2.0)
@@ -392,6 +392,7 @@ def main() -> int:
         def kinds(vs: list[str]) -> str:
             return ", ".join(f"{k} {vs.count(k)}" for k in sorted(set(vs))) or "-"
         print(f"| {label} | {wins_label} | {n} | {len(b)} | {len(f)} | {kinds(b)} | {kinds(f)} |", flush=True)
+    print(staged_planted)
     print("\nThe planted collapse of the CI soak (from 45 s the engine runs 15% of the time): seconds from the onset to the")
     print("end of the window that flagged it, and, after, when the soak judges it (one window later: SETTLE_WINDOWS).\n")
     print("| machine | seeds | before median s | before max s | missed | after median s (judged) | after max s | missed |")
