@@ -49,7 +49,7 @@ from harness.records import SLICES, SOAK_DIR, VERDICTS, WINDOWS, JsonlWriter, re
 from harness.scenario import Configuration, Soak, Watchdog
 from harness.session import EngineSession, RunContext
 from harness.trend import WATCHED, trend
-from harness.windows import acceptance_sd, end_unix, load_key, load_state, outstanding, window_figures
+from harness.windows import acceptance_sd, end_unix, load_key, load_state, outstanding, take_ended, window_figures
 
 # shown in red, and reported to the observers as failures of the configuration (harness.scenario.verdict_fails
 # decides which make the soak fail: the verdict table, exit code 4)
@@ -470,8 +470,7 @@ class SoakSlice:
         """The window's request figures (harness/windows.py): tokens streamed inside it, and the requests that ended in
         it (a record that arrived after its window was judged joins the next; the slice's last window takes all left)."""
         t0, t1 = win["t_start_unix"], win["t_end_unix"]
-        ended = [r for r in self.unassigned if end_unix(r) < t1 or last]
-        self.unassigned = [r for r in self.unassigned if end_unix(r) >= t1 and not last]
+        ended, self.unassigned = take_ended(self.unassigned, t1, last)
         win.update(window_figures(ended, ended + self.unassigned, t0, t1, self.arrival is not None, win.get("users")))
         win["count_sd"]["acceptance"] = acceptance_sd(win.get("acceptance"), (win.get("counters") or {}).get("draft_tokens"))
         win.update(self._traffic(ended, t0, t1))

@@ -54,6 +54,14 @@ def end_unix(rec: dict[str, Any]) -> float:
     return float(rec.get("start_unix_s") or 0.0) + float(rec.get("e2e_s") or 0.0)
 
 
+def take_ended(unassigned: Sequence[dict[str, Any]], t1: float, last: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the records a window ending at ``t1`` takes: those that ended before ``t1``, including any that arrived after
+    an earlier window was judged; the rest). ``last``: the slice's last window takes them all."""
+    ended = [r for r in unassigned if last or end_unix(r) < t1]
+    rest = [r for r in unassigned if not last and end_unix(r) >= t1]
+    return ended, rest
+
+
 def streamed(recs: Sequence[dict[str, Any]], t0: float, t1: float) -> tuple[float, int]:
     """Tokens whose chunk time lies in ``[t0, t1)``, and how many requests streamed them."""
     tokens, n = 0.0, 0

@@ -11,7 +11,7 @@ import pytest
 from harness.changepoint import ChangeDetector, ChangeEvent, detect_series
 from harness.soak import drift_points
 from harness.trend import trend
-from harness.windows import chunk_times, load_state, outstanding, p95_sd, share_sd, streamed, throughput_sd, ttft_sd, window_figures
+from harness.windows import chunk_times, load_state, outstanding, p95_sd, share_sd, streamed, take_ended, throughput_sd, ttft_sd, window_figures
 
 T0 = 1_700_000_000.0
 
@@ -43,6 +43,13 @@ def test_a_request_spanning_two_windows_counts_in_both() -> None:
     second = window_figures([r], [r], T0 + 3.0, T0 + 10.0, open_loop=False, users=1)
     assert first["requests"] == 0 and first["output_tps"] == pytest.approx(4 / 3) and first["decode_tps"] is None
     assert second["requests"] == 1 and second["output_tps"] == pytest.approx(7 / 7) and second["decode_tps"] == 20.0
+
+
+def test_a_window_takes_the_requests_that_ended_before_its_end_and_the_last_takes_all() -> None:
+    early, inside, later = _rec(T0 - 20, 0.5, [0.5]), _rec(T0 + 2, 0.5, [0.5]), _rec(T0 + 9, 0.5, [0.5] * 4)
+    ended, rest = take_ended([early, inside, later], T0 + 10.0)
+    assert ended == [early, inside] and rest == [later]  # a record that came late joins the next window judged
+    assert take_ended([later], T0 + 10.0, last=True) == ([later], [])
 
 
 def _closed_loop_user(seconds: float, e2e_s: float = 1.62, tokens: int = 32, ttft_s: float = 1.12) -> list[dict[str, Any]]:
