@@ -19,7 +19,9 @@ Per metric and per load level (the window's ``users``):
   ``reference_windows``, but the median and MAD go on taking in the level's judged windows outside
   episodes until they hold ``refine_windows``: five windows give a loose sigma (the MAD of five
   values is often far off), and a CUSUM counted in sigmas alarms on noise when its sigma is too
-  small (bench/detector.py, 240 h of 10%-noise windows: 201 false alarms frozen at 5, 8 refined to 30);
+  small (bench/detector.py, 240 h of 10%-noise windows: 201 false alarms frozen at 5, 8 refined to 30); a
+  window already past ``min_change`` the bad way does not refine it (a collapse right after a short
+  reference would become the reference);
 - score: a one-sided CUSUM on ``z = bad_direction x (x - reference) / sigma``,
   ``S = max(0, S + z - allowance)``;
 - a ``collapse`` event fires when ``S >= threshold`` and the metric's last ``confirm_windows``
@@ -272,8 +274,10 @@ class ChangeDetector:
         ref, sigma, bad = lv.reference, lv.sigma, rule.bad_direction
         change = (x - ref) / (1.0 if rule.absolute else abs(ref))
         lv.score = max(0.0, lv.score + bad * (x - ref) / sigma - s.allowance)
-        if tr.episode is None and settled and len(lv.sample) < s.refine_windows:
-            lv.add(x, sd)  # judged against the reference so far, then refines it (median and MAD shrug off a few outliers)
+        # judged against the reference so far, then refines it (median and MAD shrug off a few outliers); a window
+        # already past min_change the bad way does not, or a collapse right after a short reference is learned
+        if tr.episode is None and settled and len(lv.sample) < s.refine_windows and bad * change < rule.min_change:
+            lv.add(x, sd)
             lv.fit(rule)
         tr.recent.append((t_unix, change))
         tr.last_level, tr.judged_once, tr.last_change = level, True, change
