@@ -8,14 +8,20 @@ this metric just leave its reference the bad way, and stay out?"
 Per metric and per load level (the window's ``users``):
 
 - reference: the median of the first ``reference_windows`` eligible windows at that level, and a
-  robust sigma ``max(1.4826 x MAD, noise_floor)`` (the floor scaled by ``|reference|`` for relative
-  rules). Throughput at 4 users is not throughput at 1 user: each level has its own reference, and
+  robust sigma ``max(1.4826 x MAD, noise_floor, count sd)`` (the floor scaled by ``|reference|`` for
+  relative rules; the count sd: the median over the reference windows of what each window's own counts
+  imply, ``count_sd`` from harness/windows.py, so five windows that happened to agree exactly cannot make
+  one request's difference ten sigmas). An open-loop window counts towards a reference only when its
+  backlog held still (``load_settled``): never the transition to a level, nor the drain of a queue a
+  heavier level left. Throughput at 4 users is not throughput at 1 user: each level has its own reference, and
   a window at a level without one only helps build it. No reference is built while the metric is
   in a collapse episode (it would be a reference of the collapse). Judging starts after
   ``reference_windows``, but the median and MAD go on taking in the level's judged windows outside
   episodes until they hold ``refine_windows``: five windows give a loose sigma (the MAD of five
   values is often far off), and a CUSUM counted in sigmas alarms on noise when its sigma is too
-  small (bench/detector.py, 240 h of 10%-noise windows: 201 false alarms frozen at 5, 8 refined to 30);
+  small (bench/detector.py, 240 h of 10%-noise windows: 201 false alarms frozen at 5, 8 refined to 30); a
+  window already past ``min_change`` the bad way does not refine it (a collapse right after a short
+  reference would become the reference);
 - score: a one-sided CUSUM on ``z = bad_direction x (x - reference) / sigma``,
   ``S = max(0, S + z - allowance)``;
 - a ``collapse`` event fires when ``S >= threshold`` and the metric's last ``confirm_windows``
@@ -29,8 +35,9 @@ Per metric and per load level (the window's ``users``):
   (episode start, end, worst departure), resets the metric's scores, and it can alarm again.
 
 Windows that are contaminated (other processes stole CPU), whose load level changed inside the
-window (``users``, or in an open-loop soak ``load_level``, is None), or that fall in the warm-up after an engine (re)start are skipped:
-neither reference nor judged. Pure state over window aggregates; no clock, no I/O.
+window (``users``, or in an open-loop soak ``load_level``, is None), whose open-loop backlog was draining
+(``draining``: more finished than arrived, a queue emptying; a collapse fills the queue instead), or that
+fall in the warm-up after an engine (re)start are skipped: neither reference nor judged. Pure state over window aggregates; no clock, no I/O.
 
 The memory headroom forecast is a Theil-Sen slope over recent RSS samples, like Prometheus's
 ``predict_linear`` but robust to the odd spike.
@@ -134,9 +141,15 @@ class MetricState:
 @dataclass(slots=True)
 class _Level:
     sample: list[float] = field(default_factory=list)  # the values the reference and sigma are taken from
+    sds: list[float] = field(default_factory=list)  # the same windows' count sds (relative to their value for relative rules)
     reference: float | None = None
     sigma: float | None = None
     score: float = 0.0
+
+    def add(self, x: float, sd: float | None) -> None:
+        self.sample.append(x)
+        if sd is not None:
+            self.sds.append(sd)
 
     def fit(self, rule: MetricRule) -> bool:
         """Reference and sigma from the sample; False (nothing set) when a relative rule would scale by ~0."""
@@ -144,8 +157,10 @@ class _Level:
         if not rule.absolute and abs(ref) < 1e-12:
             return False
         mad = float(np.median(np.abs(np.asarray(self.sample) - ref)))
+        scale = 1.0 if rule.absolute else abs(ref)
+        counts = float(np.median(self.sds)) * scale if self.sds else 0.0
         self.reference = ref
-        self.sigma = max(MAD_TO_SIGMA * mad, rule.noise_floor * (1.0 if rule.absolute else abs(ref)))
+        self.sigma = max(MAD_TO_SIGMA * mad, rule.noise_floor * scale, counts)
         return True
 
 
@@ -167,7 +182,7 @@ class _Track:
     last_change: float | None = None  # change in the last window, None when not judged in it
 
 
-_JUDGED, _BUILDING, _NO_VALUE = "judged", "building reference", "no value"
+_JUDGED, _BUILDING, _SETTLING, _NO_VALUE = "judged", "building reference", "load settling", "no value"
 
 
 class ChangeDetector:
@@ -194,6 +209,8 @@ class ChangeDetector:
             return self._skip("warm-up")
         if window.get("contaminated"):
             return self._skip("contaminated")
+        if window.get("draining"):
+            return self._skip("backlog draining")
         # the load level: ``load_level`` in an open-loop soak (the asked rate's level, harness/load/pacing.py), else
         # ``users``; None: it changed inside the window
         key = "load_level" if "load_level" in window else "users"
@@ -201,12 +218,15 @@ class ChangeDetector:
             return self._skip("load level changed")
         users = window.get(key)  # absent (an old windows.jsonl): one level, None
         level = int(users) if users is not None else None
+        settled = window.get("load_settled", True) is not False  # absent: closed loop, or a windows.jsonl from before
+        sds = window.get("count_sd") or {}
         events: list[ChangeEvent] = []
-        outcomes = {self._feed(m, rule, level, t_unix, _finite(window.get(m)), events) for m, rule in self.rules.items()}
+        outcomes = {self._feed(m, rule, level, t_unix, _finite(window.get(m)), _relative_sd(rule, window.get(m), sds.get(m)), settled, events)
+                    for m, rule in self.rules.items()}
         if _JUDGED in outcomes:
             self._judged = (True, None)
         else:
-            self._judged = (False, _BUILDING if _BUILDING in outcomes else _NO_VALUE)
+            self._judged = (False, next((o for o in (_BUILDING, _SETTLING) if o in outcomes), _NO_VALUE))
         return events
 
     def state(self) -> dict[str, MetricState]:
@@ -223,8 +243,9 @@ class ChangeDetector:
         return out
 
     def judged(self) -> tuple[bool, str | None]:
-        """Whether the last window was judged, and why not: "warm-up", "contaminated", "load level changed",
-        "building reference", "no value" (no watched metric had one), "no window yet"."""
+        """Whether the last window was judged, and why not: "warm-up", "contaminated", "backlog draining", "load level
+        changed", "building reference" (or "load settling": an open-loop level without a reference whose backlog has
+        not held still yet), "no value" (no watched metric had one), "no window yet"."""
         return self._judged
 
     # ---- internals ----------------------------------------------------------------------------
@@ -233,8 +254,8 @@ class ChangeDetector:
         self._judged = (False, why)
         return []
 
-    def _feed(self, metric: str, rule: MetricRule, level: int | None, t_unix: float, x: float | None,
-              events: list[ChangeEvent]) -> str:
+    def _feed(self, metric: str, rule: MetricRule, level: int | None, t_unix: float, x: float | None, sd: float | None,
+              settled: bool, events: list[ChangeEvent]) -> str:
         if x is None:
             return _NO_VALUE
         s = self.settings
@@ -243,15 +264,21 @@ class ChangeDetector:
         if lv.reference is None or lv.sigma is None:
             if tr.episode is not None:
                 return _BUILDING  # a reference taken during a collapse would be a reference of the collapse
-            lv.sample.append(x)
+            if not settled:
+                return _SETTLING
+            lv.add(x, sd)
             if len(lv.sample) >= s.reference_windows and not lv.fit(rule):
                 lv.sample.pop(0)  # a zero reference cannot scale a relative rule: slide on
+                if len(lv.sds) > len(lv.sample):
+                    lv.sds.pop(0)
             return _BUILDING
         ref, sigma, bad = lv.reference, lv.sigma, rule.bad_direction
         change = (x - ref) / (1.0 if rule.absolute else abs(ref))
         lv.score = max(0.0, lv.score + bad * (x - ref) / sigma - s.allowance)
-        if tr.episode is None and len(lv.sample) < s.refine_windows:
-            lv.sample.append(x)  # judged against the reference so far, then refines it (median and MAD shrug off a few outliers)
+        # judged against the reference so far, then refines it (median and MAD shrug off a few outliers); a window
+        # already past min_change the bad way does not, or a collapse right after a short reference is learned
+        if tr.episode is None and settled and len(lv.sample) < s.refine_windows and bad * change < rule.min_change:
+            lv.add(x, sd)
             lv.fit(rule)
         tr.recent.append((t_unix, change))
         tr.last_level, tr.judged_once, tr.last_change = level, True, change
@@ -285,6 +312,16 @@ class ChangeDetector:
 
 def _finite(v: Any) -> float | None:
     return number_or_none(v, finite=True)
+
+
+def _relative_sd(rule: MetricRule, x: Any, sd: Any) -> float | None:
+    """A window's count sd as the rule measures change: relative to the window's value, or absolute."""
+    x, sd = _finite(x), _finite(sd)
+    if sd is None or x is None:
+        return None
+    if rule.absolute:
+        return sd
+    return sd / abs(x) if abs(x) > 1e-12 else None
 
 
 def detect_series(windows: list[dict[str, Any]], settings: DetectorSettings = DetectorSettings(),

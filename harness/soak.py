@@ -27,6 +27,7 @@ configuration, stop the run); docs/soak.md has the defaults.
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import time
@@ -55,6 +56,7 @@ from harness.session import EngineSession, RunContext
 from harness.soak_figures import (cache_outlook, engine_view, longest_stall, memory_figures, stall_figures, stall_to_flag,
                                   work_done)
 from harness.trend import WATCHED, trend
+from harness.windows import acceptance_sd, end_unix, load_key, load_state, outstanding, take_ended, window_figures
 
 # shown in red, and reported to the observers as failures of the configuration (harness.scenario.verdict_fails
 # decides which make the soak fail: the verdict table, exit code 4)
@@ -62,6 +64,9 @@ FAILURE_KINDS = ("crash", "hang", "restart_failed", "gave_up", "collapse", "memo
 OBSERVED_FAILURES = (*FAILURE_KINDS, "error_rate", "no_load", "stall", "disk")
 EXPLAINED = ("collapse", "stall", "divergence", "memory")  # verdicts whose evidence lists the series that moved with them
 RSS_TREND_AFTER_S = 600.0  # the slow RSS trend ignores the engine's first 10 minutes (warm-up growth is not a leak)
+# a window is judged this many windows after it closes: the requests that streamed in it have ended by then
+# (a record is written when its request ends), so its throughput counts their tokens (harness/windows.py)
+SETTLE_WINDOWS = 1
 
 
 @dataclass
@@ -200,6 +205,11 @@ class SoakSlice:
         self.tail = RecordTail()
         self.records_seen = 0
         self.window: list[dict[str, Any]] = []
+        # closed windows (and the engine counters at their end) waiting SETTLE_WINDOWS for their requests to end
+        self.pending: list[tuple[dict[str, Any], EngineCounters | None]] = []
+        self.unassigned: list[dict[str, Any]] = []  # records not yet given to a window (by end time), or still streaming
+        self.ends: list[float] = []  # end times of the slice's records, ascending (the open-loop backlog)
+        self.slice_windows: list[dict[str, Any]] = []  # this slice's judged windows (the backlog's history)
         self.window_t0 = 0.0
         self.window_counters: EngineCounters | None = None
         self.engine_restarted = True  # the first window after an engine start says so (detector warm-up on replay)
@@ -273,8 +283,7 @@ class SoakSlice:
                 kill = True
                 continue
             self.window_counters = self._scrape()
-            self.detector.engine_restarted()
-            self.engine_restarted = True
+            self.engine_restarted = True  # the next window says so; the detector's warm-up starts there, as in a replay
             self.memory_warned_pid = None
             self.gpu_warned_pid = None
             self.cache_warned_pid = None
@@ -296,7 +305,7 @@ class SoakSlice:
         t_start = time.time()
         slices.write({"event": "start", "slice": self.slice_id, "config": self.cfg.name, "t_unix": t_start, "offset_s": self.offset_s,
                       "slice_s": self.slice_s, "engine_pid": self.session.pid, "engine_started_unix": self.session.started_unix})
-        self.detector.engine_restarted()  # warm-up: a new engine, or the first windows of a resumed soak
+        self.engine_restarted = True  # warm-up: a new engine, or the first windows of a resumed soak (the first window says so)
         key = self.session.engine.spec.api_key
         locust = LocustProcess(self._locust_config(), self.run_dir / SOAK_DIR, self.run_dir / "logs", self.soak.workers,
                                secret_env={"SPECSOAK_LOCUST_API_KEY": key} if key else None)
@@ -439,9 +448,13 @@ class SoakSlice:
         self.records_seen += len(new)
         for r in new:
             self.ctx.obs.on_request(r)
+            bisect.insort(self.ends, end_unix(r))
         self.window.extend(new)
+        self.unassigned.extend(new)
         if now - self.window_t0 >= self.wd.window_s or (final and self.window):
             self._close_window(now)
+        if final:
+            self._settle(final=True)
 
     def _users(self, t_unix: float) -> int:
         return users_at(self.soak.shape.model_dump(), self.offset_s + t_unix - self.t_load, self.soak.duration_s)
@@ -471,9 +484,7 @@ class SoakSlice:
         return window_traffic(recs, t1 - t0, bounds, self.arrival, self.schedule, span, self.soak.duration_s)
 
     def _close_window(self, now: float) -> None:
-        recs = self.window
-        ok = [r for r in recs if r.get("status") == "ok"]
-        errors = len(recs) - len(ok)
+        """The window's live figures (engine counters, memory, CPU) at its end; its request figures wait until it settles."""
         counters = self._scrape()
         delta: EngineCounters | None = None
         if counters is not None and self.window_counters is not None:
@@ -481,37 +492,19 @@ class SoakSlice:
             if (delta.draft_tokens or 0) < 0 or (delta.accepted_tokens or 0) < 0 or (delta.output_tokens or 0) < 0:
                 delta = counters  # the engine restarted inside the window: its counters began again
         acc = acceptance_figures(delta) if delta is not None else {"acceptance": None, "mean_accept_len": None}
-        decode = [r["decode_tps"] for r in ok if r.get("decode_tps")]
-        ttft = [r["ttft_s"] for r in ok if r.get("ttft_s") is not None]
-        kinds: dict[str, int] = defaultdict(int)
-        for r in recs:
-            if r.get("error_kind"):
-                kinds[r["error_kind"]] += 1
-        seconds = now - self.window_t0
         users_start, users_end = self._users(self.window_t0), self._users(now)
-        traffic = self._traffic(recs, self.window_t0, now)
         pid = self.session.pid
-        previous = (self.history.get(self.cfg.name) or [None])[-1]
         memory = memory_figures(tree_memory(pid), self._cache_state())
         win: dict[str, Any] = {
             "config": self.cfg.name, "slice": self.slice_id, "t_start_unix": self.window_t0, "t_end_unix": now,
-            "t_unix": (self.window_t0 + now) / 2, "requests": len(recs), "errors": errors, "error_kinds": dict(kinds),
-            "output_tokens": sum(r.get("output_tokens") or 0 for r in ok),
-            # a window in which nothing finished has an output rate of 0, not "no value": a collapse to zero shows
-            "output_tps": sum(r.get("output_tokens") or 0 for r in ok) / seconds if seconds > 0 else None,
-            "decode_tps": float(np.median(decode)) if decode else None,
-            "ttft_p95_s": float(np.percentile(ttft, 95)) if ttft else None,
-            "error_ratio": errors / len(recs) if recs else None,
+            "t_unix": (self.window_t0 + now) / 2,
             "acceptance": acc["acceptance"], "mean_accept_len": acc["mean_accept_len"],
             "counters": delta.to_dict() if delta is not None else None,
             **memory,
-            **stall_figures(recs, self.probe_latencies),
+            "probe_max_s": max(self.probe_latencies) if self.probe_latencies else None,
             **engine_view(delta),
-            **work_done(previous, recs, counters, restarted=self.engine_restarted or previous is None
-                        or previous.get("engine_pid") != pid),
             # the load level: Locust users (None: it changed inside the window); open loop: no users, the rate's level
             "users": (users_start if users_start == users_end else None) if self.arrival is None else None,
-            **traffic,
             "engine_pid": pid,
             "engine_uptime_s": self.session.uptime_s(now),
             "engine_restart": self.engine_restarted,
@@ -532,6 +525,44 @@ class SoakSlice:
             self.cpu_meter = CpuMeter(pid, client_pids=self.locust_pids).start()
         else:
             win["contaminated"] = False
+        self.window, self.window_t0, self.window_counters = [], now, counters
+        self.probe_latencies = []
+        self.pending.append((win, counters))
+        self._settle()
+
+    def _settle(self, final: bool = False) -> None:
+        """Judge the windows whose requests have ended: all but the last SETTLE_WINDOWS closed, or all at the end."""
+        while self.pending and (final or len(self.pending) > SETTLE_WINDOWS):
+            win, counters = self.pending.pop(0)
+            self._judge(self._request_figures(win, counters, last=final and not self.pending))
+
+    def _request_figures(self, win: dict[str, Any], counters: EngineCounters | None, last: bool = False) -> dict[str, Any]:
+        """The window's request figures (harness/windows.py): tokens streamed inside it, and the requests that ended in
+        it (a record that arrived after its window was judged joins the next; the slice's last window takes all left);
+        their longest chunk gaps, and the work done since the engine started (``counters``: its totals at the window's end)."""
+        t0, t1 = win["t_start_unix"], win["t_end_unix"]
+        ended, self.unassigned = take_ended(self.unassigned, t1, last)
+        chunks = stall_figures(ended, [])
+        win["max_chunk_gap_s"], win["itl_p99_s"] = chunks["max_chunk_gap_s"], chunks["itl_p99_s"]
+        previous = (self.history.get(self.cfg.name) or [None])[-1]
+        win.update(work_done(previous, ended, counters, restarted=bool(win.get("engine_restart")) or previous is None
+                             or previous.get("engine_pid") != win.get("engine_pid")))
+        win.update(window_figures(ended, ended + self.unassigned, t0, t1, self.arrival is not None, win.get("users")))
+        win["count_sd"]["acceptance"] = acceptance_sd(win.get("acceptance"), (win.get("counters") or {}).get("draft_tokens"))
+        win.update(self._traffic(ended, t0, t1))
+        if self.arrival is not None:
+            soak_t1 = min(self._soak_time(t1), self.offset_s + self.slice_s)
+            win["outstanding_end"] = outstanding(self.schedule, self.offset_s, soak_t1, self.ends, t1)
+            win.update(load_state(self.slice_windows, win))
+        return win
+
+    def _judge(self, win: dict[str, Any]) -> None:
+        """Feed the detector, write the window, give its verdicts."""
+        recs_n, errors = win["requests"], win["errors"]
+        now = win["t_end_unix"]
+        pid = win["engine_pid"]
+        if win.get("engine_restart"):
+            self.detector.engine_restarted()  # as replay_detector does: the same windows give the same detector
         events = self.detector.update(win)
         judged, why = self.detector.judged()
         win["judged"], win["not_judged_why"] = judged, why
@@ -541,9 +572,8 @@ class SoakSlice:
         self.windows.write(win)
         self.ctx.obs.on_window(win)
         self.history.setdefault(self.cfg.name, []).append(win)
+        self.slice_windows.append(win)
         self._status_line(win, now)
-        self.window, self.window_t0, self.window_counters = [], now, counters
-        self.probe_latencies = []
         for ev in events:
             self._change_verdict(ev, win)
         self._stall(win)
@@ -560,8 +590,8 @@ class SoakSlice:
                          {"window": _brief(win), "headroom_s": win["gpu_headroom_s"]}, metric="gpu_used_mib")
         if (short := self.disk.check(now)) is not None:
             self.verdict("disk", short[0], {**short[1], "window": _brief(win)})
-        if len(recs) >= self.wd.min_requests and errors / len(recs) >= self.wd.error_rate:
-            self.verdict("error_rate", f"{errors} of {len(recs)} requests failed in the last window", {"window": _brief(win)})
+        if recs_n >= self.wd.min_requests and errors / recs_n >= self.wd.error_rate:
+            self.verdict("error_rate", f"{errors} of {recs_n} requests failed in the last window", {"window": _brief(win)})
         self._drift()
 
     def _headroom(self, win: dict[str, Any], gpu: bool = False) -> tuple[float | None, float | None]:
@@ -672,11 +702,11 @@ class SoakSlice:
         for metric, bad in WATCHED.items():
             if metric in self.flagged:
                 continue
-            pts = [(w["t_unix"], w[metric]) for w in wins if w.get(metric) is not None and not w.get("contaminated")
-                   and (metric != "engine_memory_mib" or (w.get("engine_uptime_s") or 0) >= RSS_TREND_AFTER_S)]
+            pts = drift_points(wins, metric)
             if len(pts) < self.wd.drift_min_windows:
                 continue
-            tr = trend(metric, [p[0] for p in pts], [p[1] for p in pts], bad, self.wd.drift_alpha, self.wd.drift_min_change)
+            tr = trend(metric, [p[0] for p in pts], [p[1] for p in pts], bad, self.wd.drift_alpha, self.wd.drift_min_change,
+                       [p[2] for p in pts])
             if tr is not None and tr.drifting:
                 self.flagged.add(metric)
                 self.verdict("drift", f"{metric} {'rises' if bad > 0 else 'falls'} {abs(tr.relative_change):.0%} over the soak "
@@ -684,12 +714,32 @@ class SoakSlice:
                              tr.to_dict(), metric=metric)
 
 
+def drift_points(wins: list[dict[str, Any]], metric: str) -> list[tuple[float, float, Any]]:
+    """(t_unix, value, load level) of the windows the drift test takes: not contaminated, engine memory only after the
+    engine's first 10 minutes and at one level (memory does not follow the load), the rest at their load level
+    (harness/windows.py ``load_key``), open-loop windows only where the backlog held still."""
+    out: list[tuple[float, float, Any]] = []
+    for w in wins:
+        if w.get(metric) is None or w.get("contaminated"):
+            continue
+        if metric == "engine_memory_mib":
+            if (w.get("engine_uptime_s") or 0) >= RSS_TREND_AFTER_S:
+                out.append((w["t_unix"], w[metric], None))
+            continue
+        level = load_key(w)
+        if ("load_level" in w or "users" in w) and level is None or w.get("load_settled") is False:
+            continue
+        out.append((w["t_unix"], w[metric], level))
+    return out
+
+
 def _brief(w: dict[str, Any]) -> dict[str, Any]:
     """A window as verdict evidence: its figures, without the detector state and CPU detail."""
     keep = ("t_start_unix", "t_end_unix", "requests", "errors", "output_tps", "decode_tps", "ttft_p95_s", "error_ratio",
             "acceptance", "engine_rss_mib", "engine_memory_mib", "engine_anon_mib", "prompt_cache_mib", "users", "engine_uptime_s",
             "contaminated", "achieved_rps", "goodput_rps", "offered_rps", "late", "load_level", "max_chunk_gap_s", "probe_max_s",
-            "requests_waiting", "kv_usage", "prefix_hit_rate", "engine_requests_done", "engine_output_tokens_done")
+            "requests_waiting", "kv_usage", "prefix_hit_rate", "engine_requests_done", "engine_output_tokens_done", "outstanding_end",
+            "draining", "load_settled")
     return {k: w.get(k) for k in keep}
 
 

@@ -7,6 +7,11 @@ The plant: once the soak's llama-server has lived ``PLANT_AFTER_S`` seconds, the
 with SIGSTOP for 85% of every second (SIGCONT for the rest) until it is gone. The engine still
 answers /health within the watchdog's hang limit, so this is a throughput collapse, not a hang, and
 no other process takes CPU (which the harness would rightly call contamination).
+
+A machine half as fast is the same duty cycle, gentler: the soak's engine stopped for half of every 0.2 s
+from its start (``SLOW_PERIOD_S``). The healthy soak runs at this machine's speed and at half of it (its
+request counts per window halve: 2 or 3 of 32 tokens per 8-s window); ``SPECSOAK_TEST_SOAK_SPEED=0.5`` runs
+the planted soak on the halved engine too.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from harness.metrics import dashboards, promconfig
 from harness.metrics.targets import SHARED_DIR
 from harness.records import AFTER_SOAK, VERDICTS, WINDOWS, read_jsonl
 from harness.runner_util import free_port
+from harness.soak import SETTLE_WINDOWS
 from tests.faults.helpers import engine_child, finish, start_cli
 from tests.integration.conftest import SMOLLM2
 from tests.integration.test_prometheus import Prometheus, _has_data, _tool
@@ -38,6 +44,8 @@ WINDOW_S = 8.0
 PLANT_AFTER_S = 45.0  # engine uptime at which the collapse begins
 SOAK_S = 120.0
 EXIT_SOAK = 4
+SLOW_PERIOD_S = 0.2  # a slower machine: the engine runs (speed x this) of every period
+PLANTED_SPEED = float(os.environ.get("SPECSOAK_TEST_SOAK_SPEED", "1"))
 
 
 def _scenario(folder: Path, name: str) -> Path:
@@ -71,12 +79,14 @@ def _scenario(folder: Path, name: str) -> Path:
 
 
 class DutyCyclePlant(threading.Thread):
-    """SIGSTOP/SIGCONT on the soak engine once it is PLANT_AFTER_S old: most of each second frozen."""
+    """SIGSTOP/SIGCONT on the soak engine once it is PLANT_AFTER_S old: most of each second frozen. ``speed`` < 1: from
+    its start, the engine also runs only that share of every SLOW_PERIOD_S (a slower machine); ``plant`` False: only that."""
 
-    def __init__(self, harness_pid: int, stopped_s: float = 0.85, period_s: float = 1.0):
+    def __init__(self, harness_pid: int, stopped_s: float = 0.85, period_s: float = 1.0, speed: float = 1.0, plant: bool = True):
         super().__init__(daemon=True)
         self.harness_pid = harness_pid
         self.stopped_s, self.period_s = stopped_s, period_s
+        self.speed, self.plant = speed, plant
         self.onset_unix: float | None = None
         self.engine_started_unix: float | None = None
         self.done = threading.Event()
@@ -93,8 +103,17 @@ class DutyCyclePlant(threading.Thread):
         if eng is None:
             return
         self.engine_started_unix = eng.create_time()
-        while not self.done.is_set() and time.time() < self.engine_started_unix + PLANT_AFTER_S:
-            time.sleep(0.1)
+        try:
+            while not self.done.is_set() and (not self.plant or time.time() < self.engine_started_unix + PLANT_AFTER_S):
+                if self.speed >= 1:
+                    time.sleep(0.1)
+                    continue
+                eng.send_signal(signal.SIGSTOP)
+                time.sleep(SLOW_PERIOD_S * (1 - self.speed))
+                eng.send_signal(signal.SIGCONT)
+                time.sleep(SLOW_PERIOD_S * self.speed)
+        except psutil.Error:
+            return
         try:
             while not self.done.is_set():
                 eng.send_signal(signal.SIGSTOP)
@@ -146,7 +165,7 @@ def planted(prometheus: tuple[Prometheus, int, Path]) -> Iterator[dict[str, Any]
     prom, port, tmp = prometheus
     scenario = _scenario(tmp, "collapse")
     proc = start_cli("run", str(scenario), "--results", str(tmp / "results"), "--metrics-port", str(port), "--metrics-linger", "4")
-    plant = DutyCyclePlant(proc.pid)
+    plant = DutyCyclePlant(proc.pid, speed=PLANTED_SPEED)
     plant.start()
     t0 = time.time()
     try:
@@ -168,9 +187,10 @@ def test_planted_collapse_is_flagged_within_three_windows_and_stops_the_configur
     collapses = [v for v in _verdicts(run_dir) if v["kind"] == "collapse"]
     assert collapses, "no collapse verdict\n" + out[-4000:]
     first = collapses[0]
-    # within 3 windows of the onset (the onset falls inside a window, which then closes: one more window of slack)
+    # within 3 windows of the onset (the onset falls inside a window, which then closes: one more window of slack),
+    # judged SETTLE_WINDOWS later (a window waits for the requests that streamed in it to end)
     delay = first["t_unix"] - plant.onset_unix
-    assert 0 < delay <= 4 * WINDOW_S, f"collapse flagged {delay:.1f} s after the onset ({delay / WINDOW_S:.1f} windows)"
+    assert 0 < delay <= (4 + SETTLE_WINDOWS) * WINDOW_S, f"collapse flagged {delay:.1f} s after the onset ({delay / WINDOW_S:.1f} windows)"
     # the engine's uptime when it was flagged: the plant's start plus that delay
     assert first["engine_uptime_s"] == pytest.approx(PLANT_AFTER_S + delay, abs=3.0)
     assert first["action"] == "stop_config"
@@ -183,7 +203,7 @@ def test_planted_collapse_is_flagged_within_three_windows_and_stops_the_configur
     assert all(v["t_unix"] >= plant.onset_unix for v in _verdicts(run_dir)), _verdicts(run_dir)
     # the configuration's soak stopped there, not after SOAK_S
     windows = list(read_jsonl(run_dir / WINDOWS))
-    assert max(w["t_end_unix"] for w in windows) < plant.onset_unix + 6 * WINDOW_S
+    assert max(w["t_end_unix"] for w in windows) < plant.onset_unix + (6 + SETTLE_WINDOWS) * WINDOW_S
     manifest = json.loads((run_dir / "manifest.json").read_text())
     soak = manifest["configurations"]["self-draft"]["soak"]
     assert soak["status"] == "failed" and soak["first_failure"]["kind"] == "collapse"
@@ -232,10 +252,17 @@ def test_every_soak_dashboard_expression_returns_data_for_the_soak(planted: dict
     assert not empty, "soak dashboard expressions without data during the soak:\n" + "\n".join(empty)
 
 
-def test_the_same_soak_without_the_plant_gives_no_verdict(tmp_path: Path) -> None:
+@pytest.mark.parametrize("speed", [1.0, 0.5], ids=["this-machine", "half-speed"])
+def test_the_same_soak_without_the_plant_gives_no_verdict(tmp_path: Path, speed: float) -> None:
     scenario = _scenario(tmp_path, "healthy")
     proc = start_cli("run", str(scenario), "--results", str(tmp_path / "results"))
-    out = finish(proc, 600)
+    slow = DutyCyclePlant(proc.pid, speed=speed, plant=False)
+    slow.start()
+    try:
+        out = finish(proc, 600)
+    finally:
+        slow.done.set()
+        slow.join(10)
     assert proc.returncode == 0, out[-3000:]
     run_dir = next((tmp_path / "results").glob("*-healthy"))
     assert _verdicts(run_dir) == [], _verdicts(run_dir)

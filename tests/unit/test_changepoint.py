@@ -225,3 +225,14 @@ def test_settings_are_checked() -> None:
     with pytest.raises(ValueError):
         DetectorSettings(reference_windows=10, refine_windows=5)
     assert DetectorSettings().threshold == 5.0
+
+
+def test_a_collapse_right_after_a_short_reference_does_not_become_the_reference() -> None:
+    """The real planted soak on a busy machine: three reference windows (one low), then nothing streams; the zero
+    windows must not refine the reference down until they look normal."""
+    st = DetectorSettings(warmup_windows=1, reference_windows=3, confirm_windows=2)
+    values = [7.9, 12.3, 11.5, 4.7, 7.0] + [0.0] * 8
+    wins = [{"t_unix": T0 + 8.0 * i, "users": 1, "output_tps": v, "count_sd": {"output_tps": v * 0.5 / 3 if v else None}}
+            for i, v in enumerate(values)]
+    got = [e for e in detect_series(wins, st) if e.kind == "collapse"]
+    assert [e.metric for e in got] == ["output_tps"] and got[0].t_unix <= wins[6]["t_unix"]
