@@ -174,8 +174,11 @@ class BoundedLog:
         elif self._read_fd is not None:
             os.close(self._read_fd)
             self._read_fd = None
-        self._flush_pending()
-        self._finish()
+        try:
+            self._flush_pending()
+            self._finish()
+        except OSError as exc:  # a full disk: the log ends where it could; stopping the engine must not fail on it
+            self.error = self.error or f"engine log {self.path}: {exc.strerror or exc}"
 
     # ---- the drain thread ------------------------------------------------------------
     def _drain(self) -> None:
