@@ -338,6 +338,8 @@ class SoakSlice:
                     last_ok = time.monotonic()
                     continue
                 if self._healthy():
+                    # the stretch without a healthy answer, less the probe's own pause: a pause longer than a probe's timeout
+                    self.probe_latencies.append(max(0.0, time.monotonic() - last_ok - self.wd.probe_interval_s))
                     last_ok = time.monotonic()
                 elif time.monotonic() - last_ok >= self.wd.hang_s:
                     status = _proc_status(self.session.pid)

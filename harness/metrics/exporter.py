@@ -50,7 +50,7 @@ MIB = 1024 * 1024
 WINDOW_GAUGES: dict[str, tuple[str, str, float]] = {
     "max_chunk_gap_s": ("specsoak_soak_longest_chunk_gap_seconds", "the longest gap between two chunks of any request of the last soak window", 1.0),
     "itl_p99_s": ("specsoak_soak_chunk_gap_p99_seconds", "p99 of every gap between two chunks in the last soak window", 1.0),
-    "probe_max_s": ("specsoak_soak_probe_max_seconds", "the slowest health probe of the last soak window (a timed-out probe counts as its timeout)", 1.0),
+    "probe_max_s": ("specsoak_soak_probe_max_seconds", "the longest the health probe went without an answer in the last soak window (slowest probe, or the stretch between two healthy answers less the probe interval)", 1.0),
     "requests_running": ("specsoak_soak_engine_requests_running", "requests the engine was decoding at the end of the last soak window (its /metrics)", 1.0),
     "requests_waiting": ("specsoak_soak_engine_requests_waiting", "requests waiting in the engine's queue at the end of the last soak window (its /metrics)", 1.0),
     "kv_usage": ("specsoak_soak_engine_kv_usage_ratio", "share of the engine's KV cache in use at the end of the last soak window (vLLM)", 1.0),
