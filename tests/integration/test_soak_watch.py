@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from harness.records import VERDICTS, WINDOWS, read_jsonl
+from harness.soak_figures import longest_stall
 from tests.faults.helpers import engine_child, finish, start_cli
 from tests.integration.conftest import SMOLLM2
 from tests.integration.test_soak_collapse import _logs_to_soak
@@ -125,8 +126,9 @@ def test_pauses_that_grow_give_a_stall_verdict_at_the_first_over_the_floor_befor
     # no request failed: the verdict came long before a pause could fail one
     windows = list(read_jsonl(run_dir / WINDOWS))
     assert sum(w["errors"] for w in windows) == 0
-    assert max(w["max_chunk_gap_s"] or 0 for w in windows) >= 7.0
-    assert max(w["probe_max_s"] or 0 for w in windows) >= 3.0
+    # the 8-s pause measured whole: in a stream's gap, or (before a first token) in the health probe's silence
+    assert max(longest_stall(w) or 0 for w in windows) >= 7.0
+    assert max(w["probe_max_s"] or 0 for w in windows) >= 7.0
     report = (run_dir / "report.md").read_text()
     assert "longest stall s" in report
     # llama-server's /metrics has no KV usage or preemption series: said, not shown as 0
