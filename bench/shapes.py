@@ -62,8 +62,8 @@ def gc_pauses(seed: int, noise: float) -> Outcome:
     for i in range(int(6.5 * HOUR / WINDOW_S)):
         up_h = (i + 1) * WINDOW_S / HOUR
         pause = max(0.0, 7.0 + (46.0 - 7.0) * (up_h - 1.0) / 5.5)
-        w = _window(i, rng, noise, max_chunk_gap_s=pause if i % 5 == 4 else 0.05 * (1 + noise * rng.standard_normal()),
-                    probe_max_s=0.01)
+        w = _window(i, rng, noise, probe_max_s=pause if i % 5 == 4 else 0.01 * (1 + noise * rng.standard_normal()),
+                    max_chunk_gap_s=0.05)
         stall = stall_to_flag(w, STALL_FLOOR_S, flagged)
         if stall is not None:
             flagged = stall

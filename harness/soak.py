@@ -637,8 +637,9 @@ class SoakSlice:
         if stall is None:
             return
         self.stall_flagged_s = stall
-        where = "a stream waited" if (win.get("max_chunk_gap_s") or 0) >= (win.get("probe_max_s") or 0) else "the health probe waited"
-        self.verdict("stall", f"{where} {stall:.1f} s for the engine (floor {self.wd.stall_warn_s:g} s)",
+        gap = win.get("max_chunk_gap_s")
+        self.verdict("stall", f"the engine did not answer its health probe for {stall:.1f} s (floor {self.wd.stall_warn_s:g} s)"
+                     + (f"; longest gap between two chunks of a stream {gap:.1f} s" if isinstance(gap, int | float) else ""),
                      {"window": _brief(win), "longest_stall_s": stall, "onset_unix": win["t_start_unix"]}, metric="longest_stall_s")
 
     def _cache(self, win: dict[str, Any]) -> None:

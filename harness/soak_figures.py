@@ -35,14 +35,17 @@ def stall_figures(records: Iterable[dict[str, Any]], probe_latencies_s: Sequence
 
 
 def longest_stall(window: dict[str, Any]) -> float | None:
-    """A window's longest pause seen by a stream or by the health probe."""
-    vals = [v for v in (window.get("max_chunk_gap_s"), window.get("probe_max_s")) if isinstance(v, int | float)]
-    return max(vals) if vals else None
+    """A window's longest pause of the whole engine: the health probe's longest silence. A stream's longest chunk gap
+    is recorded beside it but is no pause of the engine by itself: llama-server processes a new request's prompt in
+    one batch, so a 3,000-token prompt holds every other stream 7-11 s on 2 cores while /health answers at once."""
+    v = window.get("probe_max_s")
+    return float(v) if isinstance(v, int | float) else None
 
 
 def stall_to_flag(window: dict[str, Any], floor_s: float, flagged_s: float) -> float | None:
-    """The pause a ``stall`` verdict names for this window, or None: the window's longest pause when it reaches the
-    floor and is at least half again the longest already named on this engine (``flagged_s``, 0 for none)."""
+    """The pause a ``stall`` verdict names for this window, or None: the engine's longest pause in it (the probe's
+    silence) when it reaches the floor and is at least half again the longest already named on this engine
+    (``flagged_s``, 0 for none)."""
     stall = longest_stall(window)
     if stall is None or stall < floor_s or stall < 1.5 * flagged_s:
         return None
