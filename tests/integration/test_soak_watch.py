@@ -161,13 +161,14 @@ def test_prompt_cache_growth_to_a_cap_that_fits_is_named_and_one_that_does_not_i
     fits = [w for w in windows if w["config"] == "cache-fits"]
     default = [w for w in windows if w["config"] == "cache-default"]
     # the cache grows with distinct prompts, and its cap is read from the engine's own log
-    for wins in (fits, default):
+    # (the default cap's soak is stopped by its memory verdict within a few windows: it grows less before that)
+    for wins, growth_mib in ((fits, 10.0), (default, 1.0)):
         sizes = [w["prompt_cache_mib"] for w in wins if w.get("prompt_cache_mib") is not None]
-        assert len(sizes) >= 3 and sizes[-1] > sizes[0] + 10, sizes
+        assert len(sizes) >= 3 and sizes[-1] > sizes[0] + growth_mib, sizes
     assert {w["prompt_cache_cap_mib"] for w in fits if w.get("prompt_cache_cap_mib")} == {192.0}
     assert {w["prompt_cache_cap_mib"] for w in default if w.get("prompt_cache_cap_mib")} == {8192.0}
     # the engine's memory grows with it; what the watchdog judges is that growth less the cache
-    rss = [w["engine_rss_mib"] for w in default]
+    rss = [w["engine_rss_mib"] for w in fits]
     assert rss[-1] > rss[0] + 10, rss
     # a cap that fits: no verdict at all, and the report names the growth
     assert [v for v in verdicts if v["config"] == "cache-fits"] == []
