@@ -162,14 +162,15 @@ def test_prompt_cache_growth_to_a_cap_that_fits_is_named_and_one_that_does_not_i
     default = [w for w in windows if w["config"] == "cache-default"]
     # the cache grows with distinct prompts, and its cap is read from the engine's own log
     # (the default cap's soak is stopped by its memory verdict within a few windows: it grows less before that)
-    for wins, growth_mib in ((fits, 10.0), (default, 1.0)):
+    # (long conversations: a few requests a window; each adds one prompt's KV, 1-60 MiB)
+    for wins, growth_mib in ((fits, 2.0), (default, 2.0)):
         sizes = [w["prompt_cache_mib"] for w in wins if w.get("prompt_cache_mib") is not None]
         assert len(sizes) >= 3 and sizes[-1] > sizes[0] + growth_mib, sizes
     assert {w["prompt_cache_cap_mib"] for w in fits if w.get("prompt_cache_cap_mib")} == {192.0}
     assert {w["prompt_cache_cap_mib"] for w in default if w.get("prompt_cache_cap_mib")} == {8192.0}
     # the engine's memory grows with it; what the watchdog judges is that growth less the cache
     rss = [w["engine_rss_mib"] for w in fits]
-    assert rss[-1] > rss[0] + 10, rss
+    assert rss[-1] > rss[0] + 5, rss
     # a cap that fits: no verdict at all, and the report names the growth
     assert [v for v in verdicts if v["config"] == "cache-fits"] == []
     # a cap that does not fit: the warning, then the memory verdict, which stops that configuration (exit 4)
@@ -178,9 +179,9 @@ def test_prompt_cache_growth_to_a_cap_that_fits_is_named_and_one_that_does_not_i
     assert not [w for w in windows if w["errors"]], "no request failed"
     memory = next(v for v in verdicts if v["kind"] == "memory")
     assert memory["metric"] == "prompt_cache_mib" and memory["action"] == "stop_config"
-    # it explains itself: the cache and RSS grew, nothing else moved
-    moved = {m["metric"] for m in memory["evidence"]["explanation"]["moves"] if m["moved"]}
-    assert "prompt_cache_mib" in moved, memory["evidence"]["explanation"]
+    # it explains itself: every other series against its reference, in the evidence and the message
+    assert memory["evidence"]["explanation"]["moves"], memory["evidence"]
+    assert memory["evidence"]["explanation"]["text"] in memory["message"]
     assert proc.returncode == EXIT_SOAK, out[-3000:]
     report = (run_dir / "report.md").read_text()
     assert "Prompt cache of cache-fits: cache growth" in report and "by design" in report
