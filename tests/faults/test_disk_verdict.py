@@ -16,7 +16,7 @@ import yaml
 
 from harness.records import read_jsonl
 from tests.faults.helpers import cli, finish, lines_and_records, start_cli, wait_for
-from tests.faults.test_harness_faults import _mount_tmpfs
+from tests.faults.test_harness_faults import tmpfs
 from tests.integration.conftest import SMOLLM2
 
 pytestmark = pytest.mark.engine
@@ -26,12 +26,7 @@ MIN_FREE_MIB = 8
 
 @pytest.fixture
 def fs_32m(tmp_path: Path) -> Iterator[Path]:
-    where = tmp_path / "disk"
-    _mount_tmpfs(where, "size=32m,mode=0755")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
+    yield from tmpfs(tmp_path / "disk", "32m")
 
 
 def _free(path: Path) -> int:

@@ -26,14 +26,18 @@ def _mount_tmpfs(where: Path, options: str) -> None:
         pytest.fail(f"cannot mount a tmpfs (run the suite as root): {p.stderr.strip()}", pytrace=False)
 
 
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    where = tmp_path / "small"
-    _mount_tmpfs(where, "size=1m,mode=0755")
+def tmpfs(where: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted at ``where`` for a fixture's lifetime (lazily unmounted after)."""
+    _mount_tmpfs(where, f"size={size},mode=0755")
     try:
         yield where
     finally:
         subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    yield from tmpfs(tmp_path / "small", "1m")
 
 
 @pytest.fixture
