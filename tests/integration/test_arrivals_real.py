@@ -22,20 +22,22 @@ def test_open_loop_phases_on_the_real_engine(tmp_path: Path) -> None:
         # constant arrivals: 0.5 rps leaves the engine idle between requests; 8 rps of 48-token answers is
         # several times what 2 slots on 2 cores serve (about 1-2 rps here)
         "measurement": {"prompts": "builtin:repeat", "max_tokens": 48, "repetitions": 1, "warmup_requests": 1,
-                        "arrival": {"kind": "constant", "rate_rps": [0.5, 8], "requests": 8, "max_in_flight": 2, "seed": 1}},
-        "slo": {"ttft_p95_s_max": 1.0},
+                        "arrival": {"kind": "constant", "rate_rps": [0.5, 8], "requests": 16, "max_in_flight": 2, "seed": 1}},
+        # an idle engine answers these prompts' first token in 0.3-0.95 s here (up to 2x that on a slower VM);
+        # at 8 rps the last of 16 requests waits for about 7 others to finish on each slot
+        "slo": {"ttft_p95_s_max": 2.5},
     }
     run = run_scenario(data, tmp_path, timeout=600)
     phases = {p["load"]: p for p in read_jsonl(run / "phases.jsonl")}
     slow, fast = phases["0.5rps"], phases["8rps"]
-    assert slow["requests"] == fast["requests"] == 8 and slow["errors"] == fast["errors"] == 0
+    assert slow["requests"] == fast["requests"] == 16 and slow["errors"] == fast["errors"] == 0
     assert slow["offered_rps"] == pytest.approx(0.5, rel=0.05)  # constant spacing: 2 s between sends
     assert slow["late"] == 0 and slow["achieved_rps"] == pytest.approx(slow["offered_rps"], rel=0.25)
     assert slow["goodput_rps"] == pytest.approx(slow["achieved_rps"])  # every request met the SLO
     assert fast["offered_rps"] == pytest.approx(8, rel=0.05)
     assert fast["late"] >= 4 and fast["max_send_delay_s"] > 0.2
     assert fast["achieved_rps"] < 0.6 * fast["offered_rps"]
-    assert fast["goodput_rps"] < fast["achieved_rps"]  # late sends count their wait in TTFT: some miss the 1 s SLO
+    assert fast["goodput_rps"] < fast["achieved_rps"]  # late sends count their wait in TTFT: some miss the 2.5 s SLO
     late = [r for r in read_jsonl(run / "requests.jsonl") if r.get("phase") == "arrivals" and r.get("late")]
     assert len(late) == fast["late"] and all(r["send_delay_s"] > 0 and r["scheduled_unix_s"] for r in late)
 
