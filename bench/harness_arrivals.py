@@ -1,4 +1,4 @@
-"""The harness's open-loop client as the runner uses it (``harness.arrivals.run_arrivals``), as a process the
+"""The harness's open-loop client as the runner uses it (``harness.load.arrivals.run_arrivals``), as a process the
 benchmark can measure: ``--requests`` requests at a constant ``--rate``, no cap on requests in flight.
 
     python -m bench.harness_arrivals --url http://127.0.0.1:PORT --rate 20 --requests 100 --max-tokens 32 \
@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from bench.harness_client import engine_for, prompts
-from harness.arrivals import rate_schedule
-from harness.client import RequestParams
+from harness.load.schedule import rate_schedule
+from harness.load.client import RequestParams
 
 
 def main() -> None:
@@ -26,8 +26,8 @@ def main() -> None:
     ap.add_argument("--max-in-flight", type=int, default=65_536)
     ap.add_argument("--records", type=Path, required=True)
     a = ap.parse_args()
-    from harness.arrivals import run_arrivals
-    from harness.records import open_request_sink
+    from harness.load.arrivals import run_arrivals
+    from harness.records.files import open_request_sink
 
     sched = rate_schedule("constant", a.rate, a.requests, seed=0)
     params = RequestParams(max_tokens=a.max_tokens, timeout_s=600.0, stall_s=120.0, keep_text=False)

@@ -3,11 +3,11 @@
     python -m bench.harness_client --url http://127.0.0.1:PORT --streams 64 --requests 640 \
         --max-tokens 128 --records /tmp/x/requests.jsonl [--loops N]
 
-Closed-loop streams through ``harness.client.run_streams`` with the llama.cpp adapter's request
-body, records written by the same writer the runner uses (``harness.records.RecordSink``) to
+Closed-loop streams through ``harness.load.client.run_streams`` with the llama.cpp adapter's request
+body, records written by the same writer the runner uses (``harness.records.files.RecordSink``) to
 ``--records``. Prompt n is ``p<n> ...`` so the fake server can tell requests apart.
 ``--loops`` > 1 splits the streams over that many processes, one event loop each
-(``harness.client.run_streams_multi``).
+(``harness.load.client.run_streams_multi``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from engines.base import LaunchSpec
 from engines.llamacpp import LlamaCpp
-from harness.client import RequestParams, run_streams
+from harness.load.client import RequestParams, run_streams
 from harness.prompts import Prompt
 
 
@@ -42,7 +42,7 @@ def main() -> None:
     ap.add_argument("--records", type=Path, required=True)
     ap.add_argument("--per-record-fsync", action="store_true", help="the old writer: one write and fsync per record")
     a = ap.parse_args()
-    from harness.records import open_request_sink
+    from harness.records.files import open_request_sink
 
     engine = engine_for(a.url)
     per_stream = max(1, a.requests // a.streams)

@@ -2,7 +2,7 @@
 
 Each measurement starts a fresh fake server (bench/fake_server.py) as its own process, runs
 the client command to completion, stops the server (which writes its send log) and compares.
-CPU is split the way harness/cpu.py splits a phase: the client's whole process tree, the fake
+CPU is split the way harness/probe/cpu.py splits a phase: the client's whole process tree, the fake
 server, this process (the sampler), and everything else on the machine (``other``), so a
 figure taken while other processes were busy says so.
 """
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from harness.cpu import machine_busy_seconds, self_cpu_seconds, tree_cpu_seconds
+from harness.probe.cpu import machine_busy_seconds, self_cpu_seconds, tree_cpu_seconds
 
 REPO = Path(__file__).resolve().parent.parent
 CONTAMINATION_CORES = 0.05
@@ -300,6 +300,6 @@ def chunk_errors(res: Result, slog: ServerLog, records: list[dict[str, Any]]) ->
 
 
 def read_records(paths: list[Path]) -> list[dict[str, Any]]:
-    from harness.records import read_jsonl
+    from harness.records.files import read_jsonl
 
     return [r for p in paths for r in read_jsonl(p)]

@@ -1,5 +1,5 @@
 """Open-loop clients against the same fake server at the same constant rates: the harness's open-loop client
-(``harness.arrivals.run_arrivals``, bench/harness_arrivals.py) against the peers' own rate modes: Locust's
+(``harness.load.arrivals.run_arrivals``, bench/harness_arrivals.py) against the peers' own rate modes: Locust's
 ``constant_pacing`` user (bench/locust_pacing.py), GuideLLM's ``constant`` profile, AIPerf's ``--request-rate`` with
 ``--arrival-pattern constant``.
 
@@ -9,7 +9,7 @@
 Every figure comes from the fake server's own log (bench/fake_server.py: when each request arrived), the same for
 every client: **achieved rate** (arrivals − 1 over first to last arrival), **send-time error** (each arrival against
 the ideal constant schedule, the i-th at anchor + i / R with the anchor the median of arrival i − i / R: p50 and p99
-of the absolute difference, ms; a client that drifts or falls behind shows it, one slow first connection does not), **late share** (arrivals more than 10 ms behind their ideal time, harness.arrivals.LATE_AFTER_S),
+of the absolute difference, ms; a client that drifts or falls behind shows it, one slow first connection does not), **late share** (arrivals more than 10 ms behind their ideal time, harness.load.schedule.LATE_AFTER_S),
 the gaps' coefficient of variation (0 for a perfect constant rate), and the client's CPU. The harness's own count
 of late sends (its records) is shown beside the server's. Writes docs/performance.md's ``open-loop`` section.
 """
@@ -30,7 +30,7 @@ import numpy as np
 
 from bench import peers
 from bench.measure import REPO, Level, Result, ServerLog, measure, read_records
-from harness.arrivals import LATE_AFTER_S
+from harness.load.schedule import LATE_AFTER_S
 
 # rate -> seconds of schedule; answers: 32 tokens, first after 50 ms, then every 10 ms (~0.36 s each)
 RATES = {5.0: 12.0, 20.0: 8.0, 50.0: 6.0}

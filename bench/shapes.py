@@ -8,8 +8,8 @@ Shapes (issue #24; 60-s windows, 3% multiplicative noise, seeds 0..N-1):
 - gc_pauses: a pause once every 5 min growing linearly with uptime, 7 s at 1 h to 46 s at 6.5 h (SGLang PR #28067:
   a 20-s health check killed the pod at ~46 s). The watchdog's stall floor is 5 s (harness/soak_figures.stall_to_flag).
 - acceptance_decay: acceptance 0.58 -> 0.225 (accept length 3.33 -> 1.90 at K=4) linearly over 2 h after 1 h flat, KV
-  usage 0.36 -> 0.47 with it, no errors (SGLang #28771). The change detector (harness/changepoint.py) and the
-  explanation (harness/explain.py).
+  usage 0.36 -> 0.47 with it, no errors (SGLang #28771). The change detector (harness/detect/changepoint.py) and the
+  explanation (harness/soak/explain.py).
 - leak_then_latency: RSS +90 B per request at 150 rps (+46 MiB/h) on 4 GiB for 12 h, TTFT p95 x3 from hour 7 (vLLM
   #44175). The memory forecast must not cry wolf at 20 GiB free; the TTFT step is a collapse within minutes.
 - cache_fits / cache_too_big: llama-server's prompt cache growing 6,000 MiB/h toward its 8,192 MiB cap, with 20 GiB
@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from harness.changepoint import ChangeDetector, DetectorSettings, memory_forecast
-from harness.explain import explain
-from harness.soak_figures import cache_outlook, stall_to_flag
+from harness.detect.changepoint import ChangeDetector, DetectorSettings, memory_forecast
+from harness.soak.explain import explain
+from harness.soak.figures import cache_outlook, stall_to_flag
 
 T0 = 1_700_000_000.0
 WINDOW_S = 60.0

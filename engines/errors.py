@@ -1,7 +1,7 @@
 """The error tree shared by the engine adapters and the harness, and the CLI exit codes it maps to.
 
 It lives with the adapters so that ``engines`` imports nothing from ``harness``; the harness
-re-exports every name from ``harness.errors``, where its own errors (scenario, results) join it.
+re-exports every name from ``harness.common.errors``, where its own errors (scenario, results) join it.
 
 Exit codes (README): 0 ok, 1 a verdict failed, 2 bad input, 3 engine or infrastructure failure,
 4 a soak failed (a configuration crashed, hung, gave up, collapsed or ran out of memory during its soak).

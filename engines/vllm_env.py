@@ -5,7 +5,7 @@ would fight the harness's own; ``make vllm`` installs it into ``.venv-vllm`` bes
 (docs/engines/vllm.md). The harness runs it as an engine process, like llama-server: the vLLM
 adapter starts ``<that python> -m vllm.entrypoints.openai.api_server``, and the model workshop's
 ``smollm2-hf`` recipe converts SmolLM2 with it. ``SPECSOAK_VLLM_PYTHON`` names another interpreter.
-It lives with the adapters (engines import nothing from harness); harness/vllm_env.py re-exports it.
+It lives with the adapters (engines import nothing from harness); harness/setup/vllm_env.py re-exports it.
 """
 
 from __future__ import annotations

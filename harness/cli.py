@@ -13,7 +13,7 @@ from typer.exceptions import TyperException
 from rich.console import Console
 from rich.table import Table
 
-from harness.errors import EXIT_ENGINE, EXIT_INPUT, EXIT_OK, EXIT_SOAK, EXIT_VERDICT, HarnessError, ScenarioError
+from harness.common.errors import EXIT_ENGINE, EXIT_INPUT, EXIT_OK, EXIT_SOAK, EXIT_VERDICT, HarnessError, ScenarioError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Is speculative decoding worth it on your box? Measure it.")
 # soft_wrap: a message is never cut inside a path (logs and pipes get whole lines); a table printed to a
@@ -25,7 +25,7 @@ err = Console(stderr=True, soft_wrap=True)
 
 def _load(path: Path, check_model_files: bool = True):  # type: ignore[no-untyped-def]
     from engines import ENGINES
-    from harness.scenario import load_scenario
+    from harness.config.scenario import load_scenario
 
     import yaml
 
@@ -78,8 +78,8 @@ def resume(
     wide: Annotated[bool, typer.Option("--wide", help="print every column of the verdict (the report's table) instead of the compact one")] = False,
 ) -> None:
     """Finish a run that was cut short: measured phases and soak time are kept, the rest is run."""
-    from harness.errors import ResultsError
-    from harness.report.load import read_manifest
+    from harness.common.errors import ResultsError
+    from harness.records.files import read_manifest
 
     try:
         manifest = read_manifest(run_dir)
@@ -106,7 +106,7 @@ def _run_observed(loaded, results: Path, metrics_port: Optional[int], metrics_ho
     import time
 
     from harness.metrics.targets import EngineTargetsFile
-    from harness.runner import Runner
+    from harness.run.runner import Runner
 
     observers: list = [EngineTargetsFile(results)]
     exporter = None
@@ -226,7 +226,7 @@ def compare(
 
 
 def _ci(v: float, lo: object, hi: object) -> str:
-    from harness.report.stats import isnum
+    from harness.common.stats import isnum
 
     return f"{v:.2f}× [{lo:.2f}, {hi:.2f}]" if isnum(lo) and isnum(hi) else f"{v:.2f}× [–]"
 
@@ -245,7 +245,7 @@ def verify(
     report: Annotated[bool, typer.Option(help="build the report of the folder afterwards")] = True,
 ) -> None:
     """Compare speculative outputs with the baseline's: greedy token by token, sampled by a chi-square test."""
-    from harness.verify import Verifier, VerifyOptions
+    from harness.run.verify import Verifier, VerifyOptions
 
     loaded = _load(scenario)
     opts = VerifyOptions(streams=streams, prompts=prompts, max_tokens=max_tokens, samples=samples, temperature=temperature,
@@ -267,8 +267,8 @@ def validate(
 ) -> None:
     """Check scenario files (fields, ranges, engine methods, model files) without starting anything."""
     from engines import ENGINES
-    from harness.diskspace import describe_estimate, disk_warnings
-    from harness.scenario import ASSUMED_STREAM_TPS, describe_duration, design_warnings, soak_warnings, wall_clock_estimate
+    from harness.soak.disk import describe_estimate, disk_warnings
+    from harness.config.scenario import ASSUMED_STREAM_TPS, describe_duration, design_warnings, soak_warnings, wall_clock_estimate
 
     for path in scenarios:
         loaded = _load(path, check_model_files=not no_model_files)
@@ -291,7 +291,7 @@ def plan(scenarios: Annotated[list[Path], typer.Argument(help="scenario YAML fil
     """What a run would do: each configuration's engine command line, the phases in order, the wall-clock estimate.
     Starts nothing; model files that are not here are reported, not fatal."""
     from engines import ENGINES
-    from harness.plan import plan_lines
+    from harness.run.plan import plan_lines
 
     for i, path in enumerate(scenarios):
         loaded = _load(path, check_model_files=False)
@@ -307,11 +307,11 @@ def schema(
 ) -> None:
     """The JSON Schema of a scenario file (for editors), or with --markdown the scenario reference."""
     if markdown:
-        from harness.scenario_doc import markdown as scenario_markdown
+        from harness.config.reference import markdown as scenario_markdown
 
         sys.stdout.write(scenario_markdown())
     else:
-        from harness.scenario import Scenario
+        from harness.config.scenario import Scenario
 
         sys.stdout.write(json.dumps(Scenario.model_json_schema(), indent=2) + "\n")
 
@@ -380,7 +380,7 @@ def dashboards(
 ) -> None:
     """Regenerate the Grafana dashboards, provisioning, prometheus.yml, rules, rule tests, docker-compose.yml."""
     from harness.metrics.dashboards import DATASOURCE_UID, DASHBOARDS, build_dashboard, write_all
-    from harness.metrics.schema import check_dashboard
+    from harness.metrics.dashboard_schema import check_dashboard
 
     problems = [p for spec in DASHBOARDS for p in check_dashboard(build_dashboard(spec), {DATASOURCE_UID})]
     if problems:
@@ -417,7 +417,7 @@ def export_cmd(
 @app.command()
 def doctor() -> None:
     """Say what is installed, what the engine was built for, and what is missing with the fix."""
-    from harness.doctor import run_checks
+    from harness.setup.doctor import run_checks
 
     checks = run_checks()
     t = Table(title="specsoak doctor")
@@ -454,7 +454,7 @@ def main() -> None:
     except KeyboardInterrupt:
         code = 130
     except BaseException as exc:
-        from harness.runner import RunInterrupted
+        from harness.run.runner import RunInterrupted
 
         if isinstance(exc, RunInterrupted):
             err.print(f"specsoak: interrupted by {exc.signame}; the run folder keeps every record written")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU check (docs/metrics.md, "GPU memory"): on a machine with an NVIDIA GPU and this project installed
-# (.venv), print nvidia-smi, what NVML sees through harness.gpu, and sample once with this process's pid,
+# (.venv), print nvidia-smi, what NVML sees through harness.probe.gpu, and sample once with this process's pid,
 # first alone, then holding a CUDA context (libcuda through ctypes) so the per-process figure is exercised.
 # Exit 0 when NVML sampled every GPU, 1 otherwise.   Usage: bash scripts/gpu-check.sh
 set -uo pipefail
@@ -10,10 +10,10 @@ PY=${PYTHON:-.venv/bin/python}
 echo "== nvidia-smi"
 if command -v nvidia-smi >/dev/null; then nvidia-smi || echo "nvidia-smi failed (rc $?)"; else echo "nvidia-smi: not found"; fi
 
-echo "== NVML through harness.gpu"
+echo "== NVML through harness.probe.gpu"
 "$PY" -c '
 import ctypes, json, os, sys
-from harness.gpu import MIB, GpuMeter, process_tree
+from harness.probe.gpu import MIB, GpuMeter, process_tree
 with GpuMeter() as meter:
     print("available:", meter.available, "| why:", meter.why)
     if not meter.available:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from engines.base import _set_parent_death_signal
-from harness.runner_util import free_port
+from harness.common.net import free_port
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 

@@ -27,11 +27,11 @@ from locust import LoadTestShape, User, constant, events, task
 from locust.exception import StopUser
 
 from engines import engine_class
-from harness.client import RequestParams, StreamParser, classify_http, request_body
-from harness.load.pacing import LATE_AFTER_S, in_flight_share, soak_offsets, worker_share
+from harness.load.client import RequestParams, StreamParser, classify_http, request_body
+from harness.load.schedule import LATE_AFTER_S, in_flight_share, soak_offsets, worker_share
 from harness.load.shapes import users_at
 from harness.prompts import Prompt, share_index
-from harness.records import BatchedJsonlWriter
+from harness.records.files import BatchedJsonlWriter
 
 CONFIG: dict[str, Any] = json.loads(Path(os.environ["SPECSOAK_LOCUST_CONFIG"]).read_text())
 PARAMS = RequestParams(**CONFIG["params"])
@@ -264,7 +264,7 @@ class PacingUser(_RecordingUser):
         mine = worker_share(len(offsets), index, total)
         slots = gevent.lock.BoundedSemaphore(in_flight_share(int(ARRIVAL["max_in_flight"]), index, total))
         t0_ns = time.perf_counter_ns()
-        # where this process's schedule starts, for the harness's offered rate per window (harness/soak.py)
+        # where this process's schedule starts, for the harness's offered rate per window (harness/soak/slice.py)
         start = {"t0_unix": _ANCHOR[0] + (t0_ns - _ANCHOR[1]) / 1e9, "offset_s": offset, "scheduled": len(mine), "pid": os.getpid()}
         (Path(CONFIG["records_dir"]) / f"{CONFIG['slice_id']}-{os.getpid()}.pacing.json").write_text(json.dumps(start))
         sent: list[gevent.Greenlet] = []

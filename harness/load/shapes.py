@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from harness import jsonsafe
+from harness.common import jsonsafe
 
 
 def users_at(shape: dict[str, Any], t: float, duration_s: float) -> int:

@@ -212,7 +212,7 @@ SOAK = DashboardSpec(
         ), unit="s", description="Absent while the engine's memory is not growing."),
         PanelSpec("GPU memory: used, total, engine processes; headroom", "timeseries", (
             Query(f"max by (config, kind) (specsoak_soak_gpu_memory_bytes{{{S}}})", "{{config}} GPU {{kind}}"),
-        ), unit="bytes", description="NVML (harness/gpu.py), at the end of each soak window; absent on a machine without an NVIDIA GPU. "
+        ), unit="bytes", description="NVML (harness/probe/gpu.py), at the end of each soak window; absent on a machine without an NVIDIA GPU. "
            "Engine: the engine's processes where the driver reports per-process memory."),
         PanelSpec("GPU memory headroom (until the GPUs' free memory runs out)", "timeseries", (
             Query(f"min by (config) (specsoak_soak_gpu_memory_headroom_seconds{{{S}}})", "{{config}} GPU headroom"),

@@ -36,11 +36,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from harness.observe import BaseObserver
+from harness.session.observers import BaseObserver
 
 CONFIG_LABELS = ("run", "config", "engine", "algorithm", "synthetic")
 MAX_POSITIONS = 16  # per-position acceptance beyond this many drafted tokens is not exported
-# watchdog verdict kinds (harness/soak.py); an unknown kind is exported as "other"
+# watchdog verdict kinds (harness/soak/slice.py); an unknown kind is exported as "other"
 VERDICT_KINDS = ("crash", "hang", "restart_failed", "gave_up", "no_load", "error_rate", "collapse", "recovered", "memory", "drift", "stall",
                  "cache_cap", "divergence", "disk", "other")
 # the window series the soak's change detector watches (the ``detectors`` of a window record)
@@ -184,7 +184,7 @@ class MetricsExporter(BaseObserver):
         self.verdicts = Counter("specsoak_watchdog_verdicts", "soak watchdog verdicts by kind (and the watched metric they name)", [*L, "kind", "metric"], registry=r)
         self.verdict_time = Gauge("specsoak_watchdog_verdict_time_seconds", "Unix time of the last verdict of this kind (and metric)", [*L, "kind", "metric"], registry=r)
         self.machine_memory = Gauge("specsoak_machine_memory_bytes", "the machine's memory: total (run start) and available (last soak window)", ["run", "kind"], registry=r)
-        # the last closed soak window (harness/soak.py); None in the record -> no series
+        # the last closed soak window (harness/soak/slice.py); None in the record -> no series
         self.soak_output_tps = Gauge("specsoak_soak_output_tokens_per_second", "output tokens of requests finished in the last soak window / its seconds", L, registry=r)
         self.soak_decode_tps = Gauge("specsoak_soak_decode_tokens_per_second", "median per-request decode t/s of the last soak window", L, registry=r)
         self.soak_ttft_p95 = Gauge("specsoak_soak_ttft_p95_seconds", "p95 TTFT of the last soak window", L, registry=r)
@@ -216,7 +216,7 @@ class MetricsExporter(BaseObserver):
         self.soak_late = Gauge("specsoak_soak_late_requests", "open-loop soak: requests of the last window sent late (waited for max_in_flight, or the client lagged)", L, registry=r)
         self.soak_max_delay = Gauge("specsoak_soak_max_send_delay_seconds", "open-loop soak: the longest send delay (send time - scheduled time) among the last window's requests", L, registry=r)
         self.window_gauges = {field: Gauge(name, text, L, registry=r) for field, (name, text, _) in WINDOW_GAUGES.items()}
-        # the output canary (harness/canary.py): its last round, and whether a divergence was called in this soak
+        # the output canary (harness/soak/canary.py): its last round, and whether a divergence was called in this soak
         self.canary_differing = Gauge("specsoak_soak_canary_differing_answers", "output canary: answers of the last round that differ from "
                                       "the reference (first: the configuration's first answers; baseline: its baseline's), absent before there is one",
                                       [*L, "reference"], registry=r)

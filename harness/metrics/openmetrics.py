@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.canary import CANARY, round_summaries
-from harness.errors import ResultsError
+from harness.soak.canary import CANARY, round_summaries
+from harness.common.errors import ResultsError
 from harness.metrics.exporter import MetricsExporter
-from harness.records import FAILURES, PHASES, REQUESTS, VERDICTS, WINDOWS, read_jsonl
+from harness.records.files import FAILURES, PHASES, REQUESTS, VERDICTS, WINDOWS, read_jsonl
 
 SKIP_SUFFIXES = ("_created", "_gsum", "_gcount")
 Labels = tuple[tuple[str, str], ...]

@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from engines import ENGINES
-from harness.observe import BaseObserver
+from harness.session.observers import BaseObserver
 
 TARGETS_FILE = Path("prometheus") / "engines.json"
 SHARED_DIR = "prometheus-targets"

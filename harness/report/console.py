@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.report.stats import isnum
+from harness.common.stats import isnum
 
 SHOWN_MARK = "*"  # after a ratio whose interval excludes 1.0
 

@@ -8,15 +8,11 @@ from typing import Any
 
 import pandas as pd
 
-from harness.canary import CANARY
-from harness.errors import ResultsError
-from harness import jsonsafe
-from harness.records import AFTER_SOAK, FAILURES, FILL_CHECKS, MANIFEST, PHASES, RAMP, REQUESTS, SLICES, SOAK_DIR, VERDICTS, WINDOWS, ReadLog, read_jsonl
-from harness.report.scale import soak_requests_frame
-
-VERIFY = "verify.jsonl"
-VERIFY_DIST = "verify_distribution.jsonl"
-
+from harness.soak.canary import CANARY
+from harness.common import jsonsafe
+from harness.records.files import (AFTER_SOAK, FAILURES, FILL_CHECKS, PHASES, RAMP, REQUESTS, SLICES, SOAK_DIR, VERDICTS, VERIFY, VERIFY_DIST,
+                                   WINDOWS, ReadLog, read_jsonl, read_manifest)
+from harness.records.columnar import soak_requests_frame
 
 @dataclass
 class RunData:
@@ -35,7 +31,7 @@ class RunData:
     ramp: list[dict[str, Any]] = field(default_factory=list)
     fill_checks: list[dict[str, Any]] = field(default_factory=list)
     after_soak: list[dict[str, Any]] = field(default_factory=list)  # the measurement phases again, after each soak
-    canary: list[dict[str, Any]] = field(default_factory=list)  # the soak's output canary answers (harness/canary.py)
+    canary: list[dict[str, Any]] = field(default_factory=list)  # the soak's output canary answers (harness/soak/canary.py)
     # open-loop phases (a ``load`` key: measurement.arrival), apart: ``phases`` holds the closed-loop ones, by stream count
     arrival_phases: pd.DataFrame = field(default_factory=pd.DataFrame)
     read_log: ReadLog = field(default_factory=ReadLog)  # what could not be read (the report's notes say it)
@@ -51,19 +47,6 @@ class RunData:
     @property
     def scenario(self) -> dict[str, Any]:
         return self.manifest.get("scenario_parsed") or {}
-
-
-def read_manifest(run_dir: Path) -> dict[str, Any]:
-    mpath = run_dir / MANIFEST
-    if not mpath.is_file():
-        raise ResultsError(f"{run_dir}: not a run folder (no {MANIFEST})")
-    try:
-        data = jsonsafe.loads(mpath.read_text())
-    except ValueError as exc:
-        raise ResultsError(f"{mpath}: unreadable manifest ({exc})") from None
-    if not isinstance(data, dict):
-        raise ResultsError(f"{mpath}: unreadable manifest (not an object)")
-    return data
 
 
 NUM = (int, float)
@@ -95,7 +78,7 @@ def load_run(run_dir: Path) -> RunData:
             log.skip(f, 1, f"unreadable capacity record: {exc}")
             continue
     failures = list(read_jsonl(run_dir / FAILURES, log, {"config": str}))
-    # columnar and cached, in bounded memory: a soak holds ~1M records (harness/report/scale.py)
+    # columnar and cached, in bounded memory: a soak holds ~1M records (harness/records/columnar.py)
     soak_requests = soak_requests_frame(run_dir / SOAK_DIR)
     return RunData(
         run_dir, manifest, phases, requests, capacity, failures,

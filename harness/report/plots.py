@@ -14,7 +14,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness.report.load import RunData  # noqa: E402
-from harness.report.stats import isnum  # noqa: E402
+from harness.common.stats import isnum  # noqa: E402
 
 _COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 
@@ -166,7 +166,7 @@ FAILURE_KINDS_DRAWN = ("collapse", "stall", "divergence", "memory", "crash", "ha
 def failure_timelines(runs: list[RunData], out: Path) -> list[Path]:
     """One figure per configuration with a collapse, stall, divergence, memory, crash or hang verdict: every window
     series on its own axis against engine uptime, aligned, each verdict's onset marked (docs/soak.md#why)."""
-    from harness.explain import series_value
+    from harness.soak.explain import series_value
 
     paths: list[Path] = []
     for run in runs:
@@ -360,7 +360,7 @@ def control_over_time(control: pd.DataFrame, summary: pd.DataFrame, path: Path, 
 
 def rate_sweep(sweep: pd.DataFrame, saturation: pd.DataFrame, path: Path, multi: bool) -> Path | None:
     """Achieved (solid) and goodput (dotted) requests per second against the offered rate, per configuration; the
-    diagonal is 'achieved = offered'; a cross marks each configuration's saturation point (harness/saturation.py)."""
+    diagonal is 'achieved = offered'; a cross marks each configuration's saturation point (harness/detect/saturation.py)."""
     if sweep.empty:
         return None
     fig, ax = plt.subplots(figsize=(7.5, 4.4), dpi=110)

@@ -1,4 +1,4 @@
-"""The request-rate sweep's tables, from open-loop phase records alone (harness/saturation.py judges them).
+"""The request-rate sweep's tables, from open-loop phase records alone (harness/detect/saturation.py judges them).
 
 ``rate_sweep_table``: one row per (run, configuration, rate): offered, achieved, completions against the schedule,
 late share, goodput, latency from the scheduled time, saturated or not and why, and against the baseline; judged on
@@ -15,8 +15,8 @@ from typing import Any
 import pandas as pd
 
 from harness.report.load import RunData
-from harness.report.stats import isnum, ratio_interval
-from harness.saturation import Judgement, PaysAt, Rule, judge_rate, pays_at, saturation_point, stops_paying
+from harness.common.stats import isnum, ratio_interval
+from harness.detect.saturation import Judgement, PaysAt, Rule, judge_rate, pays_at, saturation_point, stops_paying
 
 
 def _rule(run: RunData) -> Rule:

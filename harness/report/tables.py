@@ -15,13 +15,13 @@ import pandas as pd
 
 from engines.base import EngineCounters, acceptance_figures
 
-from harness.canary import canary_cell
-from harness.soak_figures import stall_trend
-from harness.gpu import MIB
+from harness.soak.canary import canary_cell
+from harness.soak.figures import stall_trend
+from harness.probe.gpu import MIB
 from harness.report.load import RunData
-from harness.report.stats import break_even, expected_tokens_per_step, isnum, shown_difference, t_interval
-from harness.scenario import verdict_fails
-from harness.servable import kv_kib_per_token, servable_context, slo_verdict
+from harness.common.stats import break_even, expected_tokens_per_step, isnum, shown_difference, t_interval
+from harness.config.scenario import verdict_fails
+from harness.detect.servable import kv_kib_per_token, servable_context, slo_verdict
 
 WATCHDOG_FAILURES = ("crash", "hang", "restart_failed", "gave_up", "collapse", "memory")
 
@@ -96,7 +96,7 @@ def memory_table(runs: list[RunData], budget_override_mib: float | None = None) 
 
 
 def _fill_columns(fill: dict[str, Any] | None) -> dict[str, Any]:
-    """The fill check of a configuration (harness/fillcheck.py) as memory-table columns."""
+    """The fill check of a configuration (harness/session/fillcheck.py) as memory-table columns."""
     if not fill:
         return {"fill_check": "not run"}
     out: dict[str, Any] = {
@@ -113,7 +113,7 @@ def _fill_columns(fill: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _gpu_columns(run: RunData, name: str) -> dict[str, Any]:
-    """Peak GPU memory over a configuration's measurement phases (their ``gpu`` field: harness/gpu.py's
+    """Peak GPU memory over a configuration's measurement phases (their ``gpu`` field: harness/probe/gpu.py's
     ``GpuSample.to_dict()``); ``None`` (n/a) where no phase sampled it, never 0, and ``gpu_note`` says why."""
     ph = run.phases
     samples = [g for g in ph.loc[ph["config"] == name, "gpu"] if isinstance(g, dict)] if not ph.empty and "gpu" in ph else []
@@ -669,8 +669,8 @@ def prompts_table(runs: list[RunData]) -> pd.DataFrame:
     """How many different prompts each measured phase and each configuration's soak sent (docs/metrics.md#prompts):
     a prompt is a (prompt id, turn) pair, so a conversation's later turns count apart; ``repeated`` is requests
     that sent a prompt already sent in the same phase (or soak)."""
-    from harness.records import SOAK_DIR
-    from harness.report.scale import soak_requests_frame
+    from harness.records.files import SOAK_DIR
+    from harness.records.columnar import soak_requests_frame
 
     rows: list[dict[str, Any]] = []
     for run in runs:

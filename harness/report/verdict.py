@@ -13,8 +13,8 @@ import pandas as pd
 from engines.base import EngineCounters, acceptance_figures
 
 from harness.report.load import RunData
-from harness.scenario import load_label
-from harness.report.stats import ratio_interval, shown_difference
+from harness.config.scenario import load_label
+from harness.common.stats import ratio_interval, shown_difference
 
 
 def _median(values: Any) -> float | None:
@@ -320,7 +320,7 @@ def _failures(ok: int, failed: int, failure: Any) -> str:
 
 
 def _present(v: Any) -> bool:
-    """Not None and not NaN (any type; compare harness.report.stats.isnum: a real number only)."""
+    """Not None and not NaN (any type; compare harness.common.stats.isnum: a real number only)."""
     return v is not None and not (isinstance(v, float) and math.isnan(v))
 
 

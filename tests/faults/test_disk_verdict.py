@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.records import read_jsonl
+from harness.records.files import read_jsonl
 from tests.faults.helpers import cli, finish, lines_and_records, start_cli, wait_for
 from tests.faults.test_harness_faults import tmpfs
 from tests.integration.conftest import SMOLLM2

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.records import read_jsonl
-from harness.runner_util import free_port
+from harness.records.files import read_jsonl
+from harness.common.net import free_port
 from tests.faults.helpers import cli, engine_child, finish, gone, lines_and_records, manifest, run_dir, scenario, start_cli, wait_for
 from tests.faults.ledger import FaultLog
 

@@ -13,10 +13,10 @@ import yaml
 
 from engines.base import LaunchSpec
 from engines.llamacpp import LlamaCpp
-from harness.client import ERROR_KINDS, RequestParams, run_streams
+from harness.load.client import ERROR_KINDS, RequestParams, run_streams
 from harness.prompts import Prompt
-from harness.records import read_jsonl
-from harness.runner_util import free_port
+from harness.records.files import read_jsonl
+from harness.common.net import free_port
 from tests.faults.ledger import FaultLog
 from tests.faults.proxy import FAULTS, FaultProxy, expected_kind
 from tests.integration.conftest import SMOLLM2, start

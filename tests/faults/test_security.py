@@ -19,10 +19,10 @@ import yaml
 
 from engines.base import LaunchSpec
 from harness import cli as cli_module
-from harness.client import RequestParams, run_streams
+from harness.load.client import RequestParams, run_streams
 from harness.metrics.exporter import MetricsExporter
 from harness.prompts import Prompt
-from harness.runner_util import free_port
+from harness.common.net import free_port
 from tests.faults.helpers import cli, lines_and_records, manifest, run_dir, scenario
 from tests.faults.ledger import FaultLog
 from tests.faults.proxy import FaultProxy

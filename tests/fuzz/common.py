@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 
 from engines import ENGINES
 from engines.base import Capacity, Engine, EngineCounters, RequestSpecStats, acceptance_figures, counters_delta
-from harness.client import ERROR_KINDS, StreamParser, classify_http
-from harness.errors import ResultsError, ScrapeError
+from harness.load.client import ERROR_KINDS, StreamParser, classify_http
+from harness.common.errors import ResultsError, ScrapeError
 from harness.load.shapes import load_trace
 from harness.prompts import PromptError, load_prompts
-from harness.records import ReadLog, RequestRecord, read_jsonl
+from harness.records.files import ReadLog, RequestRecord, read_jsonl
 from harness.report.load import REQUEST_FIELDS, RunData, load_run
 from tests.conftest import http_body
 from tests.fuzz.conftest import PROFILE

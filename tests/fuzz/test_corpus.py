@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from engines._common import Samples
-from harness.errors import ScrapeError
+from harness.common.errors import ScrapeError
 from harness.prompts import PromptError, load_prompts
 from harness.load.shapes import load_trace
 from harness.report.load import REQUEST_FIELDS

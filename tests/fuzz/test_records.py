@@ -1,4 +1,4 @@
-"""Records files (harness/records.py read_jsonl) and the report's loader (harness/report/load.py) on
+"""Records files (harness/records/files.py read_jsonl) and the report's loader (harness/report/load.py) on
 torn, corrupt, binary and wrong-typed lines and on damaged run folders (a copy of tests/fixtures/run_quick)."""
 
 from __future__ import annotations

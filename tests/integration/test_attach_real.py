@@ -21,9 +21,9 @@ import pytest
 import yaml
 
 from engines.base import LaunchSpec
-from harness.records import VERDICTS, WINDOWS, read_jsonl
+from harness.records.files import VERDICTS, WINDOWS, read_jsonl
 from harness.report.build import build_report
-from harness.runner_util import free_port
+from harness.common.net import free_port
 from tests.integration.conftest import SMOLLM2, start
 
 pytestmark = pytest.mark.engine

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.records import PHASES, REQUESTS, read_jsonl
-from harness.runner import Runner
-from harness.scenario import load_scenario
+from harness.records.files import PHASES, REQUESTS, read_jsonl
+from harness.run.runner import Runner
+from harness.config.scenario import load_scenario
 from tests.integration.conftest import SMOLLM2
 
 pytestmark = pytest.mark.engine

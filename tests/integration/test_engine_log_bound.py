@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from engines.logcapture import LogBound, LogIndex
-from harness.records import read_jsonl
+from harness.records.files import read_jsonl
 from tests.faults.helpers import finish, start_cli, wait_for
 from tests.integration.conftest import SMOLLM2
 

@@ -16,11 +16,11 @@ import yaml
 
 from engines.base import LaunchSpec, counters_delta
 from engines.llamacpp import LlamaCpp
-from harness.client import RequestParams, run_streams
-from harness.errors import EngineStartError, SpeculationInactive
+from harness.load.client import RequestParams, run_streams
+from harness.common.errors import EngineStartError, SpeculationInactive
 from harness.prompts import Prompt, load_prompts
-from harness.records import read_jsonl
-from harness.runner import free_port
+from harness.records.files import read_jsonl
+from harness.common.net import free_port
 from tests.faults.ledger import FaultLog
 from tests.integration.conftest import SMOLLM2, start
 

@@ -27,10 +27,11 @@ from harness.metrics import dashboards, promconfig
 from harness.metrics.exporter import MetricsExporter
 from harness.metrics.openmetrics import export_openmetrics
 from harness.metrics.targets import SHARED_DIR, EngineTargetsFile
-from harness.observe import BaseObserver
-from harness.records import WINDOWS
-from harness.runner import Runner, free_port
-from harness.scenario import load_scenario
+from harness.session.observers import BaseObserver
+from harness.records.files import WINDOWS
+from harness.common.net import free_port
+from harness.run.runner import Runner
+from harness.config.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_QUICK = ROOT / "tests" / "fixtures" / "run_quick"
@@ -320,8 +321,8 @@ def _backfilled(promtool: str, prometheus_bin: str, tmp_path: Path, windows: Any
 
 
 def test_gpu_panels_have_data_from_gpu_windows(promtool: str, prometheus_bin: str, tmp_path: Path) -> None:
-    """No NVIDIA GPU here: soak windows shaped as harness/soak.py writes them on a GPU machine (GPU memory growing
-    100 MiB a window, from harness/gpu.py's record) are backfilled, and every GPU panel's expression has data."""
+    """No NVIDIA GPU here: soak windows shaped as harness/soak/slice.py writes them on a GPU machine (GPU memory growing
+    100 MiB a window, from harness/probe/gpu.py's record) are backfilled, and every GPU panel's expression has data."""
     mib = 2**20
 
     def window(t0: float, i: int) -> dict[str, Any]:
@@ -348,7 +349,7 @@ def test_gpu_panels_have_data_from_gpu_windows(promtool: str, prometheus_bin: st
 
 
 def test_open_loop_panels_have_data_from_open_loop_windows(promtool: str, prometheus_bin: str, tmp_path: Path) -> None:
-    """The live soak test runs closed loop: soak windows as harness/soak.py writes them in an open-loop soak (asked,
+    """The live soak test runs closed loop: soak windows as harness/soak/slice.py writes them in an open-loop soak (asked,
     offered, achieved and goodput rps, late sends, from harness/load/pacing.py's window_traffic) are backfilled, and every
     open-loop panel's expression, and the goodput one, has data."""
 
@@ -374,7 +375,7 @@ def test_open_loop_panels_have_data_from_open_loop_windows(promtool: str, promet
 
 
 def test_engine_view_panels_have_data_from_vllm_windows(promtool: str, prometheus_bin: str, tmp_path: Path) -> None:
-    """The live soak runs llama-server, which has no KV usage gauge or preemption counter: soak windows as harness/soak.py
+    """The live soak runs llama-server, which has no KV usage gauge or preemption counter: soak windows as harness/soak/slice.py
     writes them from vLLM's /metrics (engines/vllm.py, real_cpu_032_*.metrics.txt) are backfilled, and every panel
     reading them has data."""
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from harness.records import read_jsonl
+from harness.records.files import read_jsonl
 from tests.integration.conftest import SMOLLM2
 
 pytestmark = pytest.mark.engine

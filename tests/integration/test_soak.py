@@ -12,7 +12,7 @@ import psutil
 import pytest
 import yaml
 
-from harness.records import RequestRecord, read_jsonl
+from harness.records.files import RequestRecord, read_jsonl
 from tests.faults.ledger import FaultLog
 from tests.faults.helpers import engine_child as _soak_engine
 from tests.faults.helpers import finish as _finish

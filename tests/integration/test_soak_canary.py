@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.canary import CANARY
-from harness.records import read_jsonl
-from harness.runner_util import free_port
+from harness.soak.canary import CANARY
+from harness.records.files import read_jsonl
+from harness.common.net import free_port
 from tests.faults.helpers import finish, start_cli
 from tests.faults.proxy import CORRUPT_FROM, FaultProxy
 from tests.integration.conftest import SMOLLM2

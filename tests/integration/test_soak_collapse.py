@@ -31,9 +31,9 @@ import yaml
 
 from harness.metrics import dashboards, promconfig
 from harness.metrics.targets import SHARED_DIR
-from harness.records import AFTER_SOAK, VERDICTS, WINDOWS, read_jsonl
-from harness.runner_util import free_port
-from harness.soak import SETTLE_WINDOWS
+from harness.records.files import AFTER_SOAK, VERDICTS, WINDOWS, read_jsonl
+from harness.common.net import free_port
+from harness.soak.slice import SETTLE_WINDOWS
 from tests.faults.helpers import engine_child, finish, start_cli
 from tests.integration.conftest import SMOLLM2
 from tests.integration.test_prometheus import Prometheus, _has_data, _tool

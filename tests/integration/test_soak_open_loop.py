@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 import yaml
 
-from harness.load.pacing import LATE_AFTER_S, soak_offsets
-from harness.report.scale import soak_requests_frame
-from harness.records import AFTER_SOAK, PHASES, SOAK_DIR, WINDOWS, read_jsonl
-from harness.runner_util import free_port
+from harness.load.schedule import LATE_AFTER_S, soak_offsets
+from harness.records.columnar import soak_requests_frame
+from harness.records.files import AFTER_SOAK, PHASES, SOAK_DIR, WINDOWS, read_jsonl
+from harness.common.net import free_port
 from tests.faults.helpers import finish, start_cli
 from tests.integration.conftest import SMOLLM2
 

@@ -23,8 +23,8 @@ import psutil
 import pytest
 import yaml
 
-from harness.records import VERDICTS, WINDOWS, read_jsonl
-from harness.soak_figures import longest_stall
+from harness.records.files import VERDICTS, WINDOWS, read_jsonl
+from harness.soak.figures import longest_stall
 from tests.faults.helpers import engine_child, finish, start_cli
 from tests.integration.conftest import SMOLLM2
 from tests.integration.test_soak_collapse import _logs_to_soak

@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.records import read_jsonl
-from harness.vllm_env import vllm_python, vllm_version
+from harness.records.files import read_jsonl
+from harness.setup.vllm_env import vllm_python, vllm_version
 from tests.integration.conftest import run_scenario
 
 pytestmark = pytest.mark.vllm

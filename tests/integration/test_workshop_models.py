@@ -16,11 +16,12 @@ import pytest
 
 from engines.base import EngineCounters, LaunchSpec, counters_delta
 from engines.llamacpp import LlamaCpp
-from harness.client import RequestParams, run_streams
-from harness.errors import EngineStartError
+from harness.load.client import RequestParams, run_streams
+from harness.common.errors import EngineStartError
 from harness.models import ensure
 from harness.prompts import load_prompts
-from harness.runner import acceptance_figures, free_port
+from harness.run.runner import acceptance_figures
+from harness.common.net import free_port
 from tests.integration.conftest import start
 
 pytestmark = pytest.mark.engine

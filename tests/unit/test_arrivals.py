@@ -17,13 +17,14 @@ from pydantic import ValidationError
 
 from engines.base import LaunchSpec
 from engines.llamacpp import LlamaCpp
-from harness.arrivals import Schedule, arrival_figures, arrival_prompt_offset, rate_schedule, run_arrivals, schedule, stages_schedule
-from harness.client import RequestParams
-from harness.errors import ScenarioError
+from harness.load.arrivals import arrival_figures, run_arrivals
+from harness.load.schedule import Schedule, arrival_prompt_offset, rate_schedule, schedule, stages_schedule
+from harness.load.client import RequestParams
+from harness.common.errors import ScenarioError
 from harness.prompts import Prompt
-from harness.records import RequestRecord
-from harness.scenario import Arrival, Scenario, Stage, load_label, load_scenario, wall_clock_estimate
-from harness.servable import goodput, meets_slo
+from harness.records.files import RequestRecord
+from harness.config.scenario import Arrival, Scenario, Stage, load_label, load_scenario, wall_clock_estimate
+from harness.detect.servable import goodput, meets_slo
 from tests.conftest import LLAMACPP
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -292,7 +293,7 @@ def test_the_open_loop_example_scenario_validates() -> None:
 
 def test_plan_lists_the_open_loop_phases() -> None:
     from engines import engine_class
-    from harness.plan import plan_lines
+    from harness.run.plan import plan_lines
 
     loaded = load_scenario(ROOT / "scenarios" / "open-loop-cpu.yaml", check_model_files=False)
     text = "\n".join(plan_lines(loaded, engine_class("llamacpp")))

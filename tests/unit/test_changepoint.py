@@ -1,4 +1,4 @@
-"""The collapse detector (harness/changepoint.py) on simulated windows: fast on steps, silent on noise and load changes."""
+"""The collapse detector (harness/detect/changepoint.py) on simulated windows: fast on steps, silent on noise and load changes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness.changepoint import (
+from harness.detect.changepoint import (
     WATCHED_CHANGES,
     ChangeDetector,
     ChangeEvent,

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from harness.metrics import dashboards as d, promconfig
-from harness.metrics.schema import check_dashboard
+from harness.metrics.dashboard_schema import check_dashboard
 
 ROOT = Path(__file__).resolve().parents[2]
 UIDS = {d.DATASOURCE_UID}

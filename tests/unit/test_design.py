@@ -13,9 +13,9 @@ import pytest
 from harness.report.build import build_report
 from harness.report.design import compare_summary, compare_table
 from harness.report.load import load_run
-from harness.report.stats import ratio_interval, shown_difference
+from harness.common.stats import ratio_interval, shown_difference
 from harness.report.verdict import verdict_table
-from harness.runner_util import block_order, prompt_offset
+from harness.run.order import block_order, prompt_offset
 
 RUN = Path(__file__).resolve().parents[1] / "fixtures" / "run_quick"
 

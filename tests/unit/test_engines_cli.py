@@ -12,7 +12,7 @@ import pytest
 
 from engines import ENGINES
 from engines.base import LaunchSpec
-from harness.scenario import ALGORITHMS, ENGINE_NAMES
+from harness.config.scenario import ALGORITHMS, ENGINE_NAMES
 from tests.conftest import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -250,7 +250,7 @@ def test_inspect_log_unknown_engine() -> None:
 @pytest.mark.parametrize("binary", [None, "given"])
 def test_engines_without_synthetic_acceptance_refuse_it_at_start(name: str, binary: str | None, tmp_path: Path) -> None:
     """Installed or not (a binary given, or none found), the refusal comes first and nothing is started or written."""
-    from harness.errors import EngineStartError
+    from harness.common.errors import EngineStartError
 
     spec = LaunchSpec(model=tmp_path, algorithm="ngram", k=3, synthetic_length=2.0, binary=Path(BINARIES[name]) if binary else None)
     engine = ENGINES[name](spec, tmp_path / "logs" / "e.log")

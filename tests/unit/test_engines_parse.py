@@ -14,7 +14,7 @@ from engines.sglang import SGLang
 from engines.tgi import Tgi
 from engines.trtllm import TrtLlm
 from engines.vllm import Vllm
-from harness.runner import acceptance_figures
+from harness.run.runner import acceptance_figures
 from tests.conftest import FIXTURES
 
 

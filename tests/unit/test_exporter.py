@@ -109,7 +109,7 @@ LAB = {"run": "r1", "config": "spec", "engine": "llamacpp", "algorithm": "draft-
 
 
 def _window(**kw: object) -> dict[str, object]:
-    """A closed soak window as harness/soak.py hands it to on_window."""
+    """A closed soak window as harness/soak/slice.py hands it to on_window."""
     win: dict[str, object] = {
         "config": "spec", "slice": "s1", "t_start_unix": 2000.0, "t_end_unix": 2060.0, "t_unix": 2030.0,
         "requests": 20, "errors": 1, "error_kinds": {"timeout": 1}, "output_tokens": 2400,

@@ -1,4 +1,4 @@
-"""GPU memory through NVML (harness/gpu.py): a fake NVML module at the boundary, the real pynvml without a
+"""GPU memory through NVML (harness/probe/gpu.py): a fake NVML module at the boundary, the real pynvml without a
 driver, and the report's memory table with and without GPU samples."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from harness.gpu import DeviceMemory, GpuMeter, GpuSample, process_tree
+from harness.probe.gpu import DeviceMemory, GpuMeter, GpuSample, process_tree
 from harness.report.build import build_report
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run_quick"
@@ -27,7 +27,7 @@ class NVMLError(Exception):
 
 
 class FakeNvml:
-    """The pynvml calls harness/gpu.py makes, over two devices; ``fail`` names calls that raise NVMLError."""
+    """The pynvml calls harness/probe/gpu.py makes, over two devices; ``fail`` names calls that raise NVMLError."""
 
     NVMLError = NVMLError
 

@@ -1,4 +1,4 @@
-"""Deeply nested JSON is refused before the decoder recurses (harness/jsonsafe.py)."""
+"""Deeply nested JSON is refused before the decoder recurses (harness/common/jsonsafe.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from harness import jsonsafe
+from harness.common import jsonsafe
 
 
 def test_ordinary_records_parse_and_deep_ones_are_refused_without_recursion() -> None:

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from harness.client import RequestParams, request_body
-from harness.errors import ScenarioError
+from harness.load.client import RequestParams, request_body
+from harness.common.errors import ScenarioError
 from harness.prompts import Prompt, PromptError, distinct_prompts, load_prompts
 from harness.prompts.lengths import build, built_or_cached, draw, measurement_requests
-from harness.scenario import LengthDist, Lengths, Measurement, load_scenario
+from harness.config.scenario import LengthDist, Lengths, Measurement, load_scenario
 
 
 class CharTokenizer:

@@ -8,7 +8,7 @@ import pytest
 
 from engines.base import EngineCounters, LaunchSpec, counters_delta
 from engines.llamacpp import LlamaCpp, slots_speculative
-from harness.runner import acceptance_figures
+from harness.run.runner import acceptance_figures
 from tests.conftest import LLAMACPP, http_body
 
 
@@ -125,7 +125,7 @@ def test_counters_delta() -> None:
 
 
 def test_malformed_metrics_is_a_scrape_error() -> None:
-    from harness.errors import ScrapeError
+    from harness.common.errors import ScrapeError
 
     with pytest.raises(ScrapeError):
         LlamaCpp.normalise_metrics("this is { not prometheus\n")

@@ -1,8 +1,8 @@
-"""Progress with an estimate (harness/progress.py): the plan's model, corrected by the pace of finished phases."""
+"""Progress with an estimate (harness/run/progress.py): the plan's model, corrected by the pace of finished phases."""
 
 from __future__ import annotations
 
-from harness.progress import Progress
+from harness.run.progress import Progress
 
 PLAN = {"total_s": 1000.0, "measurement_s": 400.0, "ramp_s": 0.0, "fill_check_s": 0.0, "soak_s": 600.0, "after_soak_s": 0.0}
 

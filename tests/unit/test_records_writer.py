@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from harness.errors import ResultsError
-from harness.records import BatchedJsonlWriter, JsonlWriter
+from harness.common.errors import ResultsError
+from harness.records.files import BatchedJsonlWriter, JsonlWriter
 
 
 class _FillsUp:

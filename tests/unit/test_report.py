@@ -18,8 +18,9 @@ import pytest
 import scipy.stats
 
 from harness.report.build import TABLES, build_report
-from harness.report.stats import break_even, expected_tokens_per_step, percentile, t_interval
-from harness.verify import Answer, chi_square, first_difference
+from harness.common.stats import break_even, expected_tokens_per_step, percentile, t_interval
+from harness.load.greedy import Answer
+from harness.run.verify import chi_square, first_difference
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run_quick"
 
@@ -76,9 +77,9 @@ def test_verify_answers_that_failed_are_never_counted_identical(tmp_path: Path) 
 
     from rich.console import Console
 
-    from harness.records import JsonlWriter, read_jsonl
-    from harness.scenario import Configuration
-    from harness.verify import Verifier
+    from harness.records.files import JsonlWriter, read_jsonl
+    from harness.config.scenario import Configuration
+    from harness.run.verify import Verifier
 
     v = object.__new__(Verifier)
     buf = io.StringIO()
@@ -102,9 +103,9 @@ def test_verify_compares_each_configuration_with_its_own_baseline(tmp_path: Path
     import yaml
     from rich.console import Console
 
-    from harness.records import read_jsonl
-    from harness.scenario import load_scenario
-    from harness.verify import Verifier, VerifyOptions
+    from harness.records.files import read_jsonl
+    from harness.config.scenario import load_scenario
+    from harness.run.verify import Verifier, VerifyOptions
 
     (tmp_path / "t.gguf").write_bytes(b"x")
     (tmp_path / "mtp.gguf").write_bytes(b"x")

@@ -1,6 +1,6 @@
 """The request-rate sweep: saturation judged on synthetic open-loop phase records, the saturation point, where
 speculation stops paying in requests per second, the adaptive sweep's stop, and the report's table, CSV and plot
-(harness/saturation.py, harness/report/sweep.py; docs/metrics.md#rate-sweep)."""
+(harness/detect/saturation.py, harness/report/sweep.py; docs/metrics.md#rate-sweep)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.arrivals import Schedule, arrival_figures
-from harness.records import RequestRecord
-from harness.saturation import Judgement, PaysAt, Rule, judge, judge_rate, pays_at, saturation_point, stop_sweep, stops_paying
-from harness.scenario import Scenario
-from harness.errors import ScenarioError
+from harness.load.arrivals import arrival_figures
+from harness.load.schedule import Schedule
+from harness.records.files import RequestRecord
+from harness.detect.saturation import Judgement, PaysAt, Rule, judge, judge_rate, pays_at, saturation_point, stop_sweep, stops_paying
+from harness.config.scenario import Scenario
+from harness.common.errors import ScenarioError
 
 ROOT = Path(__file__).resolve().parents[2]
 RULE = Rule()  # 0.9 completions, 10% late, 90% meeting the SLO
@@ -205,8 +206,8 @@ def test_the_runner_skips_rates_past_saturation_and_counts_them_done() -> None:
     manifest too (a resume reads them back)."""
     from types import SimpleNamespace
 
-    from harness.progress import Progress
-    from harness.runner import Runner
+    from harness.run.progress import Progress
+    from harness.run.runner import Runner
 
     sc = Scenario.model_validate({"name": "s", "server": {"model": "m.gguf"}, "configurations": [{"name": "b"}],
                                   "measurement": {"warmup_requests": 0, "repetitions": 2, "arrival": {
@@ -236,8 +237,8 @@ def test_the_runner_skips_rates_past_saturation_and_counts_them_done() -> None:
 
 def test_the_rate_sweep_scenario_validates_and_its_plan_says_it_is_adaptive() -> None:
     from engines import engine_class
-    from harness.plan import plan_lines
-    from harness.scenario import load_scenario
+    from harness.run.plan import plan_lines
+    from harness.config.scenario import load_scenario
 
     loaded = load_scenario(ROOT / "scenarios" / "rate-sweep-cpu.yaml", check_model_files=False)
     a = loaded.scenario.measurement.arrival

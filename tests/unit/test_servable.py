@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.report.build import build_report
-from harness.servable import search_max_streams, servable_context, slo_verdict
+from harness.detect.servable import search_max_streams, servable_context, slo_verdict
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run_quick"
 CAP = {"slots": 4, "ctx_total": 8192, "kv_unified": False,

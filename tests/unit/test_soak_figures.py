@@ -1,4 +1,4 @@
-"""What a soak window records beside its traffic (harness/soak_figures.py), and why a verdict (harness/explain.py):
+"""What a soak window records beside its traffic (harness/soak/figures.py), and why a verdict (harness/soak/explain.py):
 stalls, the engine's own view from real /metrics captures, memory with swap and the prompt cache from a real
 llama-server log, the work done since start."""
 
@@ -12,9 +12,9 @@ import pytest
 from engines.base import CacheState, EngineCounters, counters_delta
 from engines.llamacpp import LlamaCpp, cache_ram_mib
 from engines.vllm import Vllm
-from harness.cpu import TreeMemory, status_kib, tree_memory
-from harness.explain import explain
-from harness.soak_figures import (cache_outlook, engine_view, longest_stall, memory_figures, stall_figures, stall_trend,
+from harness.probe.cpu import TreeMemory, status_kib, tree_memory
+from harness.soak.explain import explain
+from harness.soak.figures import (cache_outlook, engine_view, longest_stall, memory_figures, stall_figures, stall_trend,
                                   work_done)
 from tests.conftest import FIXTURES
 
@@ -162,8 +162,8 @@ def _soak_scenario(tmp_path: Path, soak: dict[str, object], configs: list[dict[s
 
 
 def test_plan_says_how_much_work_a_soak_pushes_through(tmp_path: Path) -> None:
-    from harness.plan import soak_work
-    from harness.scenario import load_scenario
+    from harness.run.plan import soak_work
+    from harness.config.scenario import load_scenario
 
     open_loop = load_scenario(_soak_scenario(tmp_path, {"duration_s": 3600, "max_tokens": 100,
                                                         "arrival": {"kind": "poisson", "rate_rps": 2.0}})).scenario
@@ -173,7 +173,7 @@ def test_plan_says_how_much_work_a_soak_pushes_through(tmp_path: Path) -> None:
 
 
 def test_validate_warns_of_a_prompt_cache_cap_over_the_memory_limit(tmp_path: Path) -> None:
-    from harness.scenario import load_scenario, soak_warnings
+    from harness.config.scenario import load_scenario, soak_warnings
 
     configs = [{"name": "default-cap", "algorithm": "none"},
                {"name": "small-cap", "algorithm": "none", "engine_args": ["--cache-ram", "256"]}]

@@ -13,11 +13,11 @@ import pytest
 from scipy import stats
 
 from engines.llamacpp import LlamaCpp
-from harness.errors import ScenarioError
-from harness.load.pacing import (BATCH, cumulative, in_flight_share, inverse, rate_at, soak_offsets, window_level, window_traffic,
-                                 worker_share)
-from harness.report.scale import compacted
-from harness.scenario import SoakArrival, load_scenario
+from harness.common.errors import ScenarioError
+from harness.load.pacing import window_traffic
+from harness.load.schedule import BATCH, cumulative, in_flight_share, inverse, rate_at, soak_offsets, window_level, worker_share
+from harness.records.columnar import compacted
+from harness.config.scenario import SoakArrival, load_scenario
 from tests.unit.test_exporter import LAB, _soak_exporter, _window
 from tests.unit.test_scenario import GOOD, write
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from harness.load.shapes import load_trace, users_at
-from harness.records import JsonlWriter, read_jsonl
-from harness.soak import RecordTail, soak_elapsed
-from harness.trend import trend
+from harness.records.files import JsonlWriter, read_jsonl
+from harness.soak.slice import RecordTail, soak_elapsed
+from harness.detect.trend import trend
 
 
 def test_steady_ramp_diurnal_bursts() -> None:

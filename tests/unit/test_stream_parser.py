@@ -1,4 +1,4 @@
-"""StreamParser (harness/client.py) over SSE streams: the real llama.cpp captures, and streams built
+"""StreamParser (harness/load/client.py) over SSE streams: the real llama.cpp captures, and streams built
 in their format (tests/fixtures/llamacpp/spec_self_draft.chat.stream_usage.sse.txt, a copy of
 ../shared/fixtures/llamacpp/) with chunks that carry several tokens, as speculative engines stream
 them. Figures: docs/metrics.md#per-request."""
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from engines.llamacpp import LlamaCpp
-from harness.client import RequestParams, StreamParser, per_token_gaps, request_body
-from harness.records import RequestRecord
+from harness.load.client import RequestParams, StreamParser, per_token_gaps, request_body
+from harness.records.files import RequestRecord
 from tests.conftest import LLAMACPP
 
 # draft-simple, k=3, greedy: 11 text chunks, usage.completion_tokens 12 (the 12th is the end-of-sequence

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from engines.llamacpp import LlamaCpp
-from harness.errors import ScenarioError
-from harness.scenario import load_scenario
+from harness.common.errors import ScenarioError
+from harness.config.scenario import load_scenario
 
 
 def _write(tmp_path: Path, cfg: dict) -> Path:
@@ -83,7 +83,7 @@ def test_k_sweep_table_names_the_best_k_per_column() -> None:
 
 
 def test_break_even_acceptance_solves_expected_tokens_equals_cost() -> None:
-    from harness.report.stats import expected_tokens_per_step
+    from harness.common.stats import expected_tokens_per_step
     from harness.report.tables import break_even_acceptance
 
     a = break_even_acceptance(2.0, 3)

@@ -1,4 +1,4 @@
-"""Soak window figures (harness/windows.py) and the rules they feed: throughput from the tokens streamed inside a
+"""Soak window figures (harness/soak/windows.py) and the rules they feed: throughput from the tokens streamed inside a
 window, count-implied noise, the open-loop backlog, drift per load level."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness.changepoint import ChangeDetector, ChangeEvent, detect_series
-from harness.soak import drift_points
-from harness.trend import trend
-from harness.windows import chunk_times, load_state, outstanding, p95_sd, share_sd, streamed, take_ended, throughput_sd, ttft_sd, window_figures
+from harness.detect.changepoint import ChangeDetector, ChangeEvent, detect_series
+from harness.soak.slice import drift_points
+from harness.detect.trend import trend
+from harness.soak.windows import chunk_times, load_state, outstanding, p95_sd, share_sd, streamed, take_ended, throughput_sd, ttft_sd, window_figures
 
 T0 = 1_700_000_000.0
 

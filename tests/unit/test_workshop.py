@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 
 from engines.llamacpp import LlamaCpp
-from harness.errors import ScenarioError
+from harness.common.errors import ScenarioError
 from harness.models import NAMES, UnknownModel, WorkshopError, ensure, known_names, recipe
 from harness.models import workshop
 from harness.models.recipes import RecipeError
-from harness.models_ref import ModelNotFound, resolve_model
-from harness.scenario import load_scenario
+from harness.models.ref import ModelNotFound, resolve_model
+from harness.config.scenario import load_scenario
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,1 @@
+"""Leaf helpers every layer may use: errors, safe JSON, statistics, packaged files, ports."""

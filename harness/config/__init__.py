@@ -1,0 +1,1 @@
+"""The scenario: its schema, YAML loading with line numbers, cross-field checks, the generated reference."""

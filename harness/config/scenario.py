@@ -1,0 +1,1115 @@
+"""Scenario files: YAML in, validated pydantic models out.
+
+Every error names the file, the line where YAML can tell it, the field, and what is allowed;
+``load_scenario`` raises :class:`ScenarioError` (exit code 2) and starts nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
+
+from harness.common.errors import ScenarioError
+from harness.models.ref import WORKSHOP_PREFIX, ModelNotFound, resolve_model
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+# Algorithm families, engine-neutral. Each engine adapter says which of them it implements.
+ALGORITHMS = frozenset(
+    {
+        "none",
+        "draft-simple",
+        "draft-mtp",
+        "draft-eagle3",
+        "draft-dflash",
+        "draft-dspark",
+        "ngram-simple",
+        "ngram-map-k",
+        "ngram-map-k4v",
+        "ngram-mod",
+        "ngram-cache",
+        "ngram",  # prompt lookup as vLLM, SGLang, TRT-LLM and TGI name it (llama.cpp: ngram-simple and kin)
+        "ngram-gpu",  # vLLM's ngram_gpu
+        "suffix",
+        "draft-medusa",  # TGI: Medusa heads that come with the target model (like draft-mtp)
+    }
+)
+# The engines a scenario may name; tests/unit/test_engines_registry.py checks it equals engines.ENGINES.
+ENGINE_NAMES = ("llamacpp", "vllm", "sglang", "trtllm", "tgi")
+EngineName = Literal["llamacpp", "vllm", "sglang", "trtllm", "tgi"]
+DRAFT_MODEL_ALGORITHMS = frozenset({"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"})
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Synthetic(_Strict):
+    """The engine's synthetic acceptance: a cost measurement, never valid model output."""
+
+    length: float | None = Field(None, description="mean acceptance length L, within [1, K+1]")
+    rates: list[Annotated[float, Field(ge=0.0, le=1.0)]] | None = Field(
+        None, description="per-position acceptance rates, K values, non-increasing"
+    )
+
+    @model_validator(mode="after")
+    def _one_of(self) -> Synthetic:
+        if (self.length is None) == (self.rates is None):
+            raise ValueError("set exactly one of 'length' or 'rates'")
+        if self.rates is not None and any(b > a for a, b in zip(self.rates, self.rates[1:])):
+            raise ValueError(f"rates must be non-increasing, got {self.rates}")
+        return self
+
+
+class Sweep(_Strict):
+    """Run one configuration at several draft lengths (and synthetic lengths): the K sweep."""
+
+    k: list[Annotated[int, Field(ge=1, le=64)]] = Field(
+        min_length=1, max_length=64, description="draft lengths, distinct: one configuration NAME-kK per value"
+    )
+    synthetic_length: list[Annotated[float, Field(ge=1.0)]] | None = Field(
+        None, description="with k: every combination is run; each length must be within [1, k+1]"
+    )
+
+    @field_validator("k")
+    @classmethod
+    def _distinct_k(cls, v: list[int]) -> list[int]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"k values must be distinct, got {v}")
+        return sorted(v)
+
+
+class Configuration(_Strict):
+    name: str = Field(pattern=NAME_PATTERN, description="unique in the scenario: names its records, logs and report rows")
+    algorithm: str = Field("none", description="speculative algorithm family; 'none' is a baseline")
+    model: str | None = Field(None, description="target model; defaults to the scenario's server.model")
+    draft: str | None = Field(None, description="draft model (draft-simple, draft-eagle3, draft-dflash)")
+    k: int | None = Field(None, ge=1, le=64, description="draft length K (max drafted tokens per step)")
+    k_min: int | None = Field(
+        None, ge=0, le=64, description="minimum draft length: llama.cpp skips speculation for a step that could draft fewer (--spec-draft-n-min)"
+    )
+    synthetic: Synthetic | None = Field(None, description="replace the accept decision by draws (a cost measurement; output is not valid)")
+    engine_args: list[str] = Field(default_factory=list, description="extra engine arguments, as a list")
+    sweep: Sweep | None = Field(None, description="expand into one configuration per k (and synthetic length)")
+    sweep_of: str | None = Field(None, description="set by the sweep expansion: the configuration this one came from")
+    baseline: str | None = Field(
+        None, description="the 'none' configuration its speedups are against; default: the one serving the same target model"
+    )
+
+    @field_validator("algorithm")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in ALGORITHMS:
+            raise ValueError(f"unknown algorithm '{v}'; known: {', '.join(sorted(ALGORITHMS))}")
+        return v
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Configuration:
+        if self.algorithm in DRAFT_MODEL_ALGORITHMS and not self.draft:
+            raise ValueError(f"algorithm '{self.algorithm}' needs a 'draft' model")
+        if self.algorithm not in DRAFT_MODEL_ALGORITHMS and self.draft:
+            raise ValueError(f"algorithm '{self.algorithm}' takes no 'draft' model")
+        if self.synthetic is not None:
+            if self.algorithm == "none":
+                raise ValueError("synthetic acceptance needs a speculative algorithm, not 'none'")
+            if self.k is None:
+                raise ValueError("synthetic acceptance needs an explicit 'k' to be checked against")
+            s = self.synthetic
+            if s.length is not None and not 1.0 <= s.length <= self.k + 1:
+                raise ValueError(f"synthetic.length must be within [1, k+1] = [1, {self.k + 1}], got {s.length}")
+            if s.rates is not None and len(s.rates) != self.k:
+                raise ValueError(f"synthetic.rates must have k = {self.k} values, got {len(s.rates)}")
+        if self.k_min is not None and self.k is not None and self.k_min > self.k:
+            raise ValueError(f"k_min ({self.k_min}) must not exceed k ({self.k})")
+        if self.sweep is not None:
+            if self.algorithm == "none":
+                raise ValueError("a sweep needs a speculative algorithm, not 'none'")
+            if self.synthetic is not None and self.synthetic.rates is not None:
+                raise ValueError("sweep.k cannot be combined with synthetic.rates (their count is k); use synthetic.length")
+            for k in self.sweep.k:
+                for length in self.sweep.synthetic_length or ([self.synthetic.length] if self.synthetic else []):
+                    if length is not None and not 1.0 <= length <= k + 1:
+                        raise ValueError(f"sweep: synthetic length {length:g} is outside [1, k+1] = [1, {k + 1}] for k = {k}")
+        return self
+
+    def expand(self) -> list[Configuration]:
+        """The configurations a sweep stands for (itself when it has no sweep)."""
+        if self.sweep is None:
+            return [self]
+        out = []
+        lengths: list[float | None] = list(self.sweep.synthetic_length) if self.sweep.synthetic_length else [None]
+        for k in self.sweep.k:
+            for length in lengths:
+                synthetic = Synthetic(length=length) if length is not None else self.synthetic
+                name = f"{self.name}-k{k}" + (f"-L{length:g}" if length is not None else "")
+                data = self.model_dump(exclude={"sweep", "synthetic", "name", "k", "sweep_of"})  # baseline, model kept
+                out.append(Configuration(**data, name=name, k=k, synthetic=synthetic, sweep_of=self.name))
+        return out
+
+    @property
+    def speculative(self) -> bool:
+        return self.algorithm != "none"
+
+    @property
+    def is_synthetic(self) -> bool:
+        return self.synthetic is not None
+
+
+class Server(_Strict):
+    engine: EngineName = Field("llamacpp", description="the engine adapter that starts and reads the server (engines/*.py)")
+    binary: str | None = Field(None, description="the engine's executable (or the Python that runs it); the default depends on the engine")
+    model: str | None = Field(None, description="target model: a path, or package:DIST/FILE; attach mode (server.url): optional, "
+                              "the model the server lists first at /v1/models")
+    ctx_size: int = Field(8192, ge=256, le=4_194_304, description="total context (all slots)")
+    parallel: int = Field(4, ge=1, le=1024, description="server slots")
+    threads: int | None = Field(None, ge=1, le=1024, description="CPU threads of llama-server (-t); default: llama.cpp's own choice")
+    extra_args: list[str] = Field(default_factory=list, description="extra engine arguments for every configuration, as a list")
+    start_timeout_s: float = Field(180.0, gt=0, le=3600, description="start to ready (health answers 200) at most; past it the start fails as a hang")
+    request_timeout_s: float = Field(300.0, gt=0, le=86_400, description="one request, first byte to last, at most; past it the request fails as 'timeout'")
+    stop_grace_s: float = Field(10.0, ge=0, le=600, description="after SIGTERM, the engine's process group gets this long before SIGKILL")
+    port: int | None = Field(None, ge=1024, le=65535, description="engine port (default: a free ephemeral one per start)")
+    request_base_url: str | None = Field(
+        None, pattern=r"^https?://[^\s/]+(:\d+)?/?$", description="send requests here instead of to the engine (a proxy in between)"
+    )
+    api_key_env: str | None = Field(
+        None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="environment variable holding the engine's API key"
+    )
+    env: dict[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str | int | float] = Field(
+        default_factory=dict, description="environment of the engine process (e.g. VLLM_CPU_KVCACHE_SPACE: 1); no secrets: it is stored in the manifest"
+    )
+    url: str | None = Field(
+        None, pattern=r"^https?://[^\s/]+(:\d+)?/?$",
+        description="attach mode: measure the server already running here (specsoak never starts, restarts or stops it); "
+        "one configuration, whose algorithm is checked against what the server reports where the engine exposes it",
+    )
+    metrics_url: str | None = Field(
+        None, pattern=r"^https?://\S+$", description="attach mode: the server's Prometheus metrics (default: url + the engine's metrics path)"
+    )
+    log_file: str | None = Field(
+        None, description="attach mode: the server's log, read for its capacity (slots, context, memory); default: none "
+        "(llama.cpp: slots and context from /slots)"
+    )
+
+    @model_validator(mode="after")
+    def _attach(self) -> Server:
+        if self.url is None and self.model is None:
+            raise ValueError("server.model is required: the model to launch (with server.url, attaching to a running server, "
+                             "it is read from the server)")
+        if self.url is None:
+            for f in ("metrics_url", "log_file"):
+                if getattr(self, f) is not None:
+                    raise ValueError(f"{f} is for attach mode: set server.url too")
+            return self
+        launch_only = [f for f in ("binary", "ctx_size", "parallel", "threads", "extra_args", "port", "env", "stop_grace_s") if f in self.model_fields_set]
+        if launch_only:
+            raise ValueError(f"server.url attaches to a running server, which specsoak does not start: {', '.join(launch_only)} "
+                             f"cannot apply (set them where the server is launched); remove them")
+        return self
+
+
+class Stage(_Strict):
+    """One stretch of an open-loop schedule: arrivals at ``rate_rps`` for ``duration_s``."""
+
+    rate_rps: float = Field(gt=0, le=100_000, description="mean arrival rate during the stage")
+    duration_s: float = Field(gt=0, le=7 * 86_400, description="how long the stage lasts; the next starts where it ends")
+
+
+ArrivalKind = Literal["constant", "poisson", "gamma"]
+
+
+class Saturation(_Strict):
+    """When an open-loop rate counts as past what a configuration serves (harness/detect/saturation.py): the report's
+    saturation point per configuration, and, with ``stop_after``, an adaptive sweep that skips the higher rates."""
+
+    completion_ratio_min: float = Field(
+        0.9, gt=0, le=1, description="saturated when responses complete at less than this share of the rate the requests "
+        "were scheduled at (completion rate over the first-to-last completion against scheduled rate over the first-to-last send)",
+    )
+    late_share_max: float = Field(0.1, ge=0, le=1, description="saturated when more than this share of the requests was sent late")
+    goodput_ratio_min: float = Field(
+        0.9, ge=0, le=1, description="with an `slo:`: saturated (the SLO broke) when fewer than this share of the requests met it",
+    )
+    stop_after: int | None = Field(
+        None, ge=1, le=64, description="adaptive sweep: once this many rates in a row saturated in a repetition, that "
+        "configuration skips the higher rates of the repetition (none: every rate is measured)",
+    )
+
+
+def rate_key(rate_rps: float) -> str:
+    """An open-loop phase's key for one rate: its phase records' ``load`` (the report shows it as '@R rps')."""
+    return f"{rate_rps:g}rps"
+
+
+STAGES_KEY = "stages"  # the ``load`` of the phase that runs a stage list
+
+
+def load_label(key: str) -> str:
+    """An open-loop phase's key as the report and the console show it: '2rps' -> '@2 rps'; 'stages' as it is."""
+    return f"@{key[:-3]} rps" if key.endswith("rps") else key
+
+
+class Arrival(_Strict):
+    """Open-loop arrivals (harness/load/arrivals.py): each request is sent at its scheduled time whatever the answers
+    before it, up to ``max_in_flight`` at once; one waiting for a slot is recorded late, with its delay."""
+
+    kind: ArrivalKind = Field(
+        "poisson", description="gaps between arrivals: constant (exactly 1/rate), poisson (exponential, mean 1/rate), "
+        "gamma (mean 1/rate, coefficient of variation cv: above 1 bursty, below 1 regular)",
+    )
+    rate_rps: list[Annotated[float, Field(gt=0, le=100_000)]] | None = Field(
+        None, min_length=1, max_length=64,
+        description="a rate or a list of distinct rates (requests per second): one phase each, `requests` requests long",
+    )
+    stages: list[Stage] | None = Field(
+        None, min_length=1, max_length=10_000, description="instead of rate_rps: one phase that runs these stages in order (rate × duration)"
+    )
+    cv: float | None = Field(None, gt=0, le=100, description="gamma only (and required there): coefficient of variation of the gaps")
+    requests: int = Field(32, ge=1, le=1_000_000, description="requests per phase at each rate_rps (with stages, the stages' durations set the count)")
+    max_in_flight: int = Field(
+        64, ge=1, le=65_536, description="requests in flight at most; a request due while this many are in flight waits for a slot "
+        "and is recorded late with its send delay"
+    )
+    seed: int = Field(0, description="seed of the gaps: phase (rate, repetition) has the same schedule in every configuration")
+    saturation: Saturation = Field(
+        default_factory=Saturation, description="when a rate counts as saturated (the report's saturation point; `stop_after`: adaptive sweep)"
+    )
+
+    @field_validator("rate_rps", mode="before")
+    @classmethod
+    def _one_rate(cls, v: Any) -> Any:
+        return [v] if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+
+    @field_validator("rate_rps")
+    @classmethod
+    def _distinct_rates(cls, v: list[float] | None) -> list[float] | None:
+        if v is None:
+            return v
+        keys = [rate_key(r) for r in v]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"rates must be distinct (to 6 significant digits), got {v}")
+        return sorted(v)
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Arrival:
+        if (self.rate_rps is None) == (self.stages is None):
+            raise ValueError("set exactly one of 'rate_rps' (one phase per rate) or 'stages' (one phase running them in order)")
+        if self.stages is not None and "requests" in self.model_fields_set:
+            raise ValueError("'requests' is for rate_rps: with stages, each stage's rate × duration sets the count; remove 'requests'")
+        if self.kind == "gamma" and self.cv is None:
+            raise ValueError("kind 'gamma' needs 'cv', the coefficient of variation of the gaps (1 is as bursty as poisson)")
+        if self.stages is not None and self.saturation.stop_after is not None:
+            raise ValueError("'saturation.stop_after' sweeps a list of rates (rate_rps); a stage list is one phase: remove it")
+        if self.kind != "gamma" and self.cv is not None:
+            raise ValueError(f"'cv' is for kind 'gamma'; kind '{self.kind}' has a fixed one (constant 0, poisson 1): remove 'cv'")
+        return self
+
+    def keys(self) -> list[str]:
+        """The ``load`` of each open-loop phase, in the order they run: one per rate, or 'stages'."""
+        return [rate_key(r) for r in self.rate_rps] if self.rate_rps is not None else [STAGES_KEY]
+
+    def rate_of(self, key: str) -> float | None:
+        """The rate a key stands for (None for the stage list)."""
+        return next((r for r in self.rate_rps or [] if rate_key(r) == key), None)
+
+    def expected_span_s(self, key: str) -> float:
+        """How long the phase's schedule lasts on average: requests / rate, or the stages' total duration."""
+        rate = self.rate_of(key)
+        if rate is not None:
+            return self.requests / rate
+        return sum(s.duration_s for s in self.stages or [])
+
+# ---- realistic prompts: synthetic lengths, shared prefix, prompt reuse (harness/prompts/lengths.py) ----------------
+class LengthDist(_Strict):
+    """A distribution of lengths in the target's tokens. normal and lognormal take the lengths' own mean and sd
+    (lognormal: sigma² = ln(1 + sd²/mean²), mu = ln(mean) − sigma²/2); draws are rounded and clipped to [min, max]."""
+
+    dist: Literal["fixed", "normal", "lognormal", "uniform"] = Field(description="fixed: every length is mean; uniform: integers in [min, max]")
+    mean: float | None = Field(None, gt=0, le=1_048_576, description="fixed, normal, lognormal: the mean length, tokens")
+    sd: float | None = Field(None, ge=0, le=1_048_576, description="normal, lognormal: the standard deviation of the lengths, tokens")
+    min: int = Field(1, ge=1, le=1_048_576, description="shortest length; draws below it are raised to it")
+    max: int | None = Field(None, ge=1, le=1_048_576, description="longest length; draws above it are cut to it (uniform: required)")
+
+    @model_validator(mode="after")
+    def _params(self) -> LengthDist:
+        need = {"fixed": ("mean",), "normal": ("mean", "sd"), "lognormal": ("mean", "sd"), "uniform": ("max",)}[self.dist]
+        missing = [f for f in need if getattr(self, f) is None]
+        if missing:
+            raise ValueError(f"dist '{self.dist}' needs {' and '.join(missing)}")
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max}) is below min ({self.min})")
+        return self
+
+
+class Lengths(_Strict):
+    """Prompts built from the prompt set's text at drawn lengths (docs/scenarios.md#synthetic-lengths)."""
+
+    input: LengthDist | None = Field(
+        None, description="user-turn length, counted in the target's tokens via the engine's /tokenize; each prompt is a distinct "
+        "window of the prompt set's text; unset: the set's prompts as they are (their followups kept)",
+    )
+    output: LengthDist | None = Field(None, description="answer length: each request's max_tokens (ignore_eos holds it); unset: max_tokens")
+    shared_prefix_tokens: int = Field(
+        0, ge=0, le=1_048_576, description="a system prompt of this many tokens, the same in every request (prefix-cache traffic); 0: none",
+    )
+    prompts: int | None = Field(
+        None, ge=1, le=10_000_000, description="how many prompts to build; default: as many as the measured phases send (soak: 5000)",
+    )
+    seed: int = Field(0, description="seed of the draws and of where each window starts: the same prompts in every configuration")
+
+
+PromptReuse = Literal["allow", "forbid"]
+# ---- end of the realistic prompts block -------------------------------------------------------------------------
+
+
+class Measurement(_Strict):
+    prompts: str = Field("builtin:repeat", description="builtin:NAME or a JSONL/JSON file of prompts")
+    max_tokens: int = Field(128, ge=1, le=131_072, description="tokens per answer (requests ask ignore_eos: every answer is this long)")
+    streams: list[Annotated[int, Field(ge=1, le=4096)]] = Field(
+        default_factory=lambda: [1, 4], min_length=1, description="concurrent stream counts, one phase each; 1 is solo"
+    )
+    requests_per_stream: int = Field(2, ge=1, le=100_000, description="requests each stream sends in a phase (a phase at N streams sends N times this)")
+    repetitions: int = Field(1, ge=1, le=1000, description="times each phase is measured: the confidence intervals come from them")
+    warmup_requests: int = Field(1, ge=0, le=1000, description="requests on one stream before the measured phases on each engine, not measured")
+    temperature: float = Field(0.0, ge=0.0, le=5.0, description="sampling temperature of every request; 0 is greedy")
+    seed: int = Field(42, description="sampling seed: request i of a phase asks seed + i, the same in every configuration")
+    contamination_cores: float = Field(
+        0.05, gt=0, le=64, description="other processes' mean CPU (cores) above which a figure is contaminated"
+    )
+    design: Literal["interleaved", "sequential"] = Field(
+        "interleaved",
+        description="interleaved: each repetition is a block that measures every configuration once, in an order shuffled per "
+        "block (a fresh engine per block), so paired figures are seconds apart; sequential: all repetitions of one "
+        "configuration, then the next (one engine per configuration)",
+    )
+    order_seed: int | None = Field(
+        None, description="seed of the interleaved blocks' shuffled order (default: drawn at the start and recorded in the manifest)"
+    )
+    control_drift_max: float = Field(
+        0.20, gt=0, le=10,
+        description="the control (each baseline's solo decode t/s, block by block) may spread this much ((max − min) / median) "
+        "before the report flags the machine's speed as drifting",
+    )
+
+    lengths: Lengths | None = Field(None, description="synthetic input/output lengths and a shared prefix, built from the prompt set's text")
+    prompt_reuse: PromptReuse = Field(
+        "allow", description="forbid: the measured phases of a configuration never send one prompt twice (validate fails when the "
+        "set is too small, naming the count needed); allow: prompts wrap around",
+    )
+    arrival: Arrival | None = Field(
+        None, description="open-loop phases instead of closed-loop streams: requests sent at scheduled times "
+        "(docs/metrics.md#open-loop-phases); streams and requests_per_stream are then not set",
+    )
+
+    @field_validator("streams")
+    @classmethod
+    def _distinct(cls, v: list[int]) -> list[int]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"stream counts must be distinct, got {v}")
+        return sorted(v)
+
+    @model_validator(mode="after")
+    def _open_or_closed(self) -> Measurement:
+        if self.arrival is not None:
+            closed = [f for f in ("streams", "requests_per_stream") if f in self.model_fields_set]
+            if closed:
+                raise ValueError(f"{' and '.join(closed)} {'is' if len(closed) == 1 else 'are'} for closed-loop phases; with 'arrival' "
+                                 f"the phases are open-loop (their concurrency is arrival.max_in_flight): remove "
+                                 f"{' and '.join('measurement.' + f for f in closed)}")
+        return self
+
+    def phase_loads(self) -> list[int | str]:
+        """What each measured phase runs, in order: a stream count (closed loop) or an arrival key (open loop)."""
+        return list(self.arrival.keys()) if self.arrival is not None else list(self.streams)
+
+
+class Shape(_Strict):
+    """Traffic over time during a soak (a Locust LoadTestShape; harness/load/shapes.py)."""
+
+    kind: Literal["steady", "ramp", "diurnal", "bursts", "replay"] = Field("steady", description="how the stream count moves over the soak (docs/soak.md)")
+    users: int = Field(1, ge=1, le=100_000, description="steady: streams; ramp: final; diurnal: peak; bursts: base; replay: most in flight")
+    start_users: int = Field(1, ge=0, le=100_000, description="ramp: first; diurnal: trough")
+    peak_users: int | None = Field(None, ge=1, le=100_000, description="bursts: streams during a burst")
+    period_s: float | None = Field(None, gt=0, le=604_800, description="diurnal: one compressed day (default: the soak); bursts: burst spacing")
+    burst_s: float = Field(10.0, gt=0, le=86_400, description="bursts: the last burst_s of every period_s runs peak_users")
+    trace: str | None = Field(None, description="replay: JSONL file of {\"t_s\": offset} (optional prompt_id)")
+    spawn_rate: float = Field(10.0, gt=0, le=10_000, description="streams Locust starts or stops per second when the shape changes its count")
+
+    @model_validator(mode="after")
+    def _needs(self) -> Shape:
+        if self.kind == "replay" and not self.trace:
+            raise ValueError("shape 'replay' needs a 'trace' file")
+        if self.kind == "bursts" and self.peak_users is None:
+            raise ValueError("shape 'bursts' needs 'peak_users'")
+        return self
+
+
+class SoakArrival(_Strict):
+    """Open-loop arrivals during a soak (harness/load/pacing.py): the rate over the soak is steady, a list of stages
+    cycled over it, or a diurnal curve; each request goes out at its scheduled time whatever the answers before it,
+    up to ``max_in_flight`` at once, and one that cannot go out on time is recorded late with its delay."""
+
+    kind: ArrivalKind = Field(
+        "poisson", description="gaps between arrivals: constant, poisson (exponential) or gamma (coefficient of variation cv), "
+        "drawn at unit rate and stretched over the rate curve (time rescaling)",
+    )
+    rate_rps: float | None = Field(None, gt=0, le=100_000, description="steady: the rate; curve diurnal: the peak rate")
+    curve: Literal["steady", "diurnal"] = Field(
+        "steady", description="with rate_rps: steady (the same rate throughout) or diurnal (trough_rps at t=0, rate_rps half a period later)"
+    )
+    trough_rps: float | None = Field(None, gt=0, le=100_000, description="curve diurnal: the rate at 'midnight' (t=0 and every period_s)")
+    period_s: float | None = Field(None, gt=0, le=604_800, description="curve diurnal: one compressed day (default: the soak)")
+    stages: list[Stage] | None = Field(
+        None, min_length=1, max_length=10_000,
+        description="instead of rate_rps: rate × duration stages in order, started again from the first when they end before the soak does",
+    )
+    cv: float | None = Field(None, gt=0, le=100, description="gamma only (and required there): coefficient of variation of the gaps")
+    max_in_flight: int = Field(
+        64, ge=1, le=65_536, description="requests in flight at most (over all Locust workers); a request due while this many are "
+        "in flight waits for a slot and is recorded late with its send delay"
+    )
+    seed: int = Field(0, description="seed of the gaps: every configuration's soak gets the same schedule")
+
+    @model_validator(mode="after")
+    def _coherent(self) -> SoakArrival:
+        if (self.rate_rps is None) == (self.stages is None):
+            raise ValueError("set exactly one of 'rate_rps' (steady or diurnal) or 'stages' (rate × duration, cycled over the soak)")
+        if self.kind == "gamma" and self.cv is None:
+            raise ValueError("kind 'gamma' needs 'cv', the coefficient of variation of the gaps (1 is as bursty as poisson)")
+        if self.kind != "gamma" and self.cv is not None:
+            raise ValueError(f"'cv' is for kind 'gamma'; kind '{self.kind}' has a fixed one (constant 0, poisson 1): remove 'cv'")
+        if self.curve == "diurnal":
+            if self.rate_rps is None or self.trough_rps is None:
+                raise ValueError("curve 'diurnal' needs 'rate_rps' (the peak) and 'trough_rps'")
+            if self.trough_rps > self.rate_rps:
+                raise ValueError(f"trough_rps ({self.trough_rps:g}) is above the peak rate_rps ({self.rate_rps:g})")
+        else:
+            extra = [f for f in ("trough_rps", "period_s") if getattr(self, f) is not None]
+            if extra:
+                raise ValueError(f"{' and '.join(extra)} {'is' if len(extra) == 1 else 'are'} for curve 'diurnal': set curve: diurnal or remove them")
+        if self.stages is not None and "curve" in self.model_fields_set:
+            raise ValueError("'curve' is for rate_rps; stages set the rate themselves: remove 'curve'")
+        return self
+
+    def mean_rps(self, duration_s: float) -> float:
+        """The mean rate the curve asks over a soak of ``duration_s``."""
+        from harness.load.schedule import cumulative
+
+        return cumulative(self.model_dump(), duration_s, duration_s) / duration_s if duration_s > 0 else 0.0
+
+
+SOAK_MAX_REQUESTS = 50_000_000  # a soak's schedule is drawn in memory: more arrivals than this is a mistake in the rate
+
+
+VerdictKind = Literal["crash", "hang", "collapse", "memory", "error_rate", "drift", "no_load", "stall", "cache_cap", "divergence", "disk"]
+VerdictAction = Literal["record", "restart", "stop_config", "stop_run"]
+# what each watchdog verdict does unless the scenario says otherwise (docs/soak.md)
+DEFAULT_ACTIONS: dict[str, str] = {
+    "crash": "restart", "hang": "restart", "collapse": "stop_config", "memory": "stop_config",
+    "error_rate": "record", "drift": "record", "no_load": "record", "stall": "record", "cache_cap": "record", "divergence": "stop_config",
+    "disk": "stop_run",
+}
+
+
+ENGINE_FAILURES = ("crash", "hang", "restart_failed", "gave_up")  # the engine itself failed: always a failed soak
+
+
+def verdict_fails(verdict: dict[str, Any]) -> bool:
+    """Whether a watchdog verdict makes its configuration's soak a failure (exit code 4): the engine failed, a
+    collapse or memory verdict that was acted on (not set to 'record'), or any verdict that stopped the soak."""
+    kind, action = verdict.get("kind"), verdict.get("action")
+    return kind in ENGINE_FAILURES or (kind in ("collapse", "memory", "divergence") and action != "record") or action in ("stop_config", "stop_run")
+
+
+class Watchdog(_Strict):
+    """What the soak watchdog calls a failure (docs/soak.md)."""
+
+    probe_interval_s: float = Field(2.0, gt=0, le=600, description="how often the engine's process and health endpoint are checked (crash, hang)")
+    hang_s: float = Field(30.0, gt=0, le=86_400, description="engine unanswering this long: hang -> kill, restart")
+    window_s: float = Field(60.0, gt=0, le=86_400, description="aggregation window for error rate and drift")
+    error_rate: float = Field(0.2, gt=0, le=1, description="failed share of a window's requests that is a verdict")
+    min_requests: int = Field(5, ge=1, description="a window with fewer requests is not judged")
+    drift_alpha: float = Field(0.01, gt=0, lt=0.5, description="significance of the trend test")
+    drift_min_change: float = Field(0.1, ge=0, le=10, description="relative change over the soak below which a trend is not a verdict")
+    drift_min_windows: int = Field(6, ge=3, le=10_000, description="windows (uncontaminated, with a value) before the trend test runs")
+    max_restarts: int = Field(10, ge=0, le=10_000, description="engine restarts after crash or hang in one soak; one more and the soak gives up")
+    warmup_windows: int = Field(2, ge=0, le=10_000, description="windows after each engine start that the change detector neither judges nor learns from")
+    reference_windows: int = Field(5, ge=2, le=10_000, description="windows per load level that form the change detector's reference")
+    confirm_windows: int = Field(2, ge=1, le=100, description="consecutive windows past the change threshold that make a collapse")
+    memory_horizon_s: float = Field(3600.0, gt=0, le=7 * 86_400, description="a 'memory' verdict when available memory runs out sooner than this at the engine's slope")
+    memory_fit_s: float = Field(1800.0, gt=0, le=86_400, description="the recent span of engine memory the headroom forecast fits")
+    memory_limit_mib: float | None = Field(
+        None, gt=0, le=2**30, description="memory the engine may hold at most (a container's limit), when lower than the machine's: "
+        "the headroom forecast and the prompt-cache check count from it; default: the machine's available memory",
+    )
+    stall_warn_s: float = Field(5.0, gt=0, le=86_400, description="a 'stall' verdict when a stream's gap between two chunks or a "
+                                "health probe takes this long (again each time the longest pause grows by half)")
+    disk_min_free_mib: float = Field(
+        1024.0, ge=0, le=16_777_216, description="a 'disk' verdict when the results disk has less free, or will have at its "
+        "write rate within two windows (docs/soak.md#disk-space)",
+    )
+    actions: dict[VerdictKind, VerdictAction] = Field(
+        default_factory=dict, description="what a verdict kind does: record, restart (crash, hang), stop_config, stop_run; defaults in docs/soak.md"
+    )
+
+    @field_validator("actions")
+    @classmethod
+    def _restartable(cls, v: dict[str, str]) -> dict[str, str]:
+        for kind, action in v.items():
+            if action == "restart" and kind not in ("crash", "hang"):
+                raise ValueError(f"'{kind}: restart': only crash and hang can restart the engine")
+            if kind in ("crash", "hang") and action == "record":
+                raise ValueError(f"'{kind}: record': a dead or hung engine cannot go on serving; use restart, stop_config or stop_run")
+        return v
+
+    def action(self, kind: str) -> str:
+        return self.actions.get(kind, DEFAULT_ACTIONS.get(kind, "record"))  # type: ignore[call-overload]
+
+
+class Canary(_Strict):
+    """The output canary: fixed greedy prompts answered again and again through the soak (docs/soak.md#output-canary)."""
+
+    enabled: bool | None = Field(
+        None, description="default: on when the soak has a speculative configuration (every soaked configuration then answers: "
+        "a baseline's answers are its speculative configurations' reference)",
+    )
+    every_s: float = Field(300.0, gt=0, le=86_400, description="seconds between canary rounds while the traffic runs (the first round "
+                           "is sent before it starts)")
+    max_tokens: int = Field(64, ge=1, le=4096, description="tokens per canary answer (greedy, no prompt cache)")
+    seed: int = Field(0, description="seed of the canary requests")
+    prompts: list[Annotated[str, StringConstraints(min_length=1)]] | None = Field(
+        None, min_length=1, max_length=64, description="the canary's prompts (one user turn each); default: four built-in ones"
+    )
+    confirm_rounds: int | None = Field(
+        None, ge=1, le=1000, description="a divergence: the same prompt differing from its reference in this many consecutive rounds; "
+        "default: the engine's, from the measured floor",
+    )
+    max_differing: int | None = Field(
+        None, ge=0, le=64, description="a divergence: more prompts than this differing from one reference in one round; default: the engine's"
+    )
+
+
+class Soak(_Strict):
+    duration_s: float = Field(gt=0, le=7 * 86_400, description="soak time per configuration")
+    configurations: list[str] | None = Field(None, description="default: every configuration")
+    slice_s: float | None = Field(
+        None, gt=0, le=7 * 86_400,
+        description="alternate configurations every slice, restarting each engine per slice (resets the state a late collapse needs); default: one engine for the whole soak",
+    )
+    shape: Shape = Field(default_factory=Shape, description="traffic over time: closed-loop streams (Locust users)")
+    arrival: SoakArrival | None = Field(
+        None, description="instead of shape: open-loop arrivals at a rate (steady, stages or diurnal), each request sent at its "
+        "scheduled time and recorded late when it cannot be (docs/soak.md#open-loop-arrivals)",
+    )
+    workers: int = Field(0, ge=0, le=256, description="Locust workers (0: one local Locust process)")
+    prompts: str | None = Field(None, description="default: builtin:soak")
+    max_tokens: int | None = Field(None, ge=1, le=131_072, description="tokens per answer; default: measurement.max_tokens")
+    stall_s: float = Field(60.0, gt=0, le=86_400, description="a request with no chunk this long fails as 'stall'")
+    lengths: Lengths | None = Field(None, description="synthetic input/output lengths and a shared prefix for the soak's prompts")
+    prompt_reuse: PromptReuse = Field(
+        "allow", description="forbid: no prompt is sent twice in a soak (Locust processes share the set out; a user whose share is "
+        "used up stops, and the soak's records say so); allow: prompts wrap around",
+    )
+    watchdog: Watchdog = Field(default_factory=Watchdog, description="what counts as a failure, and what it does")
+    canary: Canary = Field(default_factory=Canary, description="fixed greedy prompts answered through the soak, compared answer by answer")
+
+    @model_validator(mode="after")
+    def _shape_or_arrival(self) -> Soak:
+        if self.arrival is not None:
+            if "shape" in self.model_fields_set:
+                raise ValueError("soak.shape (closed-loop users) and soak.arrival (open-loop arrivals) are exclusive: the soak's traffic is "
+                                 "one or the other; remove soak.shape or soak.arrival")
+            expected = self.arrival.mean_rps(self.duration_s) * self.duration_s
+            if expected > SOAK_MAX_REQUESTS:
+                raise ValueError(f"soak.arrival asks about {expected:,.0f} requests over the soak (more than {SOAK_MAX_REQUESTS:,}): "
+                                 f"check rate_rps and duration_s")
+        return self
+
+    def load_kind(self) -> str:
+        """What the soak's traffic is, in a word: the shape's kind, or 'open-loop <arrival kind>'."""
+        return f"open-loop {self.arrival.kind}" if self.arrival is not None else self.shape.kind
+
+
+class Ramp(_Strict):
+    """Find max streams adaptively: double N from ``start`` while the SLO holds, then bisect (docs/reports.md)."""
+
+    start: int = Field(1, ge=1, le=4096, description="the first stream count tried")
+    max_streams: int = Field(64, ge=1, le=4096, description="the ramp stops here (the result is then a lower bound)")
+    requests_per_stream: int = Field(2, ge=1, le=1000, description="requests each stream sends at each step")
+    max_tokens: int | None = Field(None, ge=1, le=131_072, description="default: measurement.max_tokens")
+
+    @model_validator(mode="after")
+    def _order(self) -> Ramp:
+        if self.start > self.max_streams:
+            raise ValueError(f"start ({self.start}) is above max_streams ({self.max_streams})")
+        return self
+
+
+class Slo(_Strict):
+    """What one stream must get for a stream count to count as served (the report's max streams), and what one
+    request must get to count toward goodput (docs/metrics.md#goodput)."""
+
+    per_stream_tps_min: float | None = Field(
+        None, gt=0, description="median decode t/s of a request at N streams, at least; goodput: each request's decode t/s, at least"
+    )
+    ttft_p95_s_max: float | None = Field(
+        None, gt=0, description="95th percentile TTFT at N streams, at most; goodput: each request's TTFT (from its scheduled time), at most"
+    )
+    e2e_s_max: float | None = Field(
+        None, gt=0, description="goodput only: each request's end-to-end time (from its scheduled time), at most"
+    )
+    ramp: Ramp | None = Field(None, description="search max streams with a ramp after each configuration's measurement")
+
+
+class ReportOptions(_Strict):
+    memory_budget_mib: float | None = Field(None, gt=0, le=16_777_216, description="memory for weights + KV + buffers: the report's servable context")
+    engine_log_max_mib: float = Field(
+        256.0, ge=0.0625, le=16_777_216, description="disk each engine log may take (per log file: start-up section whole, "
+        "then the newest output in gzip segments; docs/soak.md#engine-logs)",
+    )
+    fill_check: bool = Field(
+        False, description="restart each configuration at its servable context under the budget and fill every slot (needs memory_budget_mib)"
+    )
+
+    @model_validator(mode="after")
+    def _budget(self) -> ReportOptions:
+        if self.fill_check and self.memory_budget_mib is None:
+            raise ValueError("fill_check needs memory_budget_mib: the servable context is computed from it")
+        return self
+
+
+class Scenario(_Strict):
+    name: str = Field(pattern=NAME_PATTERN, description="names the run folder (results/<stamp>-<name>)")
+    description: str = Field("", description="free text for the reader (the scenario file is copied into the run folder)")
+    server: Server = Field(description="the engine and how to start it, shared by every configuration")
+    configurations: list[Configuration] = Field(min_length=1, max_length=256, description="what to compare, in order; sweeps expand here")
+    measurement: Measurement = Field(default_factory=Measurement, description="the measured phases: the verdict table")
+    soak: Soak | None = Field(None, description="hours of traffic per configuration after the phases (docs/soak.md)")
+    slo: Slo | None = Field(None, description="what a stream must get for the report's max streams")
+    report: ReportOptions = Field(default_factory=ReportOptions, description="memory budget and fill check")
+
+    @model_validator(mode="after")
+    def _soak_configs(self) -> Scenario:
+        if self.soak and self.soak.configurations:
+            names = {c.name for c in self.configurations} | {c.name for c in self.runs()}
+            for n in self.soak.configurations:
+                if n not in names:
+                    raise ValueError(f"soak.configurations: no configuration named '{n}'; configurations: {', '.join(sorted(names))}")
+        return self
+
+    @model_validator(mode="after")
+    def _baselines(self) -> Scenario:
+        """Every speculative configuration is compared with a baseline that serves its target model: named by
+        ``baseline``, or found by model. A scenario without any baseline (a soak of one configuration) has no speedups."""
+        runs = self.runs()
+        bases = [c for c in runs if c.algorithm == "none"]
+        names = {c.name: c for c in runs}
+        for c in runs:
+            if c.baseline is not None:
+                base = names.get(c.baseline)
+                if base is None or base.algorithm != "none":
+                    raise ValueError(f"configuration '{c.name}': baseline '{c.baseline}' is not a configuration with algorithm 'none'; "
+                                     f"baselines: {', '.join(b.name for b in bases) or 'none'}")
+            elif c.algorithm != "none" and bases and not any((b.model or self.server.model) == (c.model or self.server.model) for b in bases):
+                raise ValueError(f"configuration '{c.name}' targets {c.model or self.server.model}, which no baseline serves "
+                                 f"(baselines: {', '.join(f'{b.name} on {b.model or self.server.model}' for b in bases)}); add an "
+                                 f"'algorithm: none' configuration with that model, or name the one to compare with in 'baseline:'")
+        return self
+
+    @model_validator(mode="after")
+    def _attached(self) -> Scenario:
+        """Attach mode (server.url): one configuration (the server runs one), nothing that needs a launch."""
+        if self.server.url is None:
+            return self
+        runs = self.runs()
+        if len(runs) != 1:
+            raise ValueError(f"server.url attaches to one running server, which runs one configuration; this scenario has "
+                             f"{len(runs)} ({', '.join(c.name for c in runs)}): one scenario per attached server")
+        if runs[0].engine_args or runs[0].is_synthetic:
+            raise ValueError(f"configuration '{runs[0].name}': {'engine_args' if runs[0].engine_args else 'synthetic'} cannot apply to "
+                             f"an attached server (server.url): it is set where the server is launched")
+        if self.report.fill_check:
+            raise ValueError("report.fill_check restarts the engine at its servable context: not possible on an attached server (server.url)")
+        return self
+
+    def baseline_of(self, cfg: Configuration) -> Configuration | None:
+        """The configuration ``cfg``'s speedups are against (None: the scenario has no baseline for it)."""
+        runs = self.runs()
+        if cfg.baseline is not None:
+            return next((c for c in runs if c.name == cfg.baseline), None)
+        return next((c for c in runs if c.algorithm == "none" and (c.model or self.server.model) == (cfg.model or self.server.model)), None)
+
+    def runs(self) -> list[Configuration]:
+        """The configurations to run, sweeps expanded (one per k and synthetic length)."""
+        return [x for c in self.configurations for x in c.expand()]
+
+    def soak_configurations(self) -> list[Configuration]:
+        if not self.soak:
+            return []
+        wanted = self.soak.configurations
+        return [c for c in self.runs() if wanted is None or c.name in wanted or c.sweep_of in wanted]
+
+    @field_validator("configurations")
+    @classmethod
+    def _unique_names(cls, v: list[Configuration]) -> list[Configuration]:
+        seen: set[str] = set()
+        for c in v:
+            for x in c.expand():
+                if x.name in seen:
+                    raise ValueError(f"configuration name '{x.name}' is used twice" + (f" (from the sweep of '{c.name}')" if x.sweep_of else ""))
+                seen.add(x.name)
+        return v
+
+    def baseline(self) -> Configuration | None:
+        return next((c for c in self.runs() if c.algorithm == "none"), None)
+
+
+class LoadedScenario:
+    """A validated scenario with its model paths resolved and its source text kept."""
+
+    def __init__(self, path: Path, text: str, scenario: Scenario, models: dict[str, Path]):
+        self.path = path
+        self.text = text
+        self.scenario = scenario
+        self.models = models  # reference string -> resolved path
+
+    def model_path(self, ref: str) -> Path:
+        return self.models[ref]
+
+    def target_of(self, cfg: Configuration) -> Path:
+        return self.models[cfg.model or self.scenario.server.model]
+
+
+def _with_served_model(p: Path, lines: Any, scenario: Scenario) -> Scenario:
+    """Attach mode without server.model: the model the server lists first at /v1/models (what every peer does)."""
+    from engines.base import served_models
+
+    srv = scenario.server
+    key = os.environ.get(srv.api_key_env) if srv.api_key_env else None
+    try:
+        names = served_models(str(srv.url), {"Authorization": f"Bearer {key}"} if key else {})
+    except OSError as exc:
+        loc = ("server", "url")
+        raise ScenarioError(f"{p}{lines(loc)}: server.model: not given, and the server at {srv.url} did not list its models "
+                            f"(GET /v1/models: {exc}); start the server or set server.model") from None
+    if not names:
+        raise ScenarioError(f"{p}: server.model: not given, and the server at {srv.url} lists no model at /v1/models; set server.model")
+    return scenario.model_copy(update={"server": srv.model_copy(update={"model": names[0]})})
+
+
+def load_scenario(
+    path: str | Path,
+    known_algorithms: frozenset[str] | None = None,
+    *,
+    check_model_files: bool = True,
+    model_folders: bool = False,
+) -> LoadedScenario:
+    """Read, validate and resolve a scenario; raise ScenarioError naming file, line and field.
+
+    ``check_model_files=False`` checks everything except that the models exist (a GPU scenario
+    validated on another machine); ``model_folders`` accepts a folder as a model (Hugging Face
+    checkpoints for vLLM, SGLang, TRT-LLM, TGI).
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScenarioError(f"{p}: scenario file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"{p}: cannot read scenario file ({exc})") from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ScenarioError(f"{p}{where}: YAML syntax error: {problem}") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{p}: a scenario is a YAML mapping with keys name, server, configurations, measurement")
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(_format_validation(p, text, exc)) from None
+
+    lines = _line_finder(text)
+    key_env = scenario.server.api_key_env
+    if key_env and not os.environ.get(key_env):
+        loc = ("server", "api_key_env")
+        raise ScenarioError(f"{p}{lines(loc)}: {_dotted(loc)}: environment variable '{key_env}' is not set (the API key is read from it)")
+    if scenario.server.model is None and scenario.server.url is not None:
+        scenario = _with_served_model(p, lines, scenario)
+    if known_algorithms is not None:
+        for i, cfg in enumerate(scenario.configurations):
+            if cfg.algorithm not in known_algorithms:
+                loc = ("configurations", i, "algorithm")
+                raise ScenarioError(
+                    f"{p}{lines(loc)}: {_dotted(loc)}: engine '{scenario.server.engine}' has no method "
+                    f"'{cfg.algorithm}'; it has: {', '.join(sorted(known_algorithms))}"
+                )
+    models: dict[str, Path] = {}
+    refs: list[tuple[tuple[Any, ...], str]] = [(("server", "model"), scenario.server.model)]
+    for i, cfg in enumerate(scenario.configurations):
+        if cfg.model:
+            refs.append((("configurations", i, "model"), cfg.model))
+        if cfg.draft:
+            refs.append((("configurations", i, "draft"), cfg.draft))
+    attached = scenario.server.url is not None
+    for loc, ref in refs:
+        if ref in models:
+            continue
+        if not check_model_files or attached:  # attached: the model names what the server serves, on its own machine
+            if ref.startswith(WORKSHOP_PREFIX):
+                from harness.models import WorkshopError, path_for  # checks the name, builds nothing
+
+                try:
+                    models[ref] = path_for(ref[len(WORKSHOP_PREFIX) :])
+                except WorkshopError as exc:
+                    raise ScenarioError(f"{p}{lines(loc)}: {_dotted(loc)}: {exc}") from None
+            else:
+                models[ref] = Path(ref) if Path(ref).is_absolute() else p.parent / ref
+            continue
+        try:
+            models[ref] = resolve_model(ref, p.parent, allow_folder=model_folders)
+        except ModelNotFound as exc:
+            raise ScenarioError(f"{p}{lines(loc)}: {_dotted(loc)}: {exc}") from None
+    _check_files(p, scenario, lines)
+    return LoadedScenario(p, text, scenario, models)
+
+
+def _check_files(p: Path, scenario: Scenario, lines: Any) -> None:
+    """The prompt and trace files a run would read: missing or broken is bad input, found before anything starts."""
+    from harness.prompts import PromptError, load_prompts
+
+    refs: list[tuple[tuple[Any, ...], str]] = [(("measurement", "prompts"), scenario.measurement.prompts)]
+    if scenario.soak is not None and scenario.soak.prompts:
+        refs.append((("soak", "prompts"), scenario.soak.prompts))
+    sizes: dict[str, int] = {}
+    for loc, ref in refs:
+        try:
+            sizes[loc[0]] = len(load_prompts(ref, p.parent))
+        except PromptError as exc:
+            raise ScenarioError(f"{p}{lines(loc)}: {_dotted(loc)}: {exc}") from None
+    _check_reuse(p, scenario, lines, sizes["measurement"])
+    trace = scenario.soak.shape.trace if scenario.soak is not None else None
+    if trace and not (Path(trace) if Path(trace).is_absolute() else p.parent / trace).is_file():
+        loc = ("soak", "shape", "trace")
+        raise ScenarioError(f"{p}{lines(loc)}: {_dotted(loc)}: no such trace file: {trace}")
+
+
+def _check_reuse(p: Path, scenario: Scenario, lines: Any, set_size: int) -> None:
+    """``measurement.prompt_reuse: forbid``: the prompts a configuration's measured phases send must all differ,
+    so the set (or the built prompts) must hold as many as the phases send: said with both counts."""
+    from harness.prompts.lengths import measurement_requests
+
+    m = scenario.measurement
+    if m.prompt_reuse != "forbid":
+        return
+    need = measurement_requests(m)
+    built = m.lengths is not None and m.lengths.input is not None
+    have = (m.lengths.prompts or need) if built and m.lengths is not None else set_size
+    if need > have:
+        loc = ("measurement", "lengths", "prompts") if built else ("measurement", "prompts")
+        what = f"measurement.lengths.prompts is {have}" if built else f"{m.prompts} holds {have} prompts"
+        raise ScenarioError(
+            f"{p}{lines(loc)}: {_dotted(loc)}: the measured phases send {need} requests per configuration and "
+            f"measurement.prompt_reuse is 'forbid', but {what}: give at least {need} prompts"
+            + ("" if built else " (or build them at drawn lengths: measurement.lengths.input)") + ", or set prompt_reuse: allow"
+        )
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"found duplicate key '{key}'", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _format_validation(path: Path, text: str, exc: ValidationError) -> str:
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    loc = tuple(x for x in first["loc"] if not (isinstance(x, str) and x.startswith("function-")))
+    field = _dotted(loc) or "(top level)"
+    if first["type"] == "extra_forbidden":
+        parent = _model_at(loc[:-1])
+        allowed = ", ".join(parent.model_fields) if parent else "see docs/scenarios.md"
+        msg = f"unknown field '{loc[-1]}'; allowed here: {allowed}"
+    elif first["type"] == "missing":
+        msg = "required field is missing"
+    else:
+        msg = first["msg"].removeprefix("Value error, ")
+        if "input" in first and first["type"] not in ("model_type", "dict_type"):
+            msg += f" (got {first['input']!r})"
+    more = f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+    return f"{path}{_line_finder(text)(loc)}: {field}: {msg}{more}"
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    model: type[BaseModel] = Scenario
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        info = model.model_fields.get(str(part))
+        if info is None:
+            return None
+        ann = info.annotation
+        inner = _first_model(ann)
+        if inner is None:
+            return None
+        model = inner
+    return model
+
+
+def _first_model(ann: Any) -> type[BaseModel] | None:
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann
+    for arg in getattr(ann, "__args__", ()) or ():
+        found = _first_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _line_finder(text: str):  # type: ignore[no-untyped-def]
+    """Map a field location to ':LINE' in the YAML text (the deepest node that exists)."""
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        root = None
+
+    def find(loc: tuple[Any, ...]) -> str:
+        node = root
+        line = None
+        for part in loc:
+            if node is None:
+                break
+            if isinstance(node, yaml.MappingNode) and isinstance(part, str):
+                nxt = None
+                for k, v in node.value:
+                    if getattr(k, "value", None) == part:
+                        line = k.start_mark.line + 1
+                        nxt = v
+                        break
+                node = nxt
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+                node = node.value[part]
+                line = node.start_mark.line + 1
+            else:
+                break
+        return f":{line}" if line is not None else ""
+
+    return find
+
+
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def safe_name(name: str) -> str:
+    return _SAFE.sub("_", name)
+
+
+ASSUMED_STREAM_TPS = 20.0  # decode t/s per stream the wall-clock estimate assumes (a small model on a CPU, a large one on a GPU)
+ASSUMED_START_S = 10.0  # engine start to ready
+
+
+def wall_clock_estimate(sc: Scenario) -> dict[str, float]:
+    """Seconds a run of ``sc`` should take, by part: phases (and the ramp, fill check, after-soak bracket) at an
+    assumed ASSUMED_STREAM_TPS per stream, plus the soak, which is exact: its duration times its configurations."""
+    m = sc.measurement
+    n_cfg = len(sc.runs())
+    request_s = m.max_tokens / ASSUMED_STREAM_TPS + 0.5
+    warmup_s = m.warmup_requests * request_s
+    if m.arrival is not None:  # open loop: each phase lasts its schedule, and the last answer after it
+        phases_s = warmup_s + sum(m.repetitions * (m.arrival.expected_span_s(key) + request_s) for key in m.arrival.keys())
+    else:
+        phases_s = warmup_s + sum(m.repetitions * m.requests_per_stream * request_s for _ in m.streams)
+    # interleaved: a fresh engine (and its warm-up) per configuration and block
+    starts = m.repetitions if m.design == "interleaved" else 1
+    start_s = SLOW_STARTING_ENGINES.get(sc.server.engine, ASSUMED_START_S)
+    measure_s = n_cfg * (starts * (start_s + warmup_s) + phases_s - warmup_s)
+    ramp_s = 0.0
+    if sc.slo and sc.slo.ramp:
+        r = sc.slo.ramp
+        steps = max(1, (r.max_streams // max(1, r.start)).bit_length() + 2)
+        ramp_s = n_cfg * steps * r.requests_per_stream * ((r.max_tokens or m.max_tokens) / ASSUMED_STREAM_TPS + 0.5)
+    fill_s = n_cfg * (ASSUMED_START_S + 30.0) if sc.report.fill_check else 0.0
+    soak_s = after_s = 0.0
+    if sc.soak is not None:
+        n_soak = len(sc.soak_configurations())
+        soak_s = n_soak * sc.soak.duration_s
+        after_s = n_soak * (ASSUMED_START_S + phases_s - warmup_s)  # the phases again on the soaked engine, without a warm-up
+    total = measure_s + ramp_s + fill_s + soak_s + after_s
+    return {"total_s": total, "measurement_s": measure_s, "ramp_s": ramp_s, "fill_check_s": fill_s, "soak_s": soak_s, "after_soak_s": after_s}
+
+
+def describe_duration(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+SLOW_STARTING_ENGINES = {"vllm": 60.0, "sglang": 60.0, "trtllm": 120.0, "tgi": 60.0}  # seconds to ready, roughly (docs/engines/)
+
+
+def design_warnings(sc: Scenario) -> list[str]:
+    """What the measurement design costs on this engine (``specsoak validate`` prints it)."""
+    m = sc.measurement
+    start_s = SLOW_STARTING_ENGINES.get(sc.server.engine)
+    if m.design != "interleaved" or start_s is None or m.repetitions < 2 or sc.server.url is not None:
+        return []
+    starts = m.repetitions * len(sc.runs())
+    return [f"measurement.design interleaved starts every configuration's engine once per block: {starts} starts of "
+            f"{sc.server.engine} (about {describe_duration(starts * start_s)} of start-up); 'design: sequential' starts each once, "
+            f"but then a machine that drifts over minutes lands on whichever configuration is running (docs/reports.md#design)"]
+
+
+def soak_warnings(sc: Scenario) -> list[str]:
+    """What a soak scenario may not show as the user expects (``specsoak validate`` prints them)."""
+    out: list[str] = []
+    if sc.soak is None:
+        return out
+    if sc.soak.slice_s is not None and sc.soak.slice_s < sc.soak.duration_s:
+        out.append(f"soak.slice_s ({describe_duration(sc.soak.slice_s)}) restarts each configuration's engine every slice: no engine lives "
+                   f"longer than that, so a collapse that needs more engine uptime cannot appear; remove slice_s to keep one engine "
+                   f"for the whole {describe_duration(sc.soak.duration_s)} soak")
+    wd = sc.soak.watchdog
+    judged_after = (wd.warmup_windows + wd.reference_windows) * wd.window_s
+    if judged_after >= sc.soak.duration_s:
+        out.append(f"soak.watchdog: the change detector needs {describe_duration(judged_after)} of warm-up and reference windows, "
+                   f"longer than the soak ({describe_duration(sc.soak.duration_s)}): nothing will be judged")
+    if wd.memory_limit_mib is not None:
+        from engines import ENGINES
+
+        engine = ENGINES.get(sc.server.engine)
+        for cfg in sc.runs():
+            cap = engine.host_cache_cap_mib([*sc.server.extra_args, *cfg.engine_args]) if engine is not None else None
+            if cap is not None and (cap < 0 or cap >= wd.memory_limit_mib):
+                out.append(f"configuration '{cfg.name}': the engine's prompt cache may grow to "
+                           f"{'no limit' if cap < 0 else f'{cap:,.0f} MiB'}, more than soak.watchdog.memory_limit_mib "
+                           f"({wd.memory_limit_mib:,.0f} MiB): with distinct prompts the soak will end in a 'memory' verdict")
+    if wd.stall_warn_s >= sc.soak.stall_s:
+        out.append(f"soak.watchdog.stall_warn_s ({wd.stall_warn_s:g} s) is not below soak.stall_s ({sc.soak.stall_s:g} s): a pause "
+                   f"fails its requests before the watchdog can warn of it")
+    canary = sc.soak.canary
+    if canary.enabled is not False and any(c.speculative for c in sc.soak_configurations()) and canary.every_s >= sc.soak.duration_s:
+        out.append(f"soak.canary.every_s ({describe_duration(canary.every_s)}) is not shorter than the soak ({describe_duration(sc.soak.duration_s)}): "
+                   f"the canary answers once, before the traffic, so only a baseline's answers can be compared with")
+    return out

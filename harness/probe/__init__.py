@@ -1,0 +1,1 @@
+"""What the harness measures about the machine and the engine's processes: CPU, memory, GPU, bandwidth."""

@@ -1,0 +1,1 @@
+"""A run from start to finish: the runner, its progress, resume, verify and the plan."""

@@ -1,0 +1,1 @@
+"""Installing and checking what a run needs: the engine build, the vLLM environment, doctor."""

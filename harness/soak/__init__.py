@@ -1,0 +1,1 @@
+"""The soak: slice loop, window aggregation, watchdog rules, canary, stall and memory figures, disk watch."""

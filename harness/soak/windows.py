@@ -1,0 +1,204 @@
+"""A soak window's figures from its request records: what the window itself streamed, and what its counts imply.
+
+- **Throughput from the tokens streamed inside the window.** A record holds its start, its TTFT, the gap before each
+  later chunk (``itl_s``) and each chunk's tokens (``chunk_tokens``), so each chunk's time is rebuilt; a window's
+  ``output_tps`` is the tokens whose chunk time lies in ``[t0, t1)`` over ``t1 - t0``, and a request that streamed
+  across two windows counts in both. Counting whole requests by when they finished quantises the figure (one
+  closed-loop user, 32-token answers, 8-s windows: 4 or 5 finished requests, 15.9 or 19.8 t/s, nothing between).
+- **Per-request figures keep their request's window**: the window in which it ended (start + end-to-end time):
+  request and error counts, median decode t/s, TTFT p95.
+- **Count-implied standard errors** (``count_sd``): what the window's own counts alone make each figure wander by,
+  so the change detector's sigma is never below them (harness/detect/changepoint.py): Poisson arrivals for open-loop
+  throughput, one request in or out at the window's edges for closed loop, a median or a 95th percentile over n
+  requests (open loop: at least one request's streaming time, a Poisson burst's wait), a failure share over n
+  requests, acceptance over the drafted tokens.
+- **The open-loop backlog**: requests scheduled before a window's end and not finished by it. A level's reference
+  is learned only from windows where that backlog holds still (``load_settled``), and windows where it falls (the
+  queue an earlier, heavier level left, draining) are not judged (``draining``).
+
+Pure functions: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+MEDIAN_SE = 1.2533  # standard error of a median over n Gaussian samples = this x sd / sqrt(n)
+MAD_TO_SIGMA = 1.4826
+EDGE_REQUESTS = 0.5  # closed loop: a window's token count moves by about half a request per user at its edges
+BACKLOG_SPAN = 2  # windows over which the open-loop backlog must hold still (or is seen falling)
+
+
+def chunk_times(rec: dict[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each streamed chunk's unix time and tokens; None when the record streamed nothing. A stream that did not
+    say its chunks' tokens spreads the record's output tokens evenly over its chunks."""
+    start, ttft = rec.get("start_unix_s"), rec.get("ttft_s")
+    if start is None or ttft is None:
+        return None
+    itl = rec.get("itl_s") or []
+    times = float(start) + float(ttft) + np.concatenate(([0.0], np.cumsum(np.asarray(itl, dtype=float))))
+    tokens = rec.get("chunk_tokens")
+    if tokens is not None and len(tokens) == len(times):
+        return times, np.asarray(tokens, dtype=float)
+    return times, np.full(len(times), float(rec.get("output_tokens") or 0) / len(times))
+
+
+def end_unix(rec: dict[str, Any]) -> float:
+    """When a request ended: its start plus its end-to-end time (its start alone when it has none)."""
+    return float(rec.get("start_unix_s") or 0.0) + float(rec.get("e2e_s") or 0.0)
+
+
+def take_ended(unassigned: Sequence[dict[str, Any]], t1: float, last: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the records a window ending at ``t1`` takes: those that ended before ``t1``, including any that arrived after
+    an earlier window was judged; the rest). ``last``: the slice's last window takes them all."""
+    ended = [r for r in unassigned if last or end_unix(r) < t1]
+    rest = [r for r in unassigned if not last and end_unix(r) >= t1]
+    return ended, rest
+
+
+def streamed(recs: Sequence[dict[str, Any]], t0: float, t1: float) -> tuple[float, int]:
+    """Tokens whose chunk time lies in ``[t0, t1)``, and how many requests streamed them."""
+    tokens, n = 0.0, 0
+    for r in recs:
+        ct = chunk_times(r)
+        if ct is None:
+            continue
+        times, tok = ct
+        inside = (times >= t0) & (times < t1)
+        if inside.any():
+            tokens += float(tok[inside].sum())
+            n += 1
+    return tokens, n
+
+
+def window_figures(ended: Sequence[dict[str, Any]], overlapping: Sequence[dict[str, Any]], t0: float, t1: float,
+                   open_loop: bool, users: int | None) -> dict[str, Any]:
+    """The window's request figures. ``ended``: the records that ended in ``[t0, t1)``; ``overlapping``: every record
+    that may have streamed in it (a superset is fine). ``users``: the closed-loop users (the edge model's size)."""
+    ok = [r for r in ended if r.get("status") == "ok"]
+    errors = len(ended) - len(ok)
+    kinds: dict[str, int] = defaultdict(int)
+    for r in ended:
+        if r.get("error_kind"):
+            kinds[r["error_kind"]] += 1
+    seconds = t1 - t0
+    tokens, streaming = streamed(overlapping, t0, t1)
+    decode = [float(r["decode_tps"]) for r in ok if r.get("decode_tps")]
+    ttft = [float(r["ttft_s"]) for r in ok if r.get("ttft_s") is not None]
+    out: dict[str, Any] = {
+        "requests": len(ended), "errors": errors, "error_kinds": dict(kinds),
+        "output_tokens": int(round(tokens)), "streaming_requests": streaming,
+        # nothing streamed is an output rate of 0, not "no value": a collapse to zero shows
+        "output_tps": tokens / seconds if seconds > 0 else None,
+        "decode_tps": float(np.median(decode)) if decode else None,
+        "ttft_p95_s": float(np.percentile(ttft, 95)) if ttft else None,
+        "error_ratio": errors / len(ended) if ended else None,
+    }
+    out["count_sd"] = {
+        "output_tps": throughput_sd(out["output_tps"], len(ok), open_loop, users),
+        "decode_tps": median_sd(decode),
+        "ttft_p95_s": ttft_sd(ttft, [float(r["e2e_s"]) - float(r["ttft_s"]) for r in ok if r.get("e2e_s") is not None
+                                      and r.get("ttft_s") is not None], open_loop),
+        "error_ratio": share_sd(errors, len(ended)),
+    }
+    return out
+
+
+def throughput_sd(tps: float | None, finished_ok: int, open_loop: bool, users: int | None) -> float | None:
+    """Open loop: requests arrive as a Poisson process, so the window's tokens wander by 1/sqrt(n) of themselves.
+    Closed loop: each user's requests follow one another, so the window's tokens move only at its two edges, by
+    about half a request per user (independent users add in quadrature)."""
+    if tps is None or finished_ok < 1:
+        return None
+    if open_loop:
+        return tps / math.sqrt(finished_ok)
+    return tps * EDGE_REQUESTS * math.sqrt(max(1, users or 1)) / finished_ok
+
+
+def median_sd(values: Sequence[float]) -> float | None:
+    """A median over n requests wanders by 1.2533 x their spread / sqrt(n) (the spread: 1.4826 x MAD)."""
+    if len(values) < 2:
+        return None
+    v = np.asarray(values, dtype=float)
+    return MEDIAN_SE * MAD_TO_SIGMA * float(np.median(np.abs(v - np.median(v)))) / math.sqrt(len(v))
+
+
+def p95_sd(values: Sequence[float]) -> float | None:
+    """A 95th percentile over n requests: its rank is uncertain by sqrt(0.95 x 0.05 / n), so half the spread of
+    the sample quantiles that far either side (with a few requests, from the 85th percentile to the maximum)."""
+    if len(values) < 2:
+        return None
+    d = math.sqrt(0.95 * 0.05 / len(values))
+    lo, hi = np.percentile(np.asarray(values, dtype=float), [100 * max(0.0, 0.95 - d), 100 * min(1.0, 0.95 + d)])
+    return float(hi - lo) / 2
+
+
+def ttft_sd(ttft: Sequence[float], service_s: Sequence[float], open_loop: bool) -> float | None:
+    """TTFT p95 (``p95_sd``); open loop, at least one request's streaming time (the median of ``service_s``): Poisson
+    arrivals come in bursts, and a request that arrives with the slots busy waits for one to end, so a window's p95
+    moves by about that whether or not its own few requests met a burst."""
+    sd = p95_sd(ttft)
+    if open_loop and service_s and sd is not None:
+        return max(sd, float(np.median(service_s)))
+    return sd
+
+
+def share_sd(failed: int, n: int) -> float | None:
+    """A failure share over n requests (binomial; half a failure added, so a window without one still has a spread)."""
+    if n < 1:
+        return None
+    p = (failed + 0.5) / (n + 1)
+    return math.sqrt(p * (1 - p) / n)
+
+
+def acceptance_sd(acceptance: float | None, drafted: int | None) -> float | None:
+    """Accepted over drafted tokens (binomial over the drafted tokens)."""
+    if acceptance is None or not drafted or drafted < 1:
+        return None
+    a = min(1.0, max(0.0, float(acceptance)))
+    return math.sqrt(max(a * (1 - a), 0.25 / drafted) / drafted)
+
+
+def outstanding(schedule_s: np.ndarray, slice_start_s: float, soak_t_s: float, ends_unix: list[float], t_unix: float) -> int:
+    """Open loop: requests the slice's schedule sent in ``[slice_start_s, soak_t_s)`` (soak seconds) that had not
+    ended by ``t_unix``, in the sender's queue or the engine's (``ends_unix``: the slice's records' end times, ascending)."""
+    sent = int(np.count_nonzero((schedule_s >= slice_start_s) & (schedule_s < soak_t_s)))
+    return max(0, sent - bisect.bisect_left(ends_unix, t_unix))
+
+
+def load_state(previous: Sequence[dict[str, Any]], win: dict[str, Any]) -> dict[str, Any]:
+    """Open loop: whether the window's backlog held still (``load_settled``: a reference may be learned from it) or
+    fell (``draining``: the queue a heavier level left; not judged). Settled: the last BACKLOG_SPAN windows at the same
+    level and none of them draining, no late send, the backlog neither falling nor rising over them, and under one
+    window's arrivals. ``previous``: the slice's earlier windows, oldest first, each with ``outstanding_end``,
+    ``scheduled`` and ``load_level``. Noise: the arrivals are Poisson, so a backlog moving by less than
+    2 sqrt(scheduled) + 1 over the span has not moved."""
+    level, end = win.get("load_level"), win.get("outstanding_end")
+    span = list(previous[-BACKLOG_SPAN:])
+    same = len(span) == BACKLOG_SPAN and all(w.get("load_level") == level for w in span) and level is not None
+    start = span[0] if same else (span[-1] if span else None)  # across a level change: over the last window only
+    if end is None or start is None or start.get("outstanding_end") is None:
+        return {"draining": False, "load_settled": False}
+    before = int(start["outstanding_end"])
+    scheduled = sum(int(w.get("scheduled") or 0) for w in (span[1:] if same else [])) + int(win.get("scheduled") or 0)
+    slack = 2 * math.sqrt(scheduled) + 1
+    falling = before - end > slack
+    rising = end - before > slack
+    # drained: less than one window's arrivals still waiting (in a stable queue a request spends less than a window
+    # in the system; the settling of windows assumes it too). The first windows at a level are the transition: never
+    # a reference, whatever the backlog says
+    drained = end <= int(win.get("scheduled") or 0) + 2 * math.sqrt(int(win.get("scheduled") or 0)) + 1
+    after_drain = any(w.get("draining") for w in span)  # a drain's last windows look still by chance: wait it out
+    return {"draining": falling,
+            "load_settled": same and drained and not after_drain and not falling and not rising and not win.get("late")}
+
+
+def load_key(win: dict[str, Any]) -> Any:
+    """A window's load level: ``load_level`` in an open-loop soak, else ``users`` (None: it changed inside the window)."""
+    return win.get("load_level") if "load_level" in win else win.get("users")
