@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --disable-pip-version-check -q
 
-.PHONY: run test install install-harness install-test system-packages vllm clean bench bench-peers
+.PHONY: run test lint install install-harness install-test install-lint system-packages vllm clean bench bench-peers
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,15 @@ run: install
 
 install-test: install
 	$(PIP) -e '.[test]'
+
+# the gate .ci/run passes before the tests: ruff (rules and format) and mypy, configured in pyproject.toml
+install-lint: $(BIN)/python
+	$(PIP) -e '.[lint]'
+
+lint: install-lint
+	$(BIN)/ruff check harness engines tests bench scripts
+	$(BIN)/ruff format --check harness engines tests bench scripts
+	$(BIN)/mypy
 
 system-packages:
 	@bash scripts/system-packages.sh
