@@ -45,7 +45,8 @@ from harness.detect.changepoint import WATCHED_CHANGES, ChangeEvent, DetectorSet
 from harness.load.pacing import window_traffic
 from harness.load.schedule import LATE_AFTER_S, soak_offsets
 from harness.load.shapes import users_at
-from harness.soak.slice import SETTLE_WINDOWS, drift_points
+from harness.soak.slice import SETTLE_WINDOWS
+from harness.soak.watchdog import drift_points
 from harness.detect.trend import WATCHED, trend
 from harness.soak.windows import end_unix, load_state, outstanding, throughput_sd, window_figures
 

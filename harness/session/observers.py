@@ -2,6 +2,10 @@
 
 The runner calls every observer after the record is already on disk, so an observer that fails
 can never lose a sample; its exception is reported once and the observer is dropped.
+
+Records reach observers as the JSON objects written to disk, never as the typed records: the soak passes
+``SoakWindow.to_dict()``, ``Verdict.to_dict()`` and ``Verdict.failure().to_dict()`` (harness/records/types.py),
+because the exporter reads them by key and ``specsoak`` replays a run folder's lines into the same methods.
 """
 
 from __future__ import annotations
@@ -52,14 +56,15 @@ class BaseObserver:
         pass
 
     def on_failure(self, record: dict[str, Any]) -> None:
-        pass
+        """A failure of a configuration (harness/records/types.py ``Failure``): a line of failures.jsonl, or a soak verdict
+        of a failing kind with its stage and time."""
 
     def on_window(self, record: dict[str, Any]) -> None:
-        """A closed soak window (a line of windows.jsonl, already on disk): its aggregates, the engine
-        counter deltas, CPU split and the change detector's state per watched metric."""
+        """A closed soak window (a line of windows.jsonl, already on disk: harness/records/types.py ``SoakWindow``): its
+        aggregates, the engine counter deltas, CPU split and the change detector's state per watched metric."""
 
     def on_verdict(self, record: dict[str, Any]) -> None:
-        pass
+        """A watchdog verdict (a line of verdicts.jsonl: harness/records/types.py ``Verdict``)."""
 
     def on_canary(self, record: dict[str, Any]) -> None:
         """A finished output-canary round of a soak (harness/soak/canary.py ``Canary.summary``)."""

@@ -8,7 +8,7 @@ state, memory that grows by design to a cap, or hides in swap.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +17,7 @@ from scipy import stats
 
 from engines.base import CacheState, EngineCounters, prefix_hit_rate
 from harness.probe.cpu import TreeMemory
+from harness.records.types import SoakWindow
 
 
 def stall_figures(records: Iterable[dict[str, Any]], probe_latencies_s: Sequence[float]) -> dict[str, float | None]:
@@ -34,7 +35,7 @@ def stall_figures(records: Iterable[dict[str, Any]], probe_latencies_s: Sequence
     }
 
 
-def longest_stall(window: dict[str, Any]) -> float | None:
+def longest_stall(window: Mapping[str, Any] | SoakWindow) -> float | None:
     """A window's longest pause of the whole engine: the health probe's longest silence. A stream's longest chunk gap
     is recorded beside it but is no pause of the engine by itself: llama-server processes a new request's prompt in
     one batch, so a 3,000-token prompt holds every other stream 7-11 s on 2 cores while /health answers at once."""
@@ -42,7 +43,7 @@ def longest_stall(window: dict[str, Any]) -> float | None:
     return float(v) if isinstance(v, int | float) else None
 
 
-def stall_to_flag(window: dict[str, Any], floor_s: float, flagged_s: float) -> float | None:
+def stall_to_flag(window: Mapping[str, Any] | SoakWindow, floor_s: float, flagged_s: float) -> float | None:
     """The pause a ``stall`` verdict names for this window, or None: the engine's longest pause in it (the probe's
     silence) when it reaches the floor and is at least half again the longest already named on this engine
     (``flagged_s``, 0 for none)."""

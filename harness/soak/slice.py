@@ -23,6 +23,10 @@ the engine's uptime, the change detector's state, the memory headroom) and may g
 
 What each kind does is the scenario's ``soak.watchdog.actions`` (record, restart, stop the
 configuration, stop the run); docs/soak.md has the defaults.
+
+This module does the I/O: the engine's supervision, Locust, the records' tail, the writing of windows and verdicts
+(typed records: harness/records/types.py). A window is assembled by harness/soak/assemble.py and judged by the
+rules of harness/soak/watchdog.py, both pure.
 """
 
 from __future__ import annotations
@@ -39,32 +43,33 @@ from typing import Any
 import numpy as np
 import psutil
 
-from engines.base import EngineCounters, acceptance_figures, counters_delta
+from engines.base import EngineCounters
 from harness.soak import canary as canary_mod
-from harness.detect.changepoint import ChangeDetector, ChangeEvent, DetectorSettings, memory_forecast
+from harness.detect.changepoint import ChangeDetector, DetectorSettings
 from harness.probe.cpu import CpuMeter, tree_memory, tree_rss_bytes
 from harness.soak.disk import DiskWatch
 from harness.common.errors import EngineError
 from harness.soak.explain import explain
 from harness.load.locust_proc import LocustProcess
 from harness.load.pacing import window_traffic
-from harness.load.schedule import LEVEL_STEP, soak_offsets
+from harness.load.schedule import soak_offsets
 from harness.load.shapes import users_at
 from harness.prompts.lengths import soak_prompts
 from harness.records.files import SLICES, SOAK_DIR, VERDICTS, WINDOWS, JsonlWriter, read_jsonl
+from harness.records.types import Verdict
 from harness.config.scenario import Configuration, Soak, Watchdog
 from harness.session.engine import EngineSession, RunContext
-from harness.soak.figures import (cache_outlook, engine_view, longest_stall, memory_figures, stall_figures, stall_to_flag,
-                                  work_done)
-from harness.detect.trend import WATCHED, trend
-from harness.soak.windows import acceptance_sd, end_unix, load_key, load_state, outstanding, take_ended, window_figures
+from harness.soak.assemble import judged_window, live_window, settle_window, window_delta
+from harness.soak.figures import longest_stall, memory_figures
+from harness.soak.tail import LogFollower, RecordTail
+from harness.soak.watchdog import WatchState, headroom, judge
+from harness.soak.windows import end_unix, outstanding, take_ended
 
 # shown in red, and reported to the observers as failures of the configuration (harness.config.scenario.verdict_fails
 # decides which make the soak fail: the verdict table, exit code 4)
 FAILURE_KINDS = ("crash", "hang", "restart_failed", "gave_up", "collapse", "memory", "divergence")
 OBSERVED_FAILURES = (*FAILURE_KINDS, "error_rate", "no_load", "stall", "disk")
 EXPLAINED = ("collapse", "stall", "divergence", "memory")  # verdicts whose evidence lists the series that moved with them
-RSS_TREND_AFTER_S = 600.0  # the slow RSS trend ignores the engine's first 10 minutes (warm-up growth is not a leak)
 # a window is judged this many windows after it closes: the requests that streamed in it have ended by then
 # (a record is written when its request ends), so its throughput counts their tokens (harness/soak/windows.py)
 SETTLE_WINDOWS = 1
@@ -77,60 +82,6 @@ class SliceResult:
     verdicts: int
     gave_up: bool
     outcome: SliceOutcome
-
-
-class RecordTail:
-    """Reads the complete new lines of growing JSONL files."""
-
-    def __init__(self) -> None:
-        self.offsets: dict[Path, int] = defaultdict(int)
-
-    def read(self, files: list[Path]) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        for path in files:
-            try:
-                with open(path, "rb") as f:
-                    f.seek(self.offsets[path])
-                    data = f.read()
-            except OSError:
-                continue
-            end = data.rfind(b"\n")
-            if end < 0:
-                continue
-            self.offsets[path] += end + 1
-            for line in data[: end + 1].splitlines():
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    continue
-        return out
-
-
-class LogFollower:
-    """The engine log's new text since the last read (a log that shrank was replaced: read it from its start), so a
-    running-state line is found however many lines the engine wrote after it."""
-
-    def __init__(self) -> None:
-        self.path: Path | None = None
-        self.offset = 0
-
-    def read(self, path: Path | None, max_bytes: int = 64 * 2**20) -> str:
-        if path is None:
-            return ""
-        if path != self.path:
-            self.path, self.offset = path, 0
-        try:
-            with open(path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                end = f.tell()
-                if end < self.offset:
-                    self.offset = 0
-                f.seek(max(self.offset, end - max_bytes))
-                data = f.read(end - f.tell())
-        except OSError:
-            return ""
-        self.offset = end
-        return data.decode("utf-8", "replace")
 
 
 def detector_settings(wd: Watchdog) -> DetectorSettings:
@@ -194,15 +145,13 @@ class SoakSlice:
         self.restarts = 0
         self.verdict_count = 0
         self.outcome = SliceOutcome()
-        self.flagged: set[str] = {v["metric"] for v in read_jsonl(self.run_dir / VERDICTS) if v.get("config") == cfg.name and v.get("kind") == "drift"}
-        self.memory_warned_pid: int | None = None
-        self.gpu_warned_pid: int | None = None
+        # what the watchdog's rules remember (harness/soak/watchdog.py); a drift is named once per soak, resumed or not
+        self.state = WatchState(drift_flagged={v["metric"] for v in read_jsonl(self.run_dir / VERDICTS)
+                                               if v.get("config") == cfg.name and v.get("kind") == "drift"})
         self.disk = DiskWatch(self.run_dir, self.wd)  # the results disk's free space, once a window (harness/soak/disk.py)
-        self.cache_warned_pid: int | None = None
         self.log_follower = LogFollower()
         self.cache_seen: Any = None  # the prompt cache as the engine last logged it
         self.probe_latencies: list[float] = []  # health probes of the open window, seconds (a timeout counts as its limit)
-        self.stall_flagged_s = 0.0  # the longest stall a verdict has named on this engine
         self.tail = RecordTail()
         self.records_seen = 0
         self.window: list[dict[str, Any]] = []
@@ -240,15 +189,14 @@ class SoakSlice:
             action = "stop_config"  # an attached server is not specsoak's to restart: its soak ends, the verdict stays
             message = f"attached server: {message}"
         now = time.time()
-        rec = {"t_unix": now, "config": self.cfg.name, "slice": self.slice_id, "kind": kind, "metric": metric,
-               "message": message, "evidence": evidence, "action": action, "engine_uptime_s": self.session.uptime_s(now),
-               "engine_pid": self.session.pid}
-        self.verdicts.write(rec)
+        rec = Verdict(now, self.cfg.name, self.slice_id, kind, metric, message, evidence, action, self.session.uptime_s(now), self.session.pid)
+        self.verdicts.write(rec.to_dict())
         self.verdict_count += 1
-        self.ctx.obs.on_verdict(rec)
+        # the observers (the exporter, openmetrics replay) read records by key: they get the JSON objects
+        self.ctx.obs.on_verdict(rec.to_dict())
         if kind in OBSERVED_FAILURES:
-            self.ctx.obs.on_failure({**rec, "stage": "soak", "unix_s": now})
-        up = rec["engine_uptime_s"]
+            self.ctx.obs.on_failure(rec.failure().to_dict())
+        up = rec.engine_uptime_s
         colour = "red" if kind in FAILURE_KINDS else "yellow"
         self.ctx.console.print(f"  [{colour}]watchdog: {kind}{f' ({metric})' if metric else ''} at engine uptime "
                                f"{_hours(up)}: {message} -> {action}[/]", highlight=False)
@@ -285,11 +233,8 @@ class SoakSlice:
                 continue
             self.window_counters = self._scrape()
             self.engine_restarted = True  # the next window says so; the detector's warm-up starts there, as in a replay
-            self.memory_warned_pid = None
-            self.gpu_warned_pid = None
-            self.cache_warned_pid = None
+            self.state.engine_restarted()
             self.cache_seen = None
-            self.stall_flagged_s = 0.0
             if self.cpu_meter is not None:
                 self.cpu_meter = CpuMeter(self.session.pid, client_pids=self.locust_pids).start()
             return True
@@ -489,45 +434,25 @@ class SoakSlice:
     def _close_window(self, now: float) -> None:
         """The window's live figures (engine counters, memory, CPU) at its end; its request figures wait until it settles."""
         counters = self._scrape()
-        delta: EngineCounters | None = None
-        if counters is not None and self.window_counters is not None:
-            delta = counters_delta(self.window_counters, counters)
-            if (delta.draft_tokens or 0) < 0 or (delta.accepted_tokens or 0) < 0 or (delta.output_tokens or 0) < 0:
-                delta = counters  # the engine restarted inside the window: its counters began again
-        acc = acceptance_figures(delta) if delta is not None else {"acceptance": None, "mean_accept_len": None}
-        users_start, users_end = self._users(self.window_t0), self._users(now)
         pid = self.session.pid
+        users_start, users_end = self._users(self.window_t0), self._users(now)
         memory = memory_figures(tree_memory(pid), self._cache_state())
-        win: dict[str, Any] = {
-            "config": self.cfg.name, "slice": self.slice_id, "t_start_unix": self.window_t0, "t_end_unix": now,
-            "t_unix": (self.window_t0 + now) / 2,
-            "acceptance": acc["acceptance"], "mean_accept_len": acc["mean_accept_len"],
-            "counters": delta.to_dict() if delta is not None else None,
-            **memory,
-            "probe_max_s": max(self.probe_latencies) if self.probe_latencies else None,
-            **engine_view(delta),
-            # the load level: Locust users (None: it changed inside the window); open loop: no users, the rate's level
-            "users": (users_start if users_start == users_end else None) if self.arrival is None else None,
-            "engine_pid": pid,
-            "engine_uptime_s": self.session.uptime_s(now),
-            "engine_restart": self.engine_restarted,
-            "harness_rss_mib": (psutil.Process(os.getpid()).memory_info().rss + sum(tree_rss_bytes(p) for p in self.locust_pids)) / 2**20,
-            "machine_memory_available_mib": psutil.virtual_memory().available / 2**20,
-        }
+        harness_rss = psutil.Process(os.getpid()).memory_info().rss + sum(tree_rss_bytes(p) for p in self.locust_pids)
+        available = psutil.virtual_memory().available
         gpu = self.ctx.gpu_sample(pid)
-        win["gpu"] = gpu
-        win["gpu_used_mib"] = gpu["used_bytes"] / 2**20 if gpu.get("used_bytes") is not None else None
-        win["gpu_total_mib"] = gpu["total_bytes"] / 2**20 if gpu.get("total_bytes") is not None else None
-        win["engine_gpu_mib"] = gpu["process_bytes"] / 2**20 if gpu.get("process_bytes") is not None else None
+        cpu = self.cpu_meter.stop() if self.cpu_meter is not None else None  # then at once the next window's meter, below
+        win = live_window(
+            config=self.cfg.name, slice_id=self.slice_id, t0=self.window_t0, t1=now, delta=window_delta(self.window_counters, counters),
+            memory=memory, probe_latencies_s=self.probe_latencies,
+            # the load level: Locust users (None: it changed inside the window); open loop: no users, the rate's level
+            users=(users_start if users_start == users_end else None) if self.arrival is None else None,
+            engine_pid=pid, engine_uptime_s=self.session.uptime_s(now), engine_restart=self.engine_restarted,
+            harness_rss_mib=harness_rss / 2**20, machine_memory_available_mib=available / 2**20, gpu=gpu,
+            cpu=cpu, cpu_engine_restarted=self.cpu_meter is not None and pid != self.cpu_meter.engine_pid,
+            contamination_cores=self.ctx.sc.measurement.contamination_cores)
         self.engine_restarted = False
         if self.cpu_meter is not None:
-            cpu = self.cpu_meter.stop()
-            win["cpu"] = {**cpu.to_dict(), "engine_restarted": pid != self.cpu_meter.engine_pid}
-            win["engine_cores"] = cpu.engine_cores
-            win["contaminated"] = cpu.other_cores > self.ctx.sc.measurement.contamination_cores
             self.cpu_meter = CpuMeter(pid, client_pids=self.locust_pids).start()
-        else:
-            win["contaminated"] = False
         self.window, self.window_t0, self.window_counters = [], now, counters
         self.probe_latencies = []
         self.pending.append((win, counters))
@@ -540,84 +465,37 @@ class SoakSlice:
             self._judge(self._request_figures(win, counters, last=final and not self.pending))
 
     def _request_figures(self, win: dict[str, Any], counters: EngineCounters | None, last: bool = False) -> dict[str, Any]:
-        """The window's request figures (harness/soak/windows.py): tokens streamed inside it, and the requests that ended in
-        it (a record that arrived after its window was judged joins the next; the slice's last window takes all left);
-        their longest chunk gaps, and the work done since the engine started (``counters``: its totals at the window's end)."""
+        """The window's request figures (harness/soak/assemble.py ``settle_window``): the requests that ended in it (a record
+        that arrived after its window was judged joins the next; the slice's last window takes all left), the tokens
+        streamed inside it, the work done since the engine started (``counters``: its totals at the window's end)."""
         t0, t1 = win["t_start_unix"], win["t_end_unix"]
         ended, self.unassigned = take_ended(self.unassigned, t1, last)
-        chunks = stall_figures(ended, [])
-        win["max_chunk_gap_s"], win["itl_p99_s"] = chunks["max_chunk_gap_s"], chunks["itl_p99_s"]
         previous = (self.history.get(self.cfg.name) or [None])[-1]
-        win.update(work_done(previous, ended, counters, restarted=bool(win.get("engine_restart")) or previous is None
-                             or previous.get("engine_pid") != win.get("engine_pid")))
-        win.update(window_figures(ended, ended + self.unassigned, t0, t1, self.arrival is not None, win.get("users")))
-        win["count_sd"]["acceptance"] = acceptance_sd(win.get("acceptance"), (win.get("counters") or {}).get("draft_tokens"))
-        win.update(self._traffic(ended, t0, t1))
+        backlog = None
         if self.arrival is not None:
             soak_t1 = min(self._soak_time(t1), self.offset_s + self.slice_s)
-            win["outstanding_end"] = outstanding(self.schedule, self.offset_s, soak_t1, self.ends, t1)
-            win.update(load_state(self.slice_windows, win))
-        return win
+            backlog = outstanding(self.schedule, self.offset_s, soak_t1, self.ends, t1)
+        return settle_window(win, ended, self.unassigned, previous, counters, self._traffic(ended, t0, t1), self.arrival is not None,
+                             backlog, self.slice_windows)
 
     def _judge(self, win: dict[str, Any]) -> None:
-        """Feed the detector, write the window, give its verdicts."""
-        recs_n, errors = win["requests"], win["errors"]
-        now = win["t_end_unix"]
-        pid = win["engine_pid"]
+        """Feed the detector, write the window, give the verdicts of the watchdog's rules (harness/soak/watchdog.py)."""
         if win.get("engine_restart"):
             self.detector.engine_restarted()  # as replay_detector does: the same windows give the same detector
         events = self.detector.update(win)
         judged, why = self.detector.judged()
-        win["judged"], win["not_judged_why"] = judged, why
-        win["detectors"] = {m: asdict(st) for m, st in self.detector.state().items()}
-        win["memory_headroom_s"], win["memory_slope_mib_per_h"] = self._headroom(win)
-        win["gpu_headroom_s"], win["gpu_slope_mib_per_h"] = self._headroom(win, gpu=True)
-        self.windows.write(win)
-        self.ctx.obs.on_window(win)
-        self.history.setdefault(self.cfg.name, []).append(win)
-        self.slice_windows.append(win)
-        self._status_line(win, now)
-        for ev in events:
-            self._change_verdict(ev, win)
-        self._stall(win)
-        self._cache(win)
-        if win["memory_headroom_s"] is not None and win["memory_headroom_s"] < self.wd.memory_horizon_s and self.memory_warned_pid != pid:
-            self.memory_warned_pid = pid
-            self.verdict("memory", f"at the engine's memory slope ({win['memory_slope_mib_per_h']:+,.0f} MiB/h, prompt cache left out), "
-                         f"available memory ({self._available_mib(win):,.0f} MiB) runs out in {win['memory_headroom_s'] / 60:.0f} min",
-                         {"window": _brief(win), "headroom_s": win["memory_headroom_s"]}, metric="engine_memory_mib")
-        if win["gpu_headroom_s"] is not None and win["gpu_headroom_s"] < self.wd.memory_horizon_s and self.gpu_warned_pid != pid:
-            self.gpu_warned_pid = pid
-            self.verdict("memory", f"at the GPU memory slope ({win['gpu_slope_mib_per_h']:,.0f} MiB/h), GPU memory "
-                         f"({win['gpu_total_mib'] - win['gpu_used_mib']:,.0f} MiB free) runs out in {win['gpu_headroom_s'] / 60:.0f} min",
-                         {"window": _brief(win), "headroom_s": win["gpu_headroom_s"]}, metric="gpu_used_mib")
-        if (short := self.disk.check(now)) is not None:
-            self.verdict("disk", short[0], {**short[1], "window": _brief(win)})
-        if recs_n >= self.wd.min_requests and errors / recs_n >= self.wd.error_rate:
-            self.verdict("error_rate", f"{errors} of {recs_n} requests failed in the last window", {"window": _brief(win)})
-        self._drift()
-
-    def _headroom(self, win: dict[str, Any], gpu: bool = False) -> tuple[float | None, float | None]:
-        """(seconds until available memory runs out at the engine's memory slope over the last memory_fit_s, that slope
-        in MiB/h), this engine process only; (None, slope) when it does not grow, (None, None) before there is a forecast.
-        ``gpu``: the GPUs' used memory against their free memory instead (None without NVML)."""
-        pid = win["engine_pid"]
-        key = "gpu_used_mib" if gpu else "engine_memory_mib"
-        pts = [(w["t_unix"], w[key]) for w in self.history.get(self.cfg.name, []) + [win]
-               if w.get("engine_pid") == pid and w.get(key) is not None and w["t_unix"] >= win["t_unix"] - self.wd.memory_fit_s]
-        if len(pts) < 3:
-            return None, None
-        available = win["gpu_total_mib"] - win["gpu_used_mib"] if gpu else self._available_mib(win)
-        fc = memory_forecast([p[0] for p in pts], [p[1] for p in pts], available, min_span_s=min(600.0, self.wd.memory_fit_s / 2))
-        return (fc.headroom_s, fc.slope_mib_per_h) if fc is not None else (None, None)
-
-    def _available_mib(self, win: dict[str, Any]) -> float:
-        """Memory the engine can still take: the machine's available memory, or less under ``memory_limit_mib``."""
-        available = float(win.get("machine_memory_available_mib") or 0.0)
-        if self.wd.memory_limit_mib is not None:
-            held = max(float(win.get("engine_rss_mib") or 0.0), float(win.get("engine_anon_mib") or 0.0))
-            available = min(available, max(0.0, self.wd.memory_limit_mib - held))
-        return available
+        history = self.history.get(self.cfg.name, [])
+        window = judged_window(win, judged, why, {m: asdict(st) for m, st in self.detector.state().items()},
+                               headroom(history, win, self.wd), headroom(history, win, self.wd, gpu=True))
+        record = window.to_dict()
+        self.windows.write(record)
+        self.ctx.obs.on_window(record)  # the observers read windows by key (harness/metrics/exporter.py)
+        self.history.setdefault(self.cfg.name, []).append(record)
+        self.slice_windows.append(record)
+        self._status_line(record, window.t_end_unix)
+        disk_short = self.disk.check(window.t_end_unix)
+        for f in judge(window, self.history[self.cfg.name], self.wd, self.state, events, disk_short, self.arrival is not None):
+            self.verdict(f.kind, f.message, f.evidence, metric=f.metric, action=f.action)
 
     def _cache_state(self) -> Any:
         """The prompt cache's newest logged size (kept from an earlier window when nothing new was logged)."""
@@ -627,59 +505,6 @@ class SoakSlice:
         if state is not None:
             self.cache_seen = state
         return self.cache_seen
-
-    def _stall(self, win: dict[str, Any]) -> None:
-        """A ``stall`` verdict when a stream or the health probe waited past ``stall_warn_s``, and again each time the
-        longest pause grows by half (pauses that lengthen with uptime: each a line, long before a request fails).
-        Contaminated windows are not judged, as in the change detector."""
-        if win.get("contaminated"):
-            return  # other processes took the CPU: a pause then is the machine's, not the engine's (recorded, not judged)
-        stall = stall_to_flag(win, self.wd.stall_warn_s, self.stall_flagged_s)
-        if stall is None:
-            return
-        self.stall_flagged_s = stall
-        gap = win.get("max_chunk_gap_s")
-        self.verdict("stall", f"the engine did not answer its health probe for {stall:.1f} s (floor {self.wd.stall_warn_s:g} s)"
-                     + (f"; longest gap between two chunks of a stream {gap:.1f} s" if isinstance(gap, int | float) else ""),
-                     {"window": _brief(win), "longest_stall_s": stall, "onset_unix": win["t_start_unix"]}, metric="longest_stall_s")
-
-    def _cache(self, win: dict[str, Any]) -> None:
-        """The prompt cache: growth toward a cap that fits is by design (the report names it); a cap that does not fit
-        is a warning once per engine, and a ``memory`` verdict when its growth will use up the memory left."""
-        pid = win["engine_pid"]
-        pts = [(w["t_unix"], w["prompt_cache_mib"]) for w in self.history.get(self.cfg.name, [])
-               if w.get("engine_pid") == pid and w.get("prompt_cache_mib") is not None and w["t_unix"] >= win["t_unix"] - self.wd.memory_fit_s]
-        cap = win.get("prompt_cache_cap_mib")
-        if not pts:
-            return
-        available = self._available_mib(win)
-        out = cache_outlook(pts, cap, available)
-        if out is None or out.fits:
-            return
-        if self.cache_warned_pid != pid:
-            self.cache_warned_pid = pid
-            self.verdict("cache_cap", f"the engine's prompt cache may grow to {'no limit' if cap is None or cap < 0 else f'{cap:,.0f} MiB'} "
-                         f"({out.size_mib:,.0f} MiB now) but only {available:,.0f} MiB is available", {"window": _brief(win),
-                         "cap_mib": cap, "size_mib": out.size_mib, "available_mib": available}, metric="prompt_cache_mib", action="record")
-        if out.runs_out_s is not None and out.runs_out_s < self.wd.memory_horizon_s and self.memory_warned_pid != pid:
-            self.memory_warned_pid = pid
-            self.verdict("memory", f"the prompt cache grows {out.slope_mib_per_h:,.0f} MiB/h toward a cap that does not fit: "
-                         f"available memory ({available:,.0f} MiB) runs out in {out.runs_out_s / 60:.0f} min",
-                         # the growth's onset: the end of the first window of the fit (what it grew from)
-                         {"window": _brief(win), "headroom_s": out.runs_out_s, "cap_mib": cap, "size_mib": out.size_mib,
-                          "onset_unix": next(w["t_end_unix"] for w in self.history.get(self.cfg.name, []) if w["t_unix"] == pts[0][0])},
-                         metric="prompt_cache_mib")
-
-    def _change_verdict(self, ev: ChangeEvent, win: dict[str, Any]) -> None:
-        evidence = {**ev.to_dict(), "windows": [_brief(w) for w in self.history.get(self.cfg.name, [])[-(self.wd.confirm_windows + 2):]]}
-        change = f"{ev.relative_change:+.0%}" if ev.metric != "error_ratio" else f"{ev.relative_change:+.2f}"
-        if ev.kind == "collapse":
-            at = f"{ev.level} users" if self.arrival is None else f"load level {ev.level} (about {LEVEL_STEP ** (ev.level or 0):.3g} rps)"
-            self.verdict("collapse", f"{ev.metric} {change} against its reference {ev.reference:.3g} at {at} "
-                         f"(now {ev.value:.3g}), since {time.strftime('%H:%M:%S', time.localtime(ev.onset_unix))}", evidence, metric=ev.metric)
-        else:
-            self.verdict("recovered", f"{ev.metric} back near its reference after {(ev.episode_end_unix or 0) - (ev.episode_start_unix or 0):.0f} s "
-                         f"(worst {ev.size:+.2g})", evidence, metric=ev.metric, action="record")
 
     def _status_line(self, win: dict[str, Any], now: float) -> None:
         done = self.offset_s + (now - self.t_load)
@@ -698,53 +523,6 @@ class SoakSlice:
             + (f" [dim](not judged: {win['not_judged_why']})[/]" if not win["judged"] else ""),
             highlight=False,
         )
-
-    def _drift(self) -> None:
-        wins = self.history.get(self.cfg.name, [])
-        if len(wins) < self.wd.drift_min_windows:
-            return
-        for metric, bad in WATCHED.items():
-            if metric in self.flagged:
-                continue
-            pts = drift_points(wins, metric)
-            if len(pts) < self.wd.drift_min_windows:
-                continue
-            tr = trend(metric, [p[0] for p in pts], [p[1] for p in pts], bad, self.wd.drift_alpha, self.wd.drift_min_change,
-                       [p[2] for p in pts])
-            if tr is not None and tr.drifting:
-                self.flagged.add(metric)
-                self.verdict("drift", f"{metric} {'rises' if bad > 0 else 'falls'} {abs(tr.relative_change):.0%} over the soak "
-                             f"(Theil-Sen {tr.slope_per_hour:+.3g}/h, CI [{tr.slope_low_per_hour:+.3g}, {tr.slope_high_per_hour:+.3g}], p={tr.p_value:.2g})",
-                             tr.to_dict(), metric=metric)
-
-
-def drift_points(wins: list[dict[str, Any]], metric: str) -> list[tuple[float, float, Any]]:
-    """(t_unix, value, load level) of the windows the drift test takes: not contaminated, engine memory only after the
-    engine's first 10 minutes and at one level (memory does not follow the load), the rest at their load level
-    (harness/soak/windows.py ``load_key``), open-loop windows only where the backlog held still."""
-    out: list[tuple[float, float, Any]] = []
-    for w in wins:
-        if w.get(metric) is None or w.get("contaminated"):
-            continue
-        if metric == "engine_memory_mib":
-            if (w.get("engine_uptime_s") or 0) >= RSS_TREND_AFTER_S:
-                out.append((w["t_unix"], w[metric], None))
-            continue
-        level = load_key(w)
-        if ("load_level" in w or "users" in w) and level is None or w.get("load_settled") is False:
-            continue
-        out.append((w["t_unix"], w[metric], level))
-    return out
-
-
-def _brief(w: dict[str, Any]) -> dict[str, Any]:
-    """A window as verdict evidence: its figures, without the detector state and CPU detail."""
-    keep = ("t_start_unix", "t_end_unix", "requests", "errors", "output_tps", "decode_tps", "ttft_p95_s", "error_ratio",
-            "acceptance", "engine_rss_mib", "engine_memory_mib", "engine_anon_mib", "prompt_cache_mib", "users", "engine_uptime_s",
-            "contaminated", "achieved_rps", "goodput_rps", "offered_rps", "late", "load_level", "max_chunk_gap_s", "probe_max_s",
-            "requests_waiting", "kv_usage", "prefix_hit_rate", "engine_requests_done", "engine_output_tokens_done", "outstanding_end",
-            "draining", "load_settled")
-    return {k: w.get(k) for k in keep}
 
 
 def _hours(seconds: float | None) -> str:

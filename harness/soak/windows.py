@@ -24,7 +24,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -199,6 +199,6 @@ def load_state(previous: Sequence[dict[str, Any]], win: dict[str, Any]) -> dict[
             "load_settled": same and drained and not after_drain and not falling and not rising and not win.get("late")}
 
 
-def load_key(win: dict[str, Any]) -> Any:
+def load_key(win: Mapping[str, Any]) -> Any:
     """A window's load level: ``load_level`` in an open-loop soak, else ``users`` (None: it changed inside the window)."""
     return win.get("load_level") if "load_level" in win else win.get("users")

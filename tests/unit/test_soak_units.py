@@ -10,7 +10,8 @@ import pytest
 
 from harness.load.shapes import load_trace, users_at
 from harness.records.files import JsonlWriter, read_jsonl
-from harness.soak.slice import RecordTail, soak_elapsed
+from harness.soak.slice import soak_elapsed
+from harness.soak.tail import RecordTail
 from harness.detect.trend import trend
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from harness.detect.changepoint import ChangeDetector, ChangeEvent, detect_series
-from harness.soak.slice import drift_points
+from harness.soak.watchdog import drift_points
 from harness.detect.trend import trend
 from harness.soak.windows import chunk_times, load_state, outstanding, p95_sd, share_sd, streamed, take_ended, throughput_sd, ttft_sd, window_figures
 

@@ -1,0 +1,101 @@
+"""A soak window's assembly, in three steps, from what the slice measured (pure functions: no clock, no I/O):
+
+1. ``live_window`` when the window closes: the engine's counters over it, its memory, the load level, the health
+   probe's longest silence, GPU and CPU use, all as they stood at its end;
+2. ``settle_window`` when its requests have ended (SETTLE_WINDOWS later): the figures of the requests it streamed
+   and ended (harness/soak/windows.py), their traffic, the work done since the engine started, the open-loop backlog;
+3. ``judged_window`` once the change detector has seen it: its judgement, the detector state, the memory forecast.
+   The result is the typed ``SoakWindow`` a line of windows.jsonl is written from.
+
+Key order is the written order (windows.jsonl), which readers and old folders share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from engines.base import EngineCounters, acceptance_figures, counters_delta
+from harness.probe.cpu import CpuUse
+from harness.records.types import SoakWindow
+from harness.soak.figures import engine_view, stall_figures, work_done
+from harness.soak.windows import acceptance_sd, load_state, window_figures
+
+
+def window_delta(before: EngineCounters | None, after: EngineCounters | None) -> EngineCounters | None:
+    """The engine's counters over a window; its totals at the end when they fell (it restarted inside the window)."""
+    if before is None or after is None:
+        return None
+    delta = counters_delta(before, after)
+    if (delta.draft_tokens or 0) < 0 or (delta.accepted_tokens or 0) < 0 or (delta.output_tokens or 0) < 0:
+        return after
+    return delta
+
+
+def live_window(*, config: str, slice_id: str, t0: float, t1: float, delta: EngineCounters | None, memory: dict[str, float | None],
+                probe_latencies_s: Sequence[float], users: int | None, engine_pid: int | None, engine_uptime_s: float | None,
+                engine_restart: bool, harness_rss_mib: float, machine_memory_available_mib: float, gpu: dict[str, Any],
+                cpu: CpuUse | None, cpu_engine_restarted: bool, contamination_cores: float) -> dict[str, Any]:
+    """The window's figures as they stood at its end ``t1`` (step 1). ``memory``: harness/soak/figures.py
+    ``memory_figures``; ``users``: the closed-loop users throughout (None: they changed, or open loop); ``gpu``: the
+    GPU sample; ``cpu``: the window's CPU split (None without a meter), ``cpu_engine_restarted`` when its engine
+    process is not the one the meter started on."""
+    acc = acceptance_figures(delta) if delta is not None else {"acceptance": None, "mean_accept_len": None}
+    win: dict[str, Any] = {
+        "config": config, "slice": slice_id, "t_start_unix": t0, "t_end_unix": t1, "t_unix": (t0 + t1) / 2,
+        "acceptance": acc["acceptance"], "mean_accept_len": acc["mean_accept_len"],
+        "counters": delta.to_dict() if delta is not None else None,
+        **memory,
+        "probe_max_s": max(probe_latencies_s) if probe_latencies_s else None,
+        **engine_view(delta),
+        "users": users,
+        "engine_pid": engine_pid,
+        "engine_uptime_s": engine_uptime_s,
+        "engine_restart": engine_restart,
+        "harness_rss_mib": harness_rss_mib,
+        "machine_memory_available_mib": machine_memory_available_mib,
+        "gpu": gpu,
+        "gpu_used_mib": gpu["used_bytes"] / 2**20 if gpu.get("used_bytes") is not None else None,
+        "gpu_total_mib": gpu["total_bytes"] / 2**20 if gpu.get("total_bytes") is not None else None,
+        "engine_gpu_mib": gpu["process_bytes"] / 2**20 if gpu.get("process_bytes") is not None else None,
+    }
+    if cpu is not None:
+        win["cpu"] = {**cpu.to_dict(), "engine_restarted": cpu_engine_restarted}
+        win["engine_cores"] = cpu.engine_cores
+        win["contaminated"] = cpu.other_cores > contamination_cores
+    else:
+        win["contaminated"] = False
+    return win
+
+
+def settle_window(win: dict[str, Any], ended: Sequence[dict[str, Any]], streaming: Sequence[dict[str, Any]],
+                  previous: dict[str, Any] | None, counters: EngineCounters | None, traffic: dict[str, Any], open_loop: bool,
+                  outstanding_end: int | None = None, slice_windows: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """The window's request figures (step 2), added to ``win`` (returned). ``ended``: the records it takes (those that
+    ended in it, or after an earlier window was judged); ``streaming``: the records not yet ended (they may have
+    streamed in it); ``previous``: the configuration's last judged window (None: the first); ``counters``: the
+    engine's totals at the window's end; ``traffic``: harness/load/pacing.py ``window_traffic``. Open loop:
+    ``outstanding_end`` (the backlog at its end) and ``slice_windows`` (the slice's judged windows) say whether the
+    backlog held still."""
+    chunks = stall_figures(ended, [])
+    win["max_chunk_gap_s"], win["itl_p99_s"] = chunks["max_chunk_gap_s"], chunks["itl_p99_s"]
+    win.update(work_done(previous, ended, counters, restarted=bool(win.get("engine_restart")) or previous is None
+                         or previous.get("engine_pid") != win.get("engine_pid")))
+    win.update(window_figures(ended, [*ended, *streaming], win["t_start_unix"], win["t_end_unix"], open_loop, win.get("users")))
+    win["count_sd"]["acceptance"] = acceptance_sd(win.get("acceptance"), (win.get("counters") or {}).get("draft_tokens"))
+    win.update(traffic)
+    if open_loop:
+        win["outstanding_end"] = outstanding_end
+        win.update(load_state(slice_windows, win))
+    return win
+
+
+def judged_window(win: dict[str, Any], judged: bool, not_judged_why: str | None, detectors: dict[str, Any],
+                  memory: tuple[float | None, float | None], gpu: tuple[float | None, float | None]) -> SoakWindow:
+    """The window once judged (step 3): the change detector's judgement and state per watched metric, and the
+    memory forecasts ((headroom s, slope MiB/h) of the engine's memory and of the GPUs')."""
+    win["judged"], win["not_judged_why"] = judged, not_judged_why
+    win["detectors"] = detectors
+    win["memory_headroom_s"], win["memory_slope_mib_per_h"] = memory
+    win["gpu_headroom_s"], win["gpu_slope_mib_per_h"] = gpu
+    return SoakWindow.from_dict(win)

@@ -1,0 +1,254 @@
+"""The watchdog's rules over a judged window: which verdicts it gives, decided from the windows and the scenario's
+``soak.watchdog`` settings alone (no clock but the one passed in, no I/O), so a test or a benchmark can feed them
+windows without an engine. harness/soak/slice.py writes the verdicts these rules return and acts on them.
+
+Rules, in the order a window's verdicts are given: the change detector's events (``collapse`` / ``recovered``),
+``stall``, the prompt cache (``cache_cap``, ``memory``), the engine's and the GPU's memory forecast (``memory``),
+``disk``, ``error_rate``, ``drift``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.config.scenario import Watchdog
+from harness.detect.changepoint import ChangeEvent, memory_forecast
+from harness.detect.trend import WATCHED, trend
+from harness.load.schedule import LEVEL_STEP
+from harness.records.types import SoakWindow
+from harness.soak.figures import cache_outlook, stall_to_flag
+from harness.soak.windows import load_key
+
+RSS_TREND_AFTER_S = 600.0  # the slow RSS trend ignores the engine's first 10 minutes (warm-up growth is not a leak)
+# the figures of a window that verdict evidence carries (not the detector state nor the CPU detail)
+BRIEF_KEYS = ("t_start_unix", "t_end_unix", "requests", "errors", "output_tps", "decode_tps", "ttft_p95_s", "error_ratio",
+              "acceptance", "engine_rss_mib", "engine_memory_mib", "engine_anon_mib", "prompt_cache_mib", "users", "engine_uptime_s",
+              "contaminated", "achieved_rps", "goodput_rps", "offered_rps", "late", "load_level", "max_chunk_gap_s", "probe_max_s",
+              "requests_waiting", "kv_usage", "prefix_hit_rate", "engine_requests_done", "engine_output_tokens_done", "outstanding_end",
+              "draining", "load_settled")
+
+Window = Mapping[str, Any]  # a window as written (windows.jsonl): the history the rules look back over
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A verdict a rule gives: ``action`` None takes the scenario's action for the kind."""
+
+    kind: str
+    message: str
+    evidence: dict[str, Any]
+    metric: str | None = None
+    action: str | None = None
+
+
+@dataclass
+class WatchState:
+    """What the rules remember on one engine: the pids already warned about memory, GPU memory and the prompt cache,
+    the longest stall already named, and the metrics a drift verdict already named (for the whole soak)."""
+
+    memory_warned_pid: int | None = None
+    gpu_warned_pid: int | None = None
+    cache_warned_pid: int | None = None
+    stall_flagged_s: float = 0.0
+    drift_flagged: set[str] = field(default_factory=set)
+
+    def engine_restarted(self) -> None:
+        """A new engine process: its memory, cache and stalls are judged afresh (drift is over the whole soak)."""
+        self.memory_warned_pid = self.gpu_warned_pid = self.cache_warned_pid = None
+        self.stall_flagged_s = 0.0
+
+
+def brief(w: SoakWindow | Window) -> dict[str, Any]:
+    """A window as verdict evidence: its figures, without the detector state and CPU detail."""
+    return {k: w.get(k) for k in BRIEF_KEYS}
+
+
+def available_mib(win: SoakWindow | Window, memory_limit_mib: float | None) -> float:
+    """Memory the engine can still take: the machine's available memory, or less under ``memory_limit_mib``."""
+    available = float(win.get("machine_memory_available_mib") or 0.0)
+    if memory_limit_mib is not None:
+        held = max(float(win.get("engine_rss_mib") or 0.0), float(win.get("engine_anon_mib") or 0.0))
+        available = min(available, max(0.0, memory_limit_mib - held))
+    return available
+
+
+def headroom(history: Sequence[Window], win: SoakWindow | Window, wd: Watchdog, gpu: bool = False) -> tuple[float | None, float | None]:
+    """(seconds until available memory runs out at the engine's memory slope over the last memory_fit_s, that slope
+    in MiB/h), this engine process only; (None, slope) when it does not grow, (None, None) before there is a forecast.
+    ``gpu``: the GPUs' used memory against their free memory instead (None without NVML). ``history``: the
+    configuration's earlier windows; ``win`` is the one being judged."""
+    pid, t_unix = win.get("engine_pid"), float(win.get("t_unix"))
+    key = "gpu_used_mib" if gpu else "engine_memory_mib"
+    pts = [(float(w["t_unix"]), float(w[key])) for w in history
+           if w.get("engine_pid") == pid and w.get(key) is not None and w["t_unix"] >= t_unix - wd.memory_fit_s]
+    if win.get(key) is not None:
+        pts.append((t_unix, float(win.get(key))))
+    if len(pts) < 3:
+        return None, None
+    if gpu:
+        total, used = win.get("gpu_total_mib"), win.get("gpu_used_mib")
+        if total is None or used is None:
+            return None, None  # no GPU figure in this window: no forecast against it
+        available = float(total) - float(used)
+    else:
+        available = available_mib(win, wd.memory_limit_mib)
+    fc = memory_forecast([p[0] for p in pts], [p[1] for p in pts], available, min_span_s=min(600.0, wd.memory_fit_s / 2))
+    return (fc.headroom_s, fc.slope_mib_per_h) if fc is not None else (None, None)
+
+
+def change_finding(ev: ChangeEvent, history: Sequence[Window], wd: Watchdog, open_loop: bool) -> Finding:
+    """The change detector's event as a ``collapse`` or ``recovered`` verdict. ``history`` ends with the window judged."""
+    evidence = {**ev.to_dict(), "windows": [brief(w) for w in history[-(wd.confirm_windows + 2):]]}
+    change = f"{ev.relative_change:+.0%}" if ev.metric != "error_ratio" else f"{ev.relative_change:+.2f}"
+    if ev.kind == "collapse":
+        at = f"{ev.level} users" if not open_loop else f"load level {ev.level} (about {LEVEL_STEP ** (ev.level or 0):.3g} rps)"
+        return Finding("collapse", f"{ev.metric} {change} against its reference {ev.reference:.3g} at {at} "
+                       f"(now {ev.value:.3g}), since {time.strftime('%H:%M:%S', time.localtime(ev.onset_unix))}", evidence, metric=ev.metric)
+    return Finding("recovered", f"{ev.metric} back near its reference after {(ev.episode_end_unix or 0) - (ev.episode_start_unix or 0):.0f} s "
+                   f"(worst {ev.size:+.2g})", evidence, metric=ev.metric, action="record")
+
+
+def stall_rule(win: SoakWindow, wd: Watchdog, state: WatchState) -> Finding | None:
+    """A ``stall`` verdict when the health probe waited past ``stall_warn_s``, and again each time the longest pause
+    grows by half (pauses that lengthen with uptime: each a line, long before a request fails). Contaminated windows
+    are not judged, as in the change detector: other processes took the CPU, a pause then is the machine's."""
+    if win.contaminated:
+        return None
+    stall = stall_to_flag(win, wd.stall_warn_s, state.stall_flagged_s)
+    if stall is None:
+        return None
+    state.stall_flagged_s = stall
+    gap = win.max_chunk_gap_s
+    return Finding("stall", f"the engine did not answer its health probe for {stall:.1f} s (floor {wd.stall_warn_s:g} s)"
+                   + (f"; longest gap between two chunks of a stream {gap:.1f} s" if isinstance(gap, int | float) else ""),
+                   {"window": brief(win), "longest_stall_s": stall, "onset_unix": win.t_start_unix}, metric="longest_stall_s")
+
+
+def cache_rules(win: SoakWindow, history: Sequence[Window], wd: Watchdog, state: WatchState) -> list[Finding]:
+    """The prompt cache: growth toward a cap that fits is by design (the report names it); a cap that does not fit
+    is a ``cache_cap`` warning once per engine, and a ``memory`` verdict when its growth will use up the memory left.
+    ``history`` ends with the window judged."""
+    pid = win.engine_pid
+    pts = [(w["t_unix"], w["prompt_cache_mib"]) for w in history
+           if w.get("engine_pid") == pid and w.get("prompt_cache_mib") is not None and w["t_unix"] >= win.t_unix - wd.memory_fit_s]
+    cap = win.prompt_cache_cap_mib
+    if not pts:
+        return []
+    available = available_mib(win, wd.memory_limit_mib)
+    out = cache_outlook(pts, cap, available)
+    if out is None or out.fits:
+        return []
+    found = []
+    if state.cache_warned_pid != pid:
+        state.cache_warned_pid = pid
+        found.append(Finding("cache_cap", f"the engine's prompt cache may grow to {'no limit' if cap is None or cap < 0 else f'{cap:,.0f} MiB'} "
+                             f"({out.size_mib:,.0f} MiB now) but only {available:,.0f} MiB is available", {"window": brief(win),
+                             "cap_mib": cap, "size_mib": out.size_mib, "available_mib": available}, metric="prompt_cache_mib", action="record"))
+    if out.runs_out_s is not None and out.runs_out_s < wd.memory_horizon_s and state.memory_warned_pid != pid:
+        state.memory_warned_pid = pid
+        found.append(Finding("memory", f"the prompt cache grows {out.slope_mib_per_h:,.0f} MiB/h toward a cap that does not fit: "
+                             f"available memory ({available:,.0f} MiB) runs out in {out.runs_out_s / 60:.0f} min",
+                             # the growth's onset: the end of the first window of the fit (what it grew from)
+                             {"window": brief(win), "headroom_s": out.runs_out_s, "cap_mib": cap, "size_mib": out.size_mib,
+                              "onset_unix": next(w["t_end_unix"] for w in history if w["t_unix"] == pts[0][0])},
+                             metric="prompt_cache_mib"))
+    return found
+
+
+def memory_rules(win: SoakWindow, wd: Watchdog, state: WatchState) -> list[Finding]:
+    """A ``memory`` verdict, once per engine, when the window's forecast (``memory_headroom_s``, ``gpu_headroom_s``)
+    says available memory or GPU memory runs out within ``memory_horizon_s``."""
+    found = []
+    pid = win.engine_pid
+    if win.memory_headroom_s is not None and win.memory_headroom_s < wd.memory_horizon_s and state.memory_warned_pid != pid:
+        state.memory_warned_pid = pid
+        found.append(Finding("memory", f"at the engine's memory slope ({win.memory_slope_mib_per_h or 0:+,.0f} MiB/h, prompt cache left out), "
+                             f"available memory ({available_mib(win, wd.memory_limit_mib):,.0f} MiB) runs out in {win.memory_headroom_s / 60:.0f} min",
+                             {"window": brief(win), "headroom_s": win.memory_headroom_s}, metric="engine_memory_mib"))
+    if win.gpu_headroom_s is not None and win.gpu_headroom_s < wd.memory_horizon_s and state.gpu_warned_pid != pid:
+        state.gpu_warned_pid = pid
+        free = (win.gpu_total_mib or 0.0) - (win.gpu_used_mib or 0.0)
+        found.append(Finding("memory", f"at the GPU memory slope ({win.gpu_slope_mib_per_h or 0:,.0f} MiB/h), GPU memory "
+                             f"({free:,.0f} MiB free) runs out in {win.gpu_headroom_s / 60:.0f} min",
+                             {"window": brief(win), "headroom_s": win.gpu_headroom_s}, metric="gpu_used_mib"))
+    return found
+
+
+def disk_rule(win: SoakWindow, short: tuple[str, dict[str, Any]] | None) -> Finding | None:
+    """A ``disk`` verdict from the results disk's check of this window (harness/soak/disk.py ``DiskWatch.check``)."""
+    if short is None:
+        return None
+    return Finding("disk", short[0], {**short[1], "window": brief(win)})
+
+
+def error_rate_rule(win: SoakWindow, wd: Watchdog) -> Finding | None:
+    """An ``error_rate`` verdict when at least ``min_requests`` ended in the window and their failed share reached
+    ``error_rate``."""
+    if win.requests >= wd.min_requests and win.errors / win.requests >= wd.error_rate:
+        return Finding("error_rate", f"{win.errors} of {win.requests} requests failed in the last window", {"window": brief(win)})
+    return None
+
+
+def drift_points(wins: Sequence[Window], metric: str) -> list[tuple[float, float, Any]]:
+    """(t_unix, value, load level) of the windows the drift test takes: not contaminated, engine memory only after the
+    engine's first 10 minutes and at one level (memory does not follow the load), the rest at their load level
+    (harness/soak/windows.py ``load_key``), open-loop windows only where the backlog held still."""
+    out: list[tuple[float, float, Any]] = []
+    for w in wins:
+        if w.get(metric) is None or w.get("contaminated"):
+            continue
+        if metric == "engine_memory_mib":
+            if (w.get("engine_uptime_s") or 0) >= RSS_TREND_AFTER_S:
+                out.append((w["t_unix"], w[metric], None))
+            continue
+        level = load_key(w)
+        if ("load_level" in w or "users" in w) and level is None or w.get("load_settled") is False:
+            continue
+        out.append((w["t_unix"], w[metric], level))
+    return out
+
+
+def drift_rules(history: Sequence[Window], wd: Watchdog, state: WatchState) -> list[Finding]:
+    """A ``drift`` verdict, once per metric and soak, when a watched series trends over the whole soak
+    (harness/detect/trend.py)."""
+    if len(history) < wd.drift_min_windows:
+        return []
+    found = []
+    for metric, bad in WATCHED.items():
+        if metric in state.drift_flagged:
+            continue
+        pts = drift_points(history, metric)
+        if len(pts) < wd.drift_min_windows:
+            continue
+        tr = trend(metric, [p[0] for p in pts], [p[1] for p in pts], bad, wd.drift_alpha, wd.drift_min_change, [p[2] for p in pts])
+        if tr is not None and tr.drifting:
+            state.drift_flagged.add(metric)
+            found.append(Finding("drift", f"{metric} {'rises' if bad > 0 else 'falls'} {abs(tr.relative_change):.0%} over the soak "
+                                 f"(Theil-Sen {tr.slope_per_hour:+.3g}/h, CI [{tr.slope_low_per_hour:+.3g}, {tr.slope_high_per_hour:+.3g}], p={tr.p_value:.2g})",
+                                 tr.to_dict(), metric=metric))
+    return found
+
+
+def judge(win: SoakWindow, history: Sequence[Window], wd: Watchdog, state: WatchState, events: Sequence[ChangeEvent],
+          disk_short: tuple[str, dict[str, Any]] | None, open_loop: bool) -> list[Finding]:
+    """Every verdict a judged window gives, in order. ``history``: the configuration's windows, ending with this one
+    as written; ``events``: the change detector's for it; ``disk_short``: the disk check's for it."""
+    found: list[Finding] = [change_finding(ev, history, wd, open_loop) for ev in events]
+    rules: list[Callable[[], Finding | list[Finding] | None]] = [
+        lambda: stall_rule(win, wd, state),
+        lambda: cache_rules(win, history, wd, state),
+        lambda: memory_rules(win, wd, state),
+        lambda: disk_rule(win, disk_short),
+        lambda: error_rate_rule(win, wd),
+        lambda: drift_rules(history, wd, state),
+    ]
+    for rule in rules:
+        got = rule()
+        if isinstance(got, list):
+            found.extend(got)
+        elif got is not None:
+            found.append(got)
+    return found

@@ -1,0 +1,72 @@
+"""Typed soak records (harness/records/types.py): every line of real run folders reads and writes back byte for byte."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.records.files import JsonlWriter
+from harness.records.types import Failure, JsonRecord, SoakWindow, Verdict
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+KINDS: dict[str, type[JsonRecord]] = {"verdicts.jsonl": Verdict, "windows.jsonl": SoakWindow, "failures.jsonl": Failure}
+FILES = sorted(p for p in (FIXTURES / "soak_records").glob("*/*.jsonl")) + [FIXTURES / "run_quick" / "failures.jsonl"]
+
+
+def _line(record: dict) -> str:
+    """A record as JsonlWriter writes it."""
+    return json.dumps(record, separators=(",", ":"), allow_nan=False, default=str)
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_every_real_record_round_trips_to_the_same_line(path: Path) -> None:
+    cls = KINDS[path.name]
+    for line in path.read_text().splitlines():
+        rec = cls.from_dict(json.loads(line))
+        assert _line(rec.to_dict()) == line
+        assert _line(cls.from_dict(rec.to_dict()).to_dict()) == line
+
+
+def test_the_fixtures_hold_records_of_every_type() -> None:
+    seen = {p.name for p in FILES if p.read_text().strip()}
+    assert seen == set(KINDS)
+
+
+def test_named_fields_are_typed_and_the_rest_kept_in_extra() -> None:
+    line = (FIXTURES / "soak_records" / "stalls" / "windows.jsonl").read_text().splitlines()[0]
+    w = SoakWindow.from_dict(json.loads(line))
+    assert isinstance(w.t_unix, float) and w.config and w.slice
+    assert "detectors" in w.extra and "count_sd" in w.extra and "t_unix" not in w.extra
+    assert w.get("count_sd") == w.extra["count_sd"] and w.get("requests") == w.requests
+
+
+def test_unknown_keys_survive_and_missing_optional_keys_are_not_added() -> None:
+    old = {"t_unix": 1.0, "config": "c", "slice": "s", "kind": "crash", "metric": None, "message": "m", "evidence": {}, "action": "restart"}
+    v = Verdict.from_dict(old)
+    assert v.to_dict() == old and list(v.to_dict()) == list(old)  # an older verdict without engine_uptime_s / engine_pid
+    assert v.engine_pid is None and v.get("engine_pid") is None
+    newer = {**old, "brand_new": {"x": 1}, "engine_pid": 7}
+    assert list(Verdict.from_dict(newer).to_dict().items()) == list(newer.items())
+    v.extra["added"] = 1
+    assert list(v.to_dict())[-1] == "added"
+
+
+def test_a_required_field_missing_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="kind"):
+        Verdict.from_dict({"t_unix": 1.0, "config": "c"})
+    with pytest.raises(ValueError, match="t_start_unix"):
+        SoakWindow.from_dict({"config": "c", "slice": "s"})
+
+
+def test_a_verdict_built_in_code_writes_the_soaks_keys_and_its_failure_adds_stage_and_time(tmp_path: Path) -> None:
+    v = Verdict(5.0, "spec", "spec-s001", "hang", None, "no answer for 30 s", {"silent_s": 30.0}, "restart", 120.0, 4242)
+    assert list(v.to_dict()) == ["t_unix", "config", "slice", "kind", "metric", "message", "evidence", "action", "engine_uptime_s",
+                                 "engine_pid"]
+    f = v.failure()
+    assert f.to_dict() == {**v.to_dict(), "stage": "soak", "unix_s": 5.0}
+    assert (f.config, f.stage, f.kind, f.unix_s) == ("spec", "soak", "hang", 5.0) and f.extra["engine_pid"] == 4242
+    with JsonlWriter(tmp_path / "v.jsonl") as w:
+        w.write(v.to_dict())
+    assert Verdict.from_dict(json.loads((tmp_path / "v.jsonl").read_text())) == v

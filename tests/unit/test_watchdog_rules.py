@@ -1,0 +1,199 @@
+"""The watchdog's rules (harness/soak/watchdog.py) without an engine: each rule on made-up windows, and the rules
+replayed over real soaks' windows giving the verdicts those soaks wrote (tests/fixtures/soak_records)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from harness.config.scenario import Watchdog
+from harness.detect.changepoint import ChangeDetector
+from harness.records.types import SoakWindow
+from harness.soak.disk import DiskWatch
+from harness.soak.slice import detector_settings
+from harness.soak.watchdog import (RSS_TREND_AFTER_S, WatchState, available_mib, cache_rules, disk_rule, drift_rules, error_rate_rule,
+                                   headroom, judge, memory_rules, stall_rule)
+
+RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "soak_records"
+MIB = 2**20
+# verdicts the slice gives itself, not the window rules: the engine's process, the load, the canary, the disk
+NOT_WINDOW_RULES = ("crash", "hang", "restart_failed", "gave_up", "no_load", "divergence", "disk")
+
+
+def win(i: int = 0, window_s: float = 60.0, **over: Any) -> dict[str, Any]:
+    """The i-th window of a steady soak as windows.jsonl holds it: 10 requests, none failed, a flat engine."""
+    t0 = 1_000_000.0 + i * window_s
+    w: dict[str, Any] = {"config": "spec", "slice": "spec-s001", "t_start_unix": t0, "t_end_unix": t0 + window_s,
+                         "t_unix": t0 + window_s / 2, "engine_pid": 100, "engine_uptime_s": 3600.0 + i * window_s,
+                         "engine_restart": i == 0, "contaminated": False, "requests": 10, "errors": 0, "output_tps": 20.0,
+                         "decode_tps": 25.0, "ttft_p95_s": 0.5, "acceptance": None, "engine_rss_mib": 500.0, "engine_anon_mib": 400.0,
+                         "engine_memory_mib": 500.0, "prompt_cache_mib": None, "prompt_cache_cap_mib": None,
+                         "machine_memory_available_mib": 8000.0, "gpu_used_mib": None, "gpu_total_mib": None, "probe_max_s": 0.05,
+                         "max_chunk_gap_s": 0.2, "users": 4, "judged": True, "not_judged_why": None, "memory_headroom_s": None,
+                         "memory_slope_mib_per_h": None, "gpu_headroom_s": None, "gpu_slope_mib_per_h": None}
+    w.update(over)
+    return w
+
+
+def typed(w: dict[str, Any]) -> SoakWindow:
+    return SoakWindow.from_dict(w)
+
+
+# ---- stall ---------------------------------------------------------------------------------------------------------
+def test_stall_floor_then_only_a_pause_half_again_longer_then_afresh_after_a_restart() -> None:
+    wd, state = Watchdog(stall_warn_s=5.0), WatchState()
+    assert stall_rule(typed(win(probe_max_s=4.9)), wd, state) is None  # under the floor
+    first = stall_rule(typed(win(probe_max_s=5.0, max_chunk_gap_s=4.0)), wd, state)
+    assert first is not None and first.kind == "stall" and first.metric == "longest_stall_s"
+    assert first.evidence["longest_stall_s"] == 5.0 and first.evidence["onset_unix"] == win()["t_start_unix"]
+    assert "floor 5 s" in first.message and "chunks of a stream 4.0 s" in first.message
+    assert stall_rule(typed(win(probe_max_s=7.4)), wd, state) is None  # under 1.5 x the 5 s already named
+    assert stall_rule(typed(win(probe_max_s=7.5)), wd, state) is not None
+    assert state.stall_flagged_s == 7.5
+    state.engine_restarted()
+    assert stall_rule(typed(win(probe_max_s=5.0)), wd, state) is not None
+
+
+def test_a_stall_in_a_contaminated_window_is_not_judged() -> None:
+    state = WatchState()
+    assert stall_rule(typed(win(probe_max_s=60.0, contaminated=True)), Watchdog(), state) is None
+    assert state.stall_flagged_s == 0.0
+
+
+# ---- memory --------------------------------------------------------------------------------------------------------
+def test_memory_headroom_from_the_engines_growth_over_the_fit_span() -> None:
+    wd = Watchdog(memory_fit_s=1800.0)
+    # 600 MiB/h for 30 min, 2000 MiB available: about 3.3 h
+    hist = [win(i, engine_memory_mib=500.0 + 10.0 * i, machine_memory_available_mib=2000.0) for i in range(30)]
+    now = win(30, engine_memory_mib=800.0, machine_memory_available_mib=2000.0)
+    h, slope = headroom(hist, now, wd)
+    assert slope == pytest.approx(600.0, rel=0.01)
+    assert h == pytest.approx(2000.0 / 600.0 * 3600, rel=0.01)
+    assert headroom(hist[:1], now, wd) == (None, None)  # under 3 points: no forecast
+    other = [{**w, "engine_pid": 99} for w in hist]
+    assert headroom(other, now, wd) == (None, None)  # another engine process's windows do not count
+    flat = [win(i) for i in range(30)]
+    assert headroom(flat, win(30), wd) == (None, 0.0)  # no growth: no headroom, a slope of 0
+
+
+def test_memory_limit_caps_the_available_memory() -> None:
+    w = win(machine_memory_available_mib=8000.0, engine_rss_mib=700.0, engine_anon_mib=900.0)
+    assert available_mib(w, None) == 8000.0
+    assert available_mib(w, 1200.0) == 300.0  # the limit less the larger of RSS and anon
+    assert available_mib(w, 500.0) == 0.0
+
+
+def test_memory_verdict_when_the_forecast_runs_out_within_the_horizon_once_per_engine() -> None:
+    wd, state = Watchdog(memory_horizon_s=3600.0), WatchState()
+    assert memory_rules(typed(win(memory_headroom_s=3600.0, memory_slope_mib_per_h=100.0)), wd, state) == []  # at the horizon: not within
+    got = memory_rules(typed(win(memory_headroom_s=1800.0, memory_slope_mib_per_h=2000.0)), wd, state)
+    assert [(f.kind, f.metric) for f in got] == [("memory", "engine_memory_mib")]
+    assert got[0].evidence["headroom_s"] == 1800.0 and "runs out in 30 min" in got[0].message and "+2,000 MiB/h" in got[0].message
+    assert memory_rules(typed(win(memory_headroom_s=60.0, memory_slope_mib_per_h=2000.0)), wd, state) == []  # said once
+    assert len(memory_rules(typed(win(engine_pid=101, memory_headroom_s=60.0, memory_slope_mib_per_h=2000.0)), wd, state)) == 1
+    gpu = memory_rules(typed(win(engine_pid=101, gpu_headroom_s=600.0, gpu_slope_mib_per_h=900.0, gpu_used_mib=30_000.0,
+                                 gpu_total_mib=32_000.0)), wd, state)
+    assert [(f.kind, f.metric) for f in gpu] == [("memory", "gpu_used_mib")] and "2,000 MiB free" in gpu[0].message
+
+
+def test_a_prompt_cache_cap_that_does_not_fit_warns_once_and_its_growth_is_a_memory_verdict() -> None:
+    wd, state = Watchdog(memory_fit_s=1800.0), WatchState()
+    hist = [win(i, prompt_cache_mib=100.0 + 50.0 * i, prompt_cache_cap_mib=8192.0, machine_memory_available_mib=1000.0)
+            for i in range(12)]
+    got = cache_rules(typed(hist[-1]), hist, wd, state)
+    assert [(f.kind, f.action) for f in got] == [("cache_cap", "record"), ("memory", None)]
+    assert got[1].evidence["onset_unix"] == hist[0]["t_end_unix"] and got[1].evidence["headroom_s"] < wd.memory_horizon_s
+    assert state.memory_warned_pid == 100
+    assert cache_rules(typed(hist[-1]), hist, wd, state) == []  # once per engine
+    fits = [{**w, "prompt_cache_cap_mib": 256.0} for w in hist[:2]]
+    assert cache_rules(typed(fits[-1]), fits, wd, WatchState()) == []  # a cap that fits is by design
+
+
+# ---- disk, error rate ----------------------------------------------------------------------------------------------
+def test_disk_verdict_below_the_floor_and_when_the_rate_reaches_it_within_two_windows(tmp_path: Path) -> None:
+    wd = Watchdog(disk_min_free_mib=1024.0, window_s=60.0)
+    free = [5000 * MIB]
+    disk = DiskWatch(tmp_path, wd, free=lambda: free[0])
+    w = typed(win())
+    assert disk_rule(w, disk.check(0.0)) is None  # plenty, no rate yet
+    free[0] = 3000 * MIB  # 2000 MiB in 60 s: below the floor within 2 windows
+    got = disk_rule(w, disk.check(60.0))
+    assert got is not None and got.kind == "disk" and "fills at" in got.message
+    assert got.evidence["free_mib"] == 3000.0 and got.evidence["window"]["requests"] == 10
+    assert disk_rule(w, disk.check(120.0)) is None  # said once while the disk stays short
+    low = DiskWatch(tmp_path, wd, free=lambda: 500 * MIB)
+    got = disk_rule(w, low.check(0.0))
+    assert got is not None and "below soak.watchdog.disk_min_free_mib" in got.message
+
+
+def test_error_rate_needs_min_requests_and_the_threshold() -> None:
+    wd = Watchdog(error_rate=0.2, min_requests=5)
+    assert error_rate_rule(typed(win(requests=4, errors=4)), wd) is None  # too few to judge
+    assert error_rate_rule(typed(win(requests=10, errors=1)), wd) is None
+    got = error_rate_rule(typed(win(requests=10, errors=2)), wd)
+    assert got is not None and got.kind == "error_rate" and got.message == "2 of 10 requests failed in the last window"
+    assert error_rate_rule(typed(win(requests=0, errors=0)), Watchdog(min_requests=1)) is None
+
+
+# ---- drift, and the order of a window's verdicts -------------------------------------------------------------------
+def test_drift_once_per_metric_and_soak_and_not_before_min_windows() -> None:
+    wd, state = Watchdog(drift_min_windows=6, drift_min_change=0.1), WatchState()
+    # decode t/s falling 2 % a window over 30 windows, at one level
+    wins = [win(i, decode_tps=25.0 * (1 - 0.02 * i)) for i in range(30)]
+    assert drift_rules(wins[:5], wd, state) == []
+    got = drift_rules(wins, wd, state)
+    assert [(f.kind, f.metric) for f in got] == [("drift", "decode_tps")] and "falls" in got[0].message
+    assert state.drift_flagged == {"decode_tps"}
+    assert drift_rules(wins, wd, state) == []
+    young = [win(i, engine_memory_mib=500.0 + 20 * i, engine_uptime_s=RSS_TREND_AFTER_S - 1) for i in range(30)]
+    assert drift_rules(young, wd, WatchState()) == []  # engine memory in the engine's first 10 minutes: warm-up, not a leak
+
+
+def test_judge_gives_a_windows_verdicts_in_the_soaks_order(tmp_path: Path) -> None:
+    wd, state = Watchdog(stall_warn_s=5.0, memory_horizon_s=3600.0), WatchState()
+    w = win(probe_max_s=9.0, memory_headroom_s=600.0, memory_slope_mib_per_h=500.0, requests=10, errors=9)
+    short = ("the results disk has 10 MiB free", {"free_mib": 10.0})
+    got = judge(typed(w), [w], wd, state, [], short, open_loop=False)
+    assert [f.kind for f in got] == ["stall", "memory", "disk", "error_rate"]
+
+
+# ---- real soaks ----------------------------------------------------------------------------------------------------
+def _folder(name: str) -> tuple[Watchdog, bool, list[dict[str, Any]], list[dict[str, Any]]]:
+    sc = yaml.safe_load((RECORDS / name / "scenario.yaml").read_text())
+    read = lambda f: [json.loads(line) for line in (RECORDS / name / f).read_text().splitlines()]  # noqa: E731
+    return Watchdog(**sc["soak"]["watchdog"]), sc["soak"].get("arrival") is not None, read("windows.jsonl"), read("verdicts.jsonl")
+
+
+@pytest.mark.parametrize("name", ["cache", "stalls", "drift", "faults"])
+def test_rules_replayed_over_a_real_soaks_windows_give_the_verdicts_it_wrote(name: str) -> None:
+    """As the slice judges: the detector fed each window (as replay_detector), a new WatchState per slice (drift
+    named once per soak), the history ending with the window judged."""
+    wd, open_loop, windows, verdicts = _folder(name)
+    detectors: dict[str, ChangeDetector] = {}
+    history: dict[str, list[dict[str, Any]]] = {}
+    states: dict[str, tuple[str, WatchState]] = {}
+    got = []
+    for w in windows:
+        c = w["config"]
+        det = detectors.setdefault(c, ChangeDetector(detector_settings(wd)))
+        if c not in states or states[c][0] != w["slice"]:
+            states[c] = (w["slice"], WatchState(drift_flagged=states[c][1].drift_flagged if c in states else set()))
+        if w.get("engine_restart"):
+            det.engine_restarted()
+        h = history.setdefault(c, [])
+        # the memory forecast the window recorded is the one headroom() gives from the windows before it
+        assert headroom(h, w, wd) == (w["memory_headroom_s"], w["memory_slope_mib_per_h"])
+        events = det.update(w)
+        h.append(w)
+        got += [(c, f) for f in judge(typed(w), h, wd, states[c][1], events, None, open_loop)]
+    want = [v for v in verdicts if v["kind"] not in NOT_WINDOW_RULES]
+    assert [(c, f.kind, f.metric) for c, f in got] == [(v["config"], v["kind"], v["metric"]) for v in want]
+    for (_, f), v in zip(got, want, strict=True):
+        # the slice adds the series that moved with it (harness/soak/explain.py) to evidence and message
+        assert {k: v["evidence"][k] for k in f.evidence} == json.loads(json.dumps(f.evidence))
+        if name != "stalls":  # that soak ran before the stall message took its present wording
+            assert v["message"].removeprefix("attached server: ").startswith(f.message)
