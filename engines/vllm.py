@@ -27,7 +27,8 @@ from engines._common import (
     to_int,
     which,
 )
-from engines.base import Capacity, Engine, EngineCounters, MemoryUse, RequestSpecStats, spec_count, startup_lines
+from engines.base import Engine
+from engines.types import Capacity, EngineCounters, MemoryUse, RequestSpecStats, spec_count, startup_lines
 from engines.errors import ScrapeError, SpeculationInactive
 from engines.vllm_env import vllm_python, vllm_version
 

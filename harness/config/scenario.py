@@ -786,7 +786,7 @@ class LoadedScenario:
 
 def _with_served_model(p: Path, lines: Any, scenario: Scenario) -> Scenario:
     """Attach mode without server.model: the model the server lists first at /v1/models (what every peer does)."""
-    from engines.base import served_models
+    from engines.http import served_models
 
     srv = scenario.server
     key = os.environ.get(srv.api_key_env) if srv.api_key_env else None

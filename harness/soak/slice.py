@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from engines.base import EngineCounters, acceptance_figures, counters_delta
+from engines.types import EngineCounters, acceptance_figures, counters_delta
 from harness.soak import canary as canary_mod
 from harness.detect.changepoint import ChangeDetector, ChangeEvent, DetectorSettings, memory_forecast
 from harness.probe.cpu import CpuMeter, tree_memory, tree_rss_bytes
