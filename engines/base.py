@@ -17,11 +17,36 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
 
-from engines.errors import EngineError, EngineHung, EngineNotInstalled, EngineStartError, ScrapeError
+from engines.errors import (
+    EngineError,
+    EngineHung,
+    EngineNotInstalled,
+    EngineStartError,
+    ScrapeError,
+)
 from engines.http import http_get, http_post_json
 from engines.logcapture import BoundedLog, LogBound, read_bounded
-from engines.process import describe_exit, listening_pid, process_alive, spawn, stop_group
-from engines.types import CacheState, Capacity, EngineCounters, LaunchSpec, RequestSpecStats
+from engines.process import (
+    describe_exit,
+    listening_pid,
+    process_alive,
+    spawn,
+    stop_group,
+)
+from engines.types import (
+    CacheState,
+    Capacity,
+    EngineCounters,
+    LaunchSpec,
+    RequestSpecStats,
+)
+
+# Scenario fields every launched engine honours the same way (part of each adapter's honoured_fields).
+SHARED_FIELDS: dict[str, str] = {
+    "server.extra_args": "appended to the command line (a flag given here replaces the harness's own)",
+    "server.env": "added to the engine process's environment",
+    "configurations[].engine_args": "appended after server.extra_args",
+}
 
 
 class Engine(ABC):
@@ -41,6 +66,13 @@ class Engine(ABC):
     install_hint: ClassVar[str] = ""
     # the log line that ends the start-up section the bounded log keeps whole; None: it ends when wait_ready succeeds
     ready_line: ClassVar[re.Pattern[bytes] | None] = None
+    # seconds from start to ready, roughly, for the run's wall-clock estimate (docs/engines/); None: a few seconds
+    typical_start_s: ClassVar[float | None] = None
+    # scenario field (dotted path) -> how it reaches this engine; a field not listed is ignored
+    # (harness/config/reference.py: docs/scenarios.md's 'engines' column, `specsoak plan`)
+    honoured_fields: ClassVar[dict[str, str]] = {}
+    # engine-neutral output (engines/promql.py) -> PromQL over this engine's own series, as normalise_metrics reads them
+    promql_series: ClassVar[dict[str, str]] = {}
 
     def __init__(self, spec: LaunchSpec, log_path: Path):
         self.spec = spec

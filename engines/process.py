@@ -10,6 +10,7 @@ import signal
 import subprocess
 import urllib.parse
 
+
 def set_parent_death_signal() -> None:  # runs in the child between fork and exec
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
