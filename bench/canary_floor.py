@@ -23,7 +23,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from engines.base import LaunchSpec
+from engines.types import LaunchSpec
 from engines.llamacpp import LlamaCpp
 from harness.soak.canary import BUILTIN_PROMPTS, CanaryAnswer, canary_prompts, compare, first_answers
 from harness.probe.cpu import CpuMeter

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from engines.base import LaunchSpec
 from engines.llamacpp import LlamaCpp
+from engines.types import LaunchSpec
 from harness.load.client import RequestParams, run_streams
 from harness.prompts import Prompt
 

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from engines.base import LaunchSpec
+from engines.types import LaunchSpec
 from engines.llamacpp import LlamaCpp
 from harness.models.ref import resolve_model
 from harness.prompts import load_prompts

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from bench.measure import REPO, Result, q, read_records, run_client
-from engines.base import LaunchSpec
+from engines.types import LaunchSpec
 from engines.llamacpp import LlamaCpp
 from harness.models.ref import resolve_model
 from harness.common.net import free_port

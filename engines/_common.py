@@ -16,8 +16,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from engines.base import EngineCounters
 from engines.errors import ScrapeError
+from engines.types import EngineCounters
 
 GIB = 1024.0  # MiB per GiB
 MAX_POSITIONS = 1024  # draft positions a per-position counter may have: a larger label is not a position

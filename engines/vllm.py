@@ -27,8 +27,28 @@ from engines._common import (
     to_int,
     which,
 )
-from engines.base import Capacity, Engine, EngineCounters, MemoryUse, RequestSpecStats, spec_count, startup_lines
+from engines.base import SHARED_FIELDS, Engine
 from engines.errors import ScrapeError, SpeculationInactive
+from engines.promql import (
+    ENGINE_ACCEPTANCE,
+    ENGINE_ACCEPTED_TOKENS,
+    ENGINE_DRAFT_TOKENS,
+    ENGINE_KV_USAGE,
+    ENGINE_RUNNING,
+    ENGINE_VERIFY_STEPS,
+    ENGINE_WAITING,
+    max_by,
+    r1,
+    sum_by,
+)
+from engines.types import (
+    Capacity,
+    EngineCounters,
+    MemoryUse,
+    RequestSpecStats,
+    spec_count,
+    startup_lines,
+)
 from engines.vllm_env import vllm_python, vllm_version
 
 # harness algorithm -> --speculative-config "method"
@@ -92,6 +112,32 @@ class Vllm(Engine):
     model_folders: ClassVar[bool] = True
     install_hint: ClassVar[str] = "`make vllm` makes .venv-vllm"
     ready_line: ClassVar[re.Pattern[bytes] | None] = re.compile(rb"Application startup complete")  # uvicorn, once the API serves
+    typical_start_s: ClassVar[float | None] = 60.0
+    honoured_fields: ClassVar[dict[str, str]] = {
+        **SHARED_FIELDS,
+        "server.binary": "the `vllm` script, or the Python of vLLM's venv (`-m vllm.entrypoints.openai.api_server`); default: `vllm` on PATH, else `.venv-vllm`",
+        "server.model": "`vllm serve MODEL` / `--model` (a Hugging Face folder); also the request's `model`",
+        "server.ctx_size": "`--max-model-len` = ctx_size / parallel",
+        "server.parallel": "`--max-num-seqs`",
+        "server.api_key_env": "`VLLM_API_KEY` in the engine's environment",
+        "configurations[].algorithm": "`--speculative-config` `method`",
+        "configurations[].draft": "`--speculative-config` `model`",
+        "configurations[].k": "`--speculative-config` `num_speculative_tokens`",
+        "configurations[].synthetic": "`--speculative-config` `rejection_sample_method: synthetic`",
+        "configurations[].synthetic.length": "`synthetic_acceptance_length`",
+        "configurations[].synthetic.rates": "`synthetic_acceptance_rates`",
+        "configurations[].sweep.synthetic_length": "`synthetic_acceptance_length`",
+    }
+    promql_series: ClassVar[dict[str, str]] = {
+        ENGINE_DRAFT_TOKENS: r1("vllm:spec_decode_num_draft_tokens_total"),
+        ENGINE_ACCEPTED_TOKENS: r1("vllm:spec_decode_num_accepted_tokens_total"),
+        # V0 had no drafts counter: every step emits its accepted tokens plus one
+        ENGINE_VERIFY_STEPS: f"({r1('vllm:spec_decode_num_drafts_total')} or ({r1('vllm:spec_decode_num_emitted_tokens_total')} - {r1('vllm:spec_decode_num_accepted_tokens_total')}))",
+        ENGINE_ACCEPTANCE: f"{r1('vllm:spec_decode_num_accepted_tokens_total')} / {r1('vllm:spec_decode_num_draft_tokens_total')}",
+        ENGINE_RUNNING: sum_by("vllm:num_requests_running"),
+        ENGINE_WAITING: sum_by("vllm:num_requests_waiting"),
+        ENGINE_KV_USAGE: max_by("vllm:kv_cache_usage_perc"),
+    }
     # /health answers once the API server serves; the socket is bound earlier (poll with a timeout)
 
     def command(self) -> list[str]:

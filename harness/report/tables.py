@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from engines.base import EngineCounters, acceptance_figures
+from engines.types import EngineCounters, acceptance_figures
 
 from harness.soak.canary import canary_cell
 from harness.soak.figures import stall_trend

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from engines.base import EngineCounters, acceptance_figures
+from engines.types import EngineCounters, acceptance_figures
 
 from harness.report.load import RunData
 from harness.config.scenario import load_label

@@ -26,7 +26,7 @@ from typing import Any
 from rich.console import Console
 
 from engines import engine_class
-from engines.base import acceptance_figures, counters_delta  # acceptance_figures: also imported from here by tests
+from engines.types import acceptance_figures, counters_delta  # acceptance_figures: also imported from here by tests
 from engines.logcapture import summarise_logs
 from harness import __version__
 from harness.load.arrivals import arrival_figures, run_arrivals

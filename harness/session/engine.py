@@ -18,7 +18,9 @@ from typing import Any
 
 from rich.console import Console
 
-from engines.base import Capacity, Engine, LaunchSpec
+from engines.base import Engine
+
+from engines.types import Capacity, LaunchSpec
 from engines.errors import EngineCrashed
 from harness.load.client import RequestParams
 from harness.probe.gpu import GpuMeter, process_tree

@@ -22,7 +22,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from engines.base import Engine, LaunchSpec
+from engines.base import Engine
+
+from engines.types import LaunchSpec
 from harness.load.client import classify_http
 from harness.probe.cpu import tree_rss_bytes
 from harness.common.errors import EngineError

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from engines.base import EngineCounters, acceptance_figures, counters_delta
+from engines.types import EngineCounters, acceptance_figures, counters_delta
 from harness.probe.cpu import CpuUse
 from harness.records.types import SoakWindow
 from harness.soak.figures import engine_view, stall_figures, work_done

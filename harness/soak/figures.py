@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from engines.base import CacheState, EngineCounters, prefix_hit_rate
+from engines.types import CacheState, EngineCounters, prefix_hit_rate
 from harness.probe.cpu import TreeMemory
 from harness.records.types import SoakWindow
 

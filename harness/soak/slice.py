@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from engines.base import EngineCounters
+from engines.types import EngineCounters
 from harness.soak import canary as canary_mod
 from harness.detect.changepoint import ChangeDetector, DetectorSettings
 from harness.probe.cpu import CpuMeter, tree_memory, tree_rss_bytes

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from engines.base import LaunchSpec
+from engines.types import LaunchSpec
 from engines.llamacpp import LlamaCpp
 from harness.load.client import ERROR_KINDS, RequestParams, run_streams
 from harness.prompts import Prompt

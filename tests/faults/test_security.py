@@ -17,7 +17,7 @@ import psutil
 import pytest
 import yaml
 
-from engines.base import LaunchSpec
+from engines.types import LaunchSpec
 from harness import cli as cli_module
 from harness.load.client import RequestParams, run_streams
 from harness.metrics.exporter import MetricsExporter

@@ -19,7 +19,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 
 from engines import ENGINES
-from engines.base import Capacity, Engine, EngineCounters, RequestSpecStats, acceptance_figures, counters_delta
+from engines.base import Engine
+from engines.types import Capacity, EngineCounters, RequestSpecStats, acceptance_figures, counters_delta
 from harness.load.client import ERROR_KINDS, StreamParser, classify_http
 from harness.common.errors import ResultsError, ScrapeError
 from harness.load.shapes import load_trace

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from engines.base import LaunchSpec
+from engines.types import LaunchSpec
 from engines.llamacpp import LlamaCpp, default_binary, missing_binary_hint
 from harness.models.ref import resolve_model
 from harness.common.net import free_port

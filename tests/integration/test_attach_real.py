@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from engines.base import LaunchSpec
+from engines.types import LaunchSpec
 from harness.records.files import VERDICTS, WINDOWS, read_jsonl
 from harness.report.build import build_report
 from harness.common.net import free_port

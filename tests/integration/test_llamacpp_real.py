@@ -14,7 +14,7 @@ import psutil
 import pytest
 import yaml
 
-from engines.base import LaunchSpec, counters_delta
+from engines.types import LaunchSpec, counters_delta
 from engines.llamacpp import LlamaCpp
 from harness.load.client import RequestParams, run_streams
 from harness.common.errors import EngineStartError, SpeculationInactive

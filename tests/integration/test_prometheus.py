@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from engines import ENGINES
-from harness.metrics import dashboards, promconfig
+from harness.metrics import dashboards, rules, ruletests, scrape
 from harness.metrics.exporter import MetricsExporter
 from harness.metrics.openmetrics import export_openmetrics
 from harness.metrics.targets import SHARED_DIR, EngineTargetsFile
@@ -65,27 +65,27 @@ def _promtool(promtool: str, *args: str, cwd: Path | None = None) -> str:
 def test_promtool_checks_config_and_rules(promtool: str) -> None:
     prom_dir = ROOT / "dashboards" / "prometheus"
     out = _promtool(promtool, "check", "config", str(prom_dir / "prometheus.yml"))
-    assert f"{promconfig.rule_count()} rules found" in out
+    assert f"{rules.rule_count()} rules found" in out
     _promtool(promtool, "check", "rules", str(prom_dir / "rules.yml"))
 
 
 def test_promtool_rule_unit_tests(promtool: str) -> None:
     out = _promtool(promtool, "test", "rules", "rules.test.yml", cwd=ROOT / "dashboards" / "prometheus")
     assert "SUCCESS" in out
-    tested = {t["alertname"] for g in promconfig.rule_tests_document("x")["tests"] for t in g.get("alert_rule_test", [])}
-    assert tested == {a.name for a in promconfig.ALERTS} - {"SpecsoakEngineScrapeDown"}
-    engines = {t["name"].split(":")[1].split(",")[0].strip() for t in promconfig.rule_tests_document("x")["tests"] if t["name"].startswith("engine series:")}
-    assert engines == set(promconfig.ENGINE_SERIES), "every engine's series have a promtool test"
+    tested = {t["alertname"] for g in ruletests.rule_tests_document("x")["tests"] for t in g.get("alert_rule_test", [])}
+    assert tested == {a.name for a in rules.ALERTS} - {"SpecsoakEngineScrapeDown"}
+    engines = {t["name"].split(":")[1].split(",")[0].strip() for t in ruletests.rule_tests_document("x")["tests"] if t["name"].startswith("engine series:")}
+    assert engines == set(rules.ENGINE_SERIES), "every engine's series have a promtool test"
 
 
 def test_promtool_rule_tests_can_fail(promtool: str, tmp_path: Path) -> None:
-    doc = promconfig.rules_document()
+    doc = rules.rules_document()
     for group in doc["groups"]:
         for rule in group["rules"]:
             if rule.get("alert") == "SpecsoakErrorRate":
                 rule["expr"] = rule["expr"].replace("> 0.05", "> 0.5")  # a rule that no longer fires
     (tmp_path / "rules.yml").write_text(yaml.safe_dump(doc))
-    (tmp_path / "rules.test.yml").write_text(yaml.safe_dump(promconfig.rule_tests_document("rules.yml")))
+    (tmp_path / "rules.test.yml").write_text(yaml.safe_dump(ruletests.rule_tests_document("rules.yml")))
     proc = subprocess.run([promtool, "test", "rules", "rules.test.yml"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert proc.returncode != 0 and "SpecsoakErrorRate" in proc.stdout + proc.stderr
 
@@ -164,7 +164,7 @@ class _Linger(BaseObserver):
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and alive():
             targets = self.prom.api("targets")["activeTargets"]
-            if any(t["labels"].get("config") == config and t["labels"].get("job") == promconfig.ENGINES_JOB
+            if any(t["labels"].get("config") == config and t["labels"].get("job") == scrape.ENGINES_JOB
                    and t["health"] == "up" for t in targets):
                 time.sleep(1.5)  # one more scrape of the idle engine: the counters' value before the phase
                 return
@@ -208,12 +208,12 @@ def live(prometheus_bin: str, llama_server_bin: Path, tmp_path_factory: pytest.T
     tmp = tmp_path_factory.mktemp("promlive")
     results = tmp / "results"
     (results / SHARED_DIR).mkdir(parents=True)
-    (tmp / "rules.yml").write_text(promconfig.dump_yaml(promconfig.rules_document()))
+    (tmp / "rules.yml").write_text(rules.dump_yaml(rules.rules_document()))
     exporter = MetricsExporter(port=0).start()
     prom: Prometheus | None = None
     try:
-        cfg = promconfig.prometheus_config([f"127.0.0.1:{exporter.port}"], [str(results / SHARED_DIR / "*.json")], [str(tmp / "rules.yml")], scrape_interval="1s", sd_refresh="1s")
-        (tmp / "prometheus.yml").write_text(promconfig.dump_yaml(cfg))
+        cfg = scrape.prometheus_config([f"127.0.0.1:{exporter.port}"], [str(results / SHARED_DIR / "*.json")], [str(tmp / "rules.yml")], scrape_interval="1s", sd_refresh="1s")
+        (tmp / "prometheus.yml").write_text(rules.dump_yaml(cfg))
         prom = Prometheus(prometheus_bin, tmp / "prometheus.yml", tmp / "data", tmp / "prometheus.log")
         (tmp / "promlive.yaml").write_text(SCENARIO)
         loaded = load_scenario(tmp / "promlive.yaml")
@@ -238,7 +238,7 @@ def _substitute(expr: str, run: str) -> str:
 def test_every_dashboard_and_rule_expression_returns_data(live: tuple[Prometheus, str, float]) -> None:
     prom, run, t0 = live
     targets = prom.api("targets")["activeTargets"]
-    assert any(t["labels"]["job"] == promconfig.EXPORTER_JOB and t["health"] == "up" for t in targets)
+    assert any(t["labels"]["job"] == scrape.EXPORTER_JOB and t["health"] == "up" for t in targets)
     empty: list[str] = []
     # the soak's own expressions are checked on a real soak (tests/integration/test_soak_collapse.py)
     # and what llama.cpp reports: its own rules, no KV gauge (each engine: test_each_engines_own_series_...)
@@ -255,9 +255,9 @@ def test_every_dashboard_and_rule_expression_returns_data(live: tuple[Prometheus
 @pytest.mark.engine
 def test_every_rule_evaluates_without_error(live: tuple[Prometheus, str, float]) -> None:
     prom, _run, _t0 = live
-    rules = [r for g in prom.api("rules")["groups"] for r in g["rules"]]
-    assert len(rules) == promconfig.rule_count()
-    bad = [f"{r['name']}: {r.get('health')} {r.get('lastError', '')}" for r in rules if r.get("health") != "ok"]
+    loaded = [r for g in prom.api("rules")["groups"] for r in g["rules"]]
+    assert len(loaded) == rules.rule_count()
+    bad = [f"{r['name']}: {r.get('health')} {r.get('lastError', '')}" for r in loaded if r.get("health") != "ok"]
     assert not bad, bad
     # the normal state of a healthy short run: no soak verdict fires
     firing = [a for a in prom.api("alerts")["alerts"] if a["state"] == "firing"]
@@ -269,7 +269,7 @@ def test_engine_metrics_carry_the_run_labels(live: tuple[Prometheus, str, float]
     prom, run, t0 = live
     data = prom.api("query_range", query=f'llamacpp:spec_decode_num_draft_tokens_total{{run="{run}"}}', start=f"{t0:.3f}", end=f"{time.time():.3f}", step="1")
     labels = {(s["metric"]["config"], s["metric"]["algorithm"], s["metric"]["job"]) for s in data["result"]}
-    assert ("self-draft", "draft-simple", promconfig.ENGINES_JOB) in labels
+    assert ("self-draft", "draft-simple", scrape.ENGINES_JOB) in labels
     # the harness's and the engine's drafted tokens agree (the engine served nothing else)
     ours = prom.api("query", query=f'max_over_time(specsoak_draft_tokens_total{{run="{run}", config="self-draft"}}[10m])')["result"]
     engine = prom.api("query", query=f'max_over_time(llamacpp:spec_decode_num_draft_tokens_total{{run="{run}", config="self-draft"}}[10m])')["result"]
@@ -283,7 +283,7 @@ def test_backfill_a_finished_run(promtool: str, prometheus_bin: str, tmp_path: P
     data = tmp_path / "data"
     _promtool(promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data))
     assert [p for p in data.iterdir() if (p / "meta.json").is_file()], "no block written"
-    (tmp_path / "prometheus.yml").write_text(promconfig.dump_yaml({"global": {"scrape_interval": "15s"}}))
+    (tmp_path / "prometheus.yml").write_text(rules.dump_yaml({"global": {"scrape_interval": "15s"}}))
     manifest = json.loads((RUN_QUICK / "manifest.json").read_text())
     at = (manifest["started_unix"] + manifest["stopped_unix"]) / 2
     prom = Prometheus(prometheus_bin, tmp_path / "prometheus.yml", data, tmp_path / "prometheus.log")
@@ -316,7 +316,7 @@ def _backfilled(promtool: str, prometheus_bin: str, tmp_path: Path, windows: Any
     om.write_text(export_openmetrics(run_dir))
     data = tmp_path / "data"
     _promtool(promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data))
-    (tmp_path / "prometheus.yml").write_text(promconfig.dump_yaml({"global": {"scrape_interval": "15s"}}))
+    (tmp_path / "prometheus.yml").write_text(rules.dump_yaml({"global": {"scrape_interval": "15s"}}))
     return Prometheus(prometheus_bin, tmp_path / "prometheus.yml", data, tmp_path / "prometheus.log"), manifest, t0
 
 
@@ -500,12 +500,12 @@ def test_each_engines_own_series_feed_every_engine_side_panel(prometheus_bin: st
     (TensorRT-LLM: /prometheus/metrics), gives the engine-neutral series: every engine-side panel and
     the engine's own rules have data where the engine reports the figure and none where it does not,
     and the rates keep the proportions the adapter's normalise_metrics reads from the same text."""
-    assert set(ENGINE_CAPTURES) == set(promconfig.ENGINE_SERIES)
+    assert set(ENGINE_CAPTURES) == set(rules.ENGINE_SERIES)
     results = tmp_path / "results"
     (results / SHARED_DIR).mkdir(parents=True)
-    (tmp_path / "rules.yml").write_text(promconfig.dump_yaml(promconfig.rules_document()))
-    cfg = promconfig.prometheus_config([], [str(results / SHARED_DIR / "*.json")], [str(tmp_path / "rules.yml")], scrape_interval="1s", sd_refresh="1s")
-    (tmp_path / "prometheus.yml").write_text(promconfig.dump_yaml(cfg))
+    (tmp_path / "rules.yml").write_text(rules.dump_yaml(rules.rules_document()))
+    cfg = scrape.prometheus_config([], [str(results / SHARED_DIR / "*.json")], [str(tmp_path / "rules.yml")], scrape_interval="1s", sd_refresh="1s")
+    (tmp_path / "prometheus.yml").write_text(rules.dump_yaml(cfg))
     texts = {e: (ROOT / "tests" / "fixtures" / f).read_text() for e, f in ENGINE_CAPTURES.items()}
     stubs = {e: _EngineStub(e, t) for e, t in texts.items()}
     prom: Prometheus | None = None
@@ -533,7 +533,7 @@ def test_each_engines_own_series_feed_every_engine_side_panel(prometheus_bin: st
         made_up = [c for c in checks if not c[4] and has_data(c[3])]
         assert not made_up, "data for what the engine does not report:\n" + "\n".join(f"{e}: {w}: {q}" for e, _u, w, q, _ in made_up)
 
-        scraped = {t["labels"]["engine"]: t for t in prom.api("targets")["activeTargets"] if t["labels"]["job"] == promconfig.ENGINES_JOB}
+        scraped = {t["labels"]["engine"]: t for t in prom.api("targets")["activeTargets"] if t["labels"]["job"] == scrape.ENGINES_JOB}
         time.sleep(2)
         at = f"{time.time() - 1:.3f}"  # a second ago: every rule of that evaluation is written
 
@@ -545,13 +545,13 @@ def test_each_engines_own_series_feed_every_engine_side_panel(prometheus_bin: st
             assert scraped[engine]["health"] == "up" and urllib.parse.urlsplit(scraped[engine]["scrapeUrl"]).path == ENGINES[engine].metrics_path
             c = ENGINES[engine].normalise_metrics(text)
             sel = f'{{run="engines-{engine}"}}'
-            assert value(f"{promconfig.ENGINE_ACCEPTED_TOKENS}{sel} / {promconfig.ENGINE_VERIFY_STEPS}{sel}") == pytest.approx(c.accepted_tokens / c.verify_steps, rel=1e-6), engine
+            assert value(f"{rules.ENGINE_ACCEPTED_TOKENS}{sel} / {rules.ENGINE_VERIFY_STEPS}{sel}") == pytest.approx(c.accepted_tokens / c.verify_steps, rel=1e-6), engine
             if c.draft_tokens:
-                assert value(f"{promconfig.ENGINE_ACCEPTANCE}{sel}") == pytest.approx(c.accepted_tokens / c.draft_tokens, rel=1e-6), engine
-        assert value(f'{promconfig.ENGINE_ACCEPTANCE}{{run="engines-sglang"}}') == pytest.approx(0.80), "SGLang: its own gauge"
-        rules = [r for g in prom.api("rules")["groups"] for r in g["rules"]]
-        assert len(rules) == promconfig.rule_count()
-        assert not [r["name"] for r in rules if r.get("health") != "ok"]
+                assert value(f"{rules.ENGINE_ACCEPTANCE}{sel}") == pytest.approx(c.accepted_tokens / c.draft_tokens, rel=1e-6), engine
+        assert value(f'{rules.ENGINE_ACCEPTANCE}{{run="engines-sglang"}}') == pytest.approx(0.80), "SGLang: its own gauge"
+        loaded = [r for g in prom.api("rules")["groups"] for r in g["rules"]]
+        assert len(loaded) == rules.rule_count()
+        assert not [r["name"] for r in loaded if r.get("health") != "ok"]
     finally:
         if prom is not None:
             prom.stop()

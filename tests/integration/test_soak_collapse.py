@@ -29,7 +29,7 @@ import psutil
 import pytest
 import yaml
 
-from harness.metrics import dashboards, promconfig
+from harness.metrics import dashboards, rules, scrape
 from harness.metrics.targets import SHARED_DIR
 from harness.records.files import AFTER_SOAK, VERDICTS, WINDOWS, read_jsonl
 from harness.common.net import free_port
@@ -151,10 +151,10 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prome
     port = free_port()
     results = tmp / "results"
     (results / SHARED_DIR).mkdir(parents=True)
-    (tmp / "rules.yml").write_text(promconfig.dump_yaml(promconfig.rules_document()))
-    cfg = promconfig.prometheus_config([f"127.0.0.1:{port}"], [str(results / SHARED_DIR / "*.json")], [str(tmp / "rules.yml")],
+    (tmp / "rules.yml").write_text(rules.dump_yaml(rules.rules_document()))
+    cfg = scrape.prometheus_config([f"127.0.0.1:{port}"], [str(results / SHARED_DIR / "*.json")], [str(tmp / "rules.yml")],
                                        scrape_interval="1s", sd_refresh="1s")
-    (tmp / "prometheus.yml").write_text(promconfig.dump_yaml(cfg))
+    (tmp / "prometheus.yml").write_text(rules.dump_yaml(cfg))
     prom = Prometheus(_tool("prometheus"), tmp / "prometheus.yml", tmp / "data", tmp / "prometheus.log", ("--rules.alert.resend-delay=1s",))
     try:
         yield prom, port, tmp

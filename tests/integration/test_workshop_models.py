@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from engines.base import EngineCounters, LaunchSpec, counters_delta
+from engines.types import EngineCounters, LaunchSpec, counters_delta
 from engines.llamacpp import LlamaCpp
 from harness.load.client import RequestParams, run_streams
 from harness.common.errors import EngineStartError

@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 from pydantic import ValidationError
 
-from engines.base import LaunchSpec
+from engines.types import LaunchSpec
 from engines.llamacpp import LlamaCpp
 from harness.load.arrivals import arrival_figures, run_arrivals
 from harness.load.schedule import Schedule, arrival_prompt_offset, rate_schedule, schedule, stages_schedule

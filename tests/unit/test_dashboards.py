@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.metrics import dashboards as d, promconfig
+from harness.metrics import dashboards as d, rules, ruletests
 from harness.metrics.dashboard_schema import check_dashboard
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,17 +107,17 @@ def test_dashboards_read_the_engines_only_through_the_engine_neutral_rules() -> 
     for uid, where, expr in d.all_expressions():
         if not uid.startswith("rules"):
             assert not raw.search(expr), f"{uid}: {where} reads an engine's own series: {expr}"
-    engine_panels = {p.title for spec in d.DASHBOARDS for p in spec.panels if any(promconfig.engine_outputs_in(q.expr) for q in p.queries)}
-    read = set().union(*(promconfig.engine_outputs_in(e) for _u, _w, e in d.all_expressions() if not _u.startswith("rules")))
-    assert read == {o.record for o in promconfig.ENGINE_OUTPUTS}, "every engine-neutral series is on a panel"
+    engine_panels = {p.title for spec in d.DASHBOARDS for p in spec.panels if any(rules.engine_outputs_in(q.expr) for q in p.queries)}
+    read = set().union(*(rules.engine_outputs_in(e) for _u, _w, e in d.all_expressions() if not _u.startswith("rules")))
+    assert read == {o.record for o in rules.ENGINE_OUTPUTS}, "every engine-neutral series is on a panel"
     assert len(engine_panels) >= 4
 
 
 def test_each_engine_has_a_rule_test_of_every_output_it_reports() -> None:
     first: dict[str, set[str]] = {}
-    for t in promconfig.engine_rule_tests():
+    for t in ruletests.engine_rule_tests():
         engine = t["name"].removeprefix("engine series: ").split(",")[0]
         expected = {x["expr"].split("{")[0] for x in t["promql_expr_test"] if x["exp_samples"]}
         first.setdefault(engine, expected)
-        assert len(t["promql_expr_test"]) == len(promconfig.ENGINE_OUTPUTS), "every output: a value or none"
-    assert first == {e: set(series) for e, series in promconfig.ENGINE_SERIES.items()}
+        assert len(t["promql_expr_test"]) == len(rules.ENGINE_OUTPUTS), "every output: a value or none"
+    assert first == {e: set(series) for e, series in rules.ENGINE_SERIES.items()}

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from engines import ENGINES
-from engines.base import Engine, LaunchSpec
+from engines.base import Engine
 from engines.errors import EngineStartError
+from engines.types import LaunchSpec
 
 KEY = "sk-test-Zq81vX2mEw"  # a value that appears nowhere else
 ENV_VAR = {"llamacpp": "LLAMA_API_KEY", "vllm": "VLLM_API_KEY", "tgi": "API_KEY"}

@@ -18,11 +18,11 @@ import engines.tgi
 import engines.trtllm
 import engines.vllm
 from engines import ENGINES
-from engines.base import LaunchSpec
 from engines.errors import EngineNotInstalled, SpeculationInactive
 from engines.sglang import SGLang
 from engines.tgi import Tgi
 from engines.trtllm import TrtLlm
+from engines.types import LaunchSpec
 from engines.vllm import Vllm
 from tests.conftest import FIXTURES
 

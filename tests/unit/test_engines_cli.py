@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from engines import ENGINES
-from engines.base import LaunchSpec
+from engines.types import LaunchSpec
 from harness.config.scenario import ALGORITHMS, ENGINE_NAMES
 from tests.conftest import FIXTURES
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engines.base import LaunchSpec
 from engines.llamacpp import LlamaCpp
+from engines.types import LaunchSpec
 from tests.conftest import LLAMACPP
 
 SLOTS_LINE = "load_model: initializing, n_slots = 4, n_ctx_slot = 2048, kv_unified = 'false'"

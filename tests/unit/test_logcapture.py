@@ -13,7 +13,9 @@ from typing import ClassVar
 
 import pytest
 
-from engines.base import Capacity, Engine, EngineCounters, LaunchSpec
+from engines.base import Engine
+
+from engines.types import Capacity, EngineCounters, LaunchSpec
 from engines.logcapture import TAIL_BYTES, BoundedLog, LogBound, LogIndex, read_bounded, summarise_logs
 
 BOUND_MIB = 0.25

@@ -132,8 +132,8 @@ def test_verify_compares_each_configuration_with_its_own_baseline(tmp_path: Path
 
 
 def test_verify_sends_no_stream_options_and_asks_vllm_for_token_ids() -> None:
-    from engines.base import LaunchSpec
     from engines.llamacpp import LlamaCpp
+    from engines.types import LaunchSpec
     from engines.vllm import Vllm
 
     spec = LaunchSpec(model=Path("/m"), port=1)

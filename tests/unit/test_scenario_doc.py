@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from engines import ENGINES
-from engines.base import LaunchSpec
+from engines.types import LaunchSpec
 from harness.config.scenario import DRAFT_MODEL_ALGORITHMS, ENGINE_NAMES, Scenario
 from harness.config.reference import ENGINE_FIELDS, IGNORED_BY, PROMPT_SET_PURPOSE, REGENERATE, fields, markdown
 

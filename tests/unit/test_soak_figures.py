@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engines.base import CacheState, EngineCounters, counters_delta
+from engines.types import CacheState, EngineCounters, counters_delta
 from engines.llamacpp import LlamaCpp, cache_ram_mib
 from engines.vllm import Vllm
 from harness.probe.cpu import TreeMemory, status_kib, tree_memory

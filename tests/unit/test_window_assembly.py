@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from engines.base import EngineCounters
+from engines.types import EngineCounters
 from harness.load.pacing import window_traffic
 from harness.probe.cpu import CpuUse
 from harness.records.types import SoakWindow
