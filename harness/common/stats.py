@@ -1,4 +1,5 @@
-"""Small statistics the report tables share: confidence intervals, interpolation, expected tokens per step.
+"""Small statistics every layer shares: numbers from records, medians and quantiles, confidence intervals,
+interpolation, expected tokens per step.
 
 Pure functions of numbers, no I/O (tests/unit/test_report_stats.py); definitions: docs/metrics.md.
 """
@@ -7,7 +8,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -103,11 +105,28 @@ def break_even(points: Sequence[tuple[int, float]]) -> dict[str, object]:
     return {"kind": "mixed", "streams": None, "evidence": pts}  # loses first, wins later: no single break-even
 
 
-def percentile(values: Sequence[float], q: float) -> float | None:
-    xs = sorted(float(v) for v in values if isnum(v))
-    if not xs:
-        return None
-    pos = (len(xs) - 1) * q / 100.0
+def _between_ranks(xs: list[float], pos: float) -> float:
     lo = math.floor(pos)
     hi = min(lo + 1, len(xs) - 1)
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q``-th percentile (0-100) of the numbers in ``values``, linear between the closest ranks (numpy's default)."""
+    xs = sorted(float(v) for v in values if isnum(v))
+    return _between_ranks(xs, (len(xs) - 1) * q / 100.0) if xs else None
+
+
+def quantile(values: Sequence[float], q: float) -> float | None:
+    """The ``q``-quantile (0-1) of the numbers in ``values``, linear between the closest ranks (numpy's default)."""
+    xs = sorted(float(v) for v in values if isnum(v))
+    return _between_ranks(xs, q * (len(xs) - 1)) if xs else None
+
+
+def median(values: Iterable[Any]) -> float | None:
+    """The median of the numbers in ``values`` (None, NaN and non-numbers left out); None when there are none."""
+    xs = sorted(float(v) for v in values if isnum(v))
+    if not xs:
+        return None
+    m = len(xs) // 2
+    return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2

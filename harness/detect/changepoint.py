@@ -221,7 +221,7 @@ class ChangeDetector:
         settled = window.get("load_settled", True) is not False  # absent: closed loop, or a windows.jsonl from before
         sds = window.get("count_sd") or {}
         events: list[ChangeEvent] = []
-        outcomes = {self._feed(m, rule, level, t_unix, _finite(window.get(m)), _relative_sd(rule, window.get(m), sds.get(m)), settled, events)
+        outcomes = {self._feed(m, rule, level, t_unix, number_or_none(window.get(m), finite=True), _relative_sd(rule, window.get(m), sds.get(m)), settled, events)
                     for m, rule in self.rules.items()}
         if _JUDGED in outcomes:
             self._judged = (True, None)
@@ -310,13 +310,9 @@ class ChangeDetector:
         return _JUDGED
 
 
-def _finite(v: Any) -> float | None:
-    return number_or_none(v, finite=True)
-
-
 def _relative_sd(rule: MetricRule, x: Any, sd: Any) -> float | None:
     """A window's count sd as the rule measures change: relative to the window's value, or absolute."""
-    x, sd = _finite(x), _finite(sd)
+    x, sd = number_or_none(x, finite=True), number_or_none(sd, finite=True)
     if sd is None or x is None:
         return None
     if rule.absolute:

@@ -15,11 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.common.stats import isnum, percentile
-
-
-def _num(v: Any) -> float | None:
-    return float(v) if isnum(v) else None
+from harness.common.stats import median, number_or_none, percentile
 
 
 @dataclass(frozen=True)
@@ -32,7 +28,7 @@ class Servable:
 
 def kv_kib_per_token(kv_mib: Any, ctx_total: Any) -> float | None:
     """KiB of KV cache per token of context: the buffer the log reports over the context it holds."""
-    kv, ctx = _num(kv_mib), _num(ctx_total)
+    kv, ctx = number_or_none(kv_mib), number_or_none(ctx_total)
     if kv is None or not ctx:
         return None
     return kv * 1024.0 / ctx
@@ -48,11 +44,11 @@ def servable_context(cap: dict[str, Any], budget_mib: float | None) -> Servable 
     if t_kv is None:
         return None
     per_tok = t_kv + (kv_kib_per_token(d.get("kv_mib"), ctx) or 0.0)
-    fixed = sum(_num(m.get(k)) or 0.0 for m in (t, d) for k in ("model_mib", "compute_mib", "recurrent_mib"))
+    fixed = sum(number_or_none(m.get(k)) or 0.0 for m in (t, d) for k in ("model_mib", "compute_mib", "recurrent_mib"))
     if not budget_mib or per_tok <= 0:
         return Servable(fixed, per_tok, None, None)
     tokens = math.floor(max(0.0, (budget_mib - fixed) * 1024.0 / per_tok))
-    slots = _num(cap.get("slots"))
+    slots = number_or_none(cap.get("slots"))
     per_slot = math.floor(tokens / slots) if slots and not cap.get("kv_unified") else tokens
     return Servable(fixed, per_tok, tokens, per_slot)
 
@@ -71,14 +67,6 @@ class SloResult:
         return f"N={n}: {tps} t/s/stream, TTFT p95 {p95} s" + (f", {self.failed} failed" if self.failed else "") + (" ✗" if self.why else " ✓")
 
 
-def _median(xs: list[float]) -> float | None:
-    if not xs:
-        return None
-    s = sorted(xs)
-    m = len(s) // 2
-    return s[m] if len(s) % 2 else (s[m - 1] + s[m]) / 2
-
-
 def slo_verdict(requests: Iterable[tuple[str, Any, Any]], tps_min: float | None, ttft_max: float | None) -> SloResult:
     """``requests``: (status, decode_tps, ttft_s) of every request at one stream count. Served means no
     failed request, median per-stream decode t/s ≥ ``tps_min`` and TTFT p95 ≤ ``ttft_max`` (each when set)."""
@@ -89,11 +77,11 @@ def slo_verdict(requests: Iterable[tuple[str, Any, Any]], tps_min: float | None,
         if status != "ok":
             failed += 1
             continue
-        if _num(decode_tps) is not None:
+        if number_or_none(decode_tps) is not None:
             tps.append(float(decode_tps))
-        if _num(ttft_s) is not None:
+        if number_or_none(ttft_s) is not None:
             ttft.append(float(ttft_s))
-    med, p95 = _median(tps), percentile(ttft, 95)
+    med, p95 = median(tps), percentile(ttft, 95)
     why: list[str] = []
     if failed:
         why.append(f"{failed} failed request(s)")
@@ -112,12 +100,12 @@ def meets_slo(status: str, ttft_s: Any, decode_tps: Any, e2e_s: Any, send_delay_
     whose figure is unknown (no decode t/s from a single chunk) does not meet that bound."""
     if status != "ok":
         return False
-    delay = _num(send_delay_s) or 0.0
-    if ttft_max is not None and (_num(ttft_s) is None or float(ttft_s) + delay > ttft_max):
+    delay = number_or_none(send_delay_s) or 0.0
+    if ttft_max is not None and (number_or_none(ttft_s) is None or float(ttft_s) + delay > ttft_max):
         return False
-    if tps_min is not None and (_num(decode_tps) is None or float(decode_tps) < tps_min):
+    if tps_min is not None and (number_or_none(decode_tps) is None or float(decode_tps) < tps_min):
         return False
-    if e2e_max is not None and (_num(e2e_s) is None or float(e2e_s) + delay > e2e_max):
+    if e2e_max is not None and (number_or_none(e2e_s) is None or float(e2e_s) + delay > e2e_max):
         return False
     return True
 

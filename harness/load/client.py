@@ -22,6 +22,7 @@ import aiohttp
 
 from engines.base import Engine
 from harness.common import jsonsafe
+from harness.common.stats import quantile
 from harness.prompts import Prompt
 from harness.records.files import RequestRecord
 
@@ -117,15 +118,8 @@ def per_token_gaps(chunk_gaps: Sequence[float], tokens: Sequence[int]) -> list[f
     return out
 
 
-def _quantile(ordered: list[float], q: float) -> float | None:
-    """The q-quantile of an ascending list of nanoseconds, in seconds, linear between the closest
-    ranks (numpy's default)."""
-    if not ordered:
-        return None
-    pos = q * (len(ordered) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return round((ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)) / 1e9, 7)
+def _seconds(ns: float | None) -> float | None:
+    return None if ns is None else round(ns / 1e9, 7)
 
 
 class StreamParser:
@@ -294,8 +288,8 @@ class StreamParser:
             e2e_tps=n_tokens / e2e if ok and e2e > 0 else None,
             itl_s=[round(g / 1e9, 7) for g in gaps_ns],
             chunk_tokens=per_chunk,
-            itl_token_p50_s=_quantile(token_gaps, 0.5),
-            itl_token_p99_s=_quantile(token_gaps, 0.99),
+            itl_token_p50_s=_seconds(quantile(token_gaps, 0.5)),
+            itl_token_p99_s=_seconds(quantile(token_gaps, 0.99)),
             draft_tokens=stats.draft_tokens if stats else None,
             accepted_tokens=stats.accepted_tokens if stats else None,
             finish_reason=self.finish,

@@ -31,11 +31,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import psutil
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from harness.probe.memory import rss_bytes
 from harness.session.observers import BaseObserver
 
 CONFIG_LABELS = ("run", "config", "engine", "algorithm", "synthetic")
@@ -82,14 +82,6 @@ def _headroom(window: dict[str, Any], prefix: str = "memory") -> float | None:
     return math.inf if window.get(f"{prefix}_slope_mib_per_h") is not None else None
 
 
-def read_rss(pid: int) -> int | None:
-    """Resident set size of ``pid`` in bytes, or None when the process is gone."""
-    try:
-        return int(psutil.Process(pid).memory_info().rss)
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return None
-
-
 @dataclass
 class _Config:
     labels: dict[str, str]
@@ -133,7 +125,7 @@ class MetricsExporter(BaseObserver):
         self,
         host: str = "127.0.0.1",
         port: int = 0,
-        process_reader: ProcessReader | None = read_rss,
+        process_reader: ProcessReader | None = rss_bytes,
         clock: Callable[[], float] = time.time,
     ):
         self.host = host

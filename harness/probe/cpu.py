@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
+
+from harness.probe.process import tree_sum
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -30,85 +30,9 @@ def machine_busy_seconds(proc_root: Path = Path("/proc")) -> float:
     return (user + nice + system + irq + softirq + steal) / _TICK
 
 
-def _tree_sum(pid: int | None, of: Callable[[psutil.Process], float]) -> float:
-    """``of`` summed over a process and its live children; 0 if it is gone."""
-    if pid is None:
-        return 0.0
-    try:
-        p = psutil.Process(pid)
-        procs = [p, *p.children(recursive=True)]
-    except psutil.Error:
-        return 0.0
-    total = 0.0
-    for q in procs:
-        try:
-            total += of(q)
-        except psutil.Error:
-            pass
-    return total
-
-
 def tree_cpu_seconds(pid: int | None) -> float:
     """CPU seconds used by a process and its live children; 0 if it is gone."""
-    return _tree_sum(pid, lambda q: (t := q.cpu_times()).user + t.system)
-
-
-def tree_rss_bytes(pid: int | None) -> int:
-    """Resident memory of a process and its live children (the fill check's peak RSS); 0 if it is gone."""
-    return int(_tree_sum(pid, lambda q: q.memory_info().rss))
-
-
-@dataclass(frozen=True)
-class TreeMemory:
-    """A process tree's memory as operators meet it: resident, and anonymous (resident + swapped out).
-
-    A leak written once and never read again is swapped out: RSS stays flat while RssAnon + VmSwap grows."""
-
-    rss_mib: float
-    anon_mib: float | None  # RssAnon + VmSwap; None where /proc/PID/status does not say
-    swap_mib: float | None
-
-    @property
-    def held_mib(self) -> float:
-        """The larger of resident and anonymous + swapped: what the headroom forecast watches."""
-        return max(self.rss_mib, self.anon_mib or 0.0)
-
-
-def status_kib(text: str, key: str) -> int | None:
-    """A ``key:  N kB`` field of a /proc/PID/status text, in KiB (None when absent)."""
-    for line in text.splitlines():
-        name, _, value = line.partition(":")
-        if name == key:
-            parts = value.split()
-            return int(parts[0]) if parts and parts[0].isdigit() else None
-    return None
-
-
-def tree_memory(pid: int | None, proc_root: Path = Path("/proc")) -> TreeMemory | None:
-    """RSS, RssAnon + VmSwap and VmSwap of a process and its live children, from /proc/PID/status; None if it is gone."""
-    if pid is None:
-        return None
-    try:
-        p = psutil.Process(pid)
-        pids = [pid, *(c.pid for c in p.children(recursive=True))]
-    except psutil.Error:
-        return None
-    rss = anon = swap = 0
-    known = False
-    for q in pids:
-        try:
-            text = (proc_root / str(q) / "status").read_text()
-        except OSError:
-            continue
-        r, a, w = status_kib(text, "VmRSS"), status_kib(text, "RssAnon"), status_kib(text, "VmSwap")
-        rss += r or 0
-        if a is not None:
-            known = True
-            anon += a + (w or 0)
-            swap += w or 0
-    if rss == 0 and not known:
-        return None
-    return TreeMemory(rss_mib=rss / 1024, anon_mib=anon / 1024 if known else None, swap_mib=swap / 1024 if known else None)
+    return tree_sum(pid, lambda q: (t := q.cpu_times()).user + t.system)
 
 
 def self_cpu_seconds() -> float:

@@ -26,7 +26,7 @@ from engines.base import Engine
 
 from engines.types import LaunchSpec
 from harness.load.client import classify_http
-from harness.probe.cpu import tree_rss_bytes
+from harness.probe.memory import tree_rss_bytes
 from harness.common.errors import EngineError
 from harness.common.net import free_port
 from harness.detect.servable import servable_context

@@ -16,7 +16,7 @@ import numpy as np
 from scipy import stats
 
 from engines.types import CacheState, EngineCounters, prefix_hit_rate
-from harness.probe.cpu import TreeMemory
+from harness.probe.memory import TreeMemory
 from harness.records.types import SoakWindow
 
 

@@ -46,7 +46,8 @@ import psutil
 from engines.types import EngineCounters
 from harness.soak import canary as canary_mod
 from harness.detect.changepoint import ChangeDetector, DetectorSettings
-from harness.probe.cpu import CpuMeter, tree_memory, tree_rss_bytes
+from harness.probe.cpu import CpuMeter
+from harness.probe.memory import rss_bytes, tree_memory, tree_rss_bytes
 from harness.soak.disk import DiskWatch
 from harness.common.errors import EngineError
 from harness.soak.explain import explain
@@ -437,7 +438,7 @@ class SoakSlice:
         pid = self.session.pid
         users_start, users_end = self._users(self.window_t0), self._users(now)
         memory = memory_figures(tree_memory(pid), self._cache_state())
-        harness_rss = psutil.Process(os.getpid()).memory_info().rss + sum(tree_rss_bytes(p) for p in self.locust_pids)
+        harness_rss = (rss_bytes(os.getpid()) or 0) + sum(tree_rss_bytes(p) for p in self.locust_pids)
         available = psutil.virtual_memory().available
         gpu = self.ctx.gpu_sample(pid)
         cpu = self.cpu_meter.stop() if self.cpu_meter is not None else None  # then at once the next window's meter, below

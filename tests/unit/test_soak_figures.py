@@ -12,7 +12,7 @@ import pytest
 from engines.types import CacheState, EngineCounters, counters_delta
 from engines.llamacpp import LlamaCpp, cache_ram_mib
 from engines.vllm import Vllm
-from harness.probe.cpu import TreeMemory, status_kib, tree_memory
+from harness.probe.memory import TreeMemory, status_kib, tree_memory
 from harness.soak.explain import explain
 from harness.soak.figures import (cache_outlook, engine_view, longest_stall, memory_figures, stall_figures, stall_trend,
                                   work_done)
