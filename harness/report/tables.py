@@ -20,10 +20,10 @@ from harness.soak.figures import stall_trend
 from harness.probe.gpu import MIB
 from harness.report.load import RunData
 from harness.common.stats import break_even, expected_tokens_per_step, isnum, shown_difference, t_interval
-from harness.config.scenario import verdict_fails
+from harness.config.policy import ENGINE_FAILURES, verdict_fails
 from harness.detect.servable import kv_kib_per_token, servable_context, slo_verdict
 
-WATCHDOG_FAILURES = ("crash", "hang", "restart_failed", "gave_up", "collapse", "memory")
+WATCHDOG_FAILURES = (*ENGINE_FAILURES, "collapse", "memory")  # the verdicts the soak table counts as failures ("engine KIND")
 
 
 def _cfg_meta(run: RunData, name: str) -> dict[str, Any]:

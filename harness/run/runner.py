@@ -57,7 +57,9 @@ from harness.records.files import (
     write_json_atomic,
 )
 from harness.records.files import VERDICTS as VERDICTS_FILE
-from harness.config.scenario import Configuration, LoadedScenario, load_label, safe_name, verdict_fails
+from harness.config.loader import LoadedScenario
+from harness.config.policy import verdict_fails
+from harness.config.schema import Configuration, load_label, safe_name
 from harness.detect.servable import goodput, search_max_streams, slo_verdict
 from harness.session.engine import EngineSession, RunContext, launch_spec
 

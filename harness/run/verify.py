@@ -39,7 +39,8 @@ from harness.records.files import MANIFEST, JsonlWriter, write_json_atomic
 from harness.records.files import VERIFY, VERIFY_DIST, read_manifest
 from harness.run.runner import launch_spec, machine_info, new_run_dir
 from harness.common.net import free_port
-from harness.config.scenario import Configuration, LoadedScenario, safe_name
+from harness.config.loader import LoadedScenario
+from harness.config.schema import Configuration, safe_name
 
 
 @dataclass

@@ -52,16 +52,14 @@ from harness.load.schedule import LEVEL_STEP, soak_offsets
 from harness.load.shapes import users_at
 from harness.prompts.lengths import soak_prompts
 from harness.records.files import SLICES, SOAK_DIR, VERDICTS, WINDOWS, JsonlWriter, read_jsonl
-from harness.config.scenario import Configuration, Soak, Watchdog
+from harness.config.policy import FAILURE_KINDS
+from harness.config.schema import Configuration, Soak, Watchdog
 from harness.session.engine import EngineSession, RunContext
 from harness.soak.figures import (cache_outlook, engine_view, longest_stall, memory_figures, stall_figures, stall_to_flag,
                                   work_done)
 from harness.detect.trend import WATCHED, trend
 from harness.soak.windows import acceptance_sd, end_unix, load_key, load_state, outstanding, take_ended, window_figures
 
-# shown in red, and reported to the observers as failures of the configuration (harness.config.scenario.verdict_fails
-# decides which make the soak fail: the verdict table, exit code 4)
-FAILURE_KINDS = ("crash", "hang", "restart_failed", "gave_up", "collapse", "memory", "divergence")
 OBSERVED_FAILURES = (*FAILURE_KINDS, "error_rate", "no_load", "stall", "disk")
 EXPLAINED = ("collapse", "stall", "divergence", "memory")  # verdicts whose evidence lists the series that moved with them
 RSS_TREND_AFTER_S = 600.0  # the slow RSS trend ignores the engine's first 10 minutes (warm-up growth is not a leak)

@@ -17,7 +17,7 @@ from harness.load.arrivals import arrival_figures
 from harness.load.schedule import Schedule
 from harness.records.files import RequestRecord
 from harness.detect.saturation import Judgement, PaysAt, Rule, judge, judge_rate, pays_at, saturation_point, stop_sweep, stops_paying
-from harness.config.scenario import Scenario
+from harness.config.schema import Scenario
 from harness.common.errors import ScenarioError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -238,7 +238,7 @@ def test_the_runner_skips_rates_past_saturation_and_counts_them_done() -> None:
 def test_the_rate_sweep_scenario_validates_and_its_plan_says_it_is_adaptive() -> None:
     from engines import engine_class
     from harness.run.plan import plan_lines
-    from harness.config.scenario import load_scenario
+    from harness.config.loader import load_scenario
 
     loaded = load_scenario(ROOT / "scenarios" / "rate-sweep-cpu.yaml", check_model_files=False)
     a = loaded.scenario.measurement.arrival

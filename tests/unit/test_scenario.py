@@ -12,7 +12,7 @@ import pytest
 
 from engines.llamacpp import LlamaCpp
 from harness.common.errors import ScenarioError
-from harness.config.scenario import load_scenario
+from harness.config.loader import load_scenario
 
 GOOD = """\
 name: t

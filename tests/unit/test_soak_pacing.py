@@ -17,7 +17,8 @@ from harness.common.errors import ScenarioError
 from harness.load.pacing import window_traffic
 from harness.load.schedule import BATCH, cumulative, in_flight_share, inverse, rate_at, soak_offsets, window_level, worker_share
 from harness.records.columnar import compacted
-from harness.config.scenario import SoakArrival, load_scenario
+from harness.config.loader import load_scenario
+from harness.config.schema import SoakArrival
 from tests.unit.test_exporter import LAB, _soak_exporter, _window
 from tests.unit.test_scenario import GOOD, write
 

@@ -9,7 +9,7 @@ import yaml
 
 from engines.llamacpp import LlamaCpp
 from harness.common.errors import ScenarioError
-from harness.config.scenario import load_scenario
+from harness.config.loader import load_scenario
 
 
 def _write(tmp_path: Path, cfg: dict) -> Path:
