@@ -440,7 +440,7 @@ def test_prompts_table_counts_distinct_prompts_per_phase_and_soak(run_dir: Path)
 
 
 def test_break_even_says_why_solo_decode_and_one_stream_disagree() -> None:
-    from harness.report.tables import _solo_vs_n1
+    from harness.report.tables.speculation import _solo_vs_n1
 
     # the README's f32-draft-q4: faster solo by decode rate, slower at one stream by total t/s
     note = _solo_vs_n1(1.09, 0.93)
