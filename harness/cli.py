@@ -455,7 +455,7 @@ def main() -> None:
     except KeyboardInterrupt:
         code = 130
     except BaseException as exc:
-        from harness.run.runner import RunInterrupted
+        from harness.run.interrupt import RunInterrupted
 
         if isinstance(exc, RunInterrupted):
             err.print(f"specsoak: interrupted by {exc.signame}; the run folder keeps every record written")
