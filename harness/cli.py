@@ -25,7 +25,7 @@ err = Console(stderr=True, soft_wrap=True)
 
 def _load(path: Path, check_model_files: bool = True):  # type: ignore[no-untyped-def]
     from engines import ENGINES
-    from harness.config.scenario import load_scenario
+    from harness.config.loader import load_scenario
 
     import yaml
 
@@ -268,7 +268,8 @@ def validate(
     """Check scenario files (fields, ranges, engine methods, model files) without starting anything."""
     from engines import ENGINES
     from harness.soak.disk import describe_estimate, disk_warnings
-    from harness.config.scenario import ASSUMED_STREAM_TPS, describe_duration, design_warnings, soak_warnings, wall_clock_estimate
+    from harness.config.checks import soak_warnings
+    from harness.config.estimate import ASSUMED_STREAM_TPS, describe_duration, design_warnings, wall_clock_estimate
 
     for path in scenarios:
         loaded = _load(path, check_model_files=not no_model_files)
@@ -311,7 +312,7 @@ def schema(
 
         sys.stdout.write(scenario_markdown())
     else:
-        from harness.config.scenario import Scenario
+        from harness.config.schema import Scenario
 
         sys.stdout.write(json.dumps(Scenario.model_json_schema(), indent=2) + "\n")
 
@@ -454,7 +455,7 @@ def main() -> None:
     except KeyboardInterrupt:
         code = 130
     except BaseException as exc:
-        from harness.run.runner import RunInterrupted
+        from harness.run.interrupt import RunInterrupted
 
         if isinstance(exc, RunInterrupted):
             err.print(f"specsoak: interrupted by {exc.signame}; the run folder keeps every record written")

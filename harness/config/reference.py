@@ -1,6 +1,6 @@
-"""docs/scenarios.md, generated from the scenario models (harness/config/scenario.py).
+"""docs/scenarios.md, generated from the scenario models (harness/config/schema.py).
 
-Every field of every model reachable from :class:`~harness.config.scenario.Scenario`: its dotted path, meaning (the
+Every field of every model reachable from :class:`~harness.config.schema.Scenario`: its dotted path, meaning (the
 field's description), unit, default, allowed values and which engines honour it. ``ENGINE_FIELDS`` gathers how an
 engine-side field reaches each engine from the adapters (``honoured_fields``); ``specsoak plan`` reads it too. Regenerate the
 doc with ``specsoak schema --markdown > docs/scenarios.md``; tests/unit/test_scenario_doc.py fails while the
@@ -18,7 +18,8 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from engines import ENGINES
-from harness.config.scenario import ALGORITHMS, DEFAULT_ACTIONS, ENGINE_NAMES, Scenario, _first_model
+from harness.config.policy import DEFAULT_ACTIONS
+from harness.config.schema import ALGORITHMS, ENGINE_NAMES, Scenario, first_model
 
 REGENERATE = "specsoak schema --markdown > docs/scenarios.md"
 
@@ -111,7 +112,7 @@ def sections(model: type[BaseModel] = Scenario, prefix: str = "") -> list[tuple[
     """Every model reachable from ``model`` with the path prefix of its fields, depth first."""
     out = [(prefix, model)]
     for name, info in model.model_fields.items():
-        inner = _first_model(info.annotation)
+        inner = first_model(info.annotation)
         if inner is not None:
             out += sections(inner, prefix + name + ("[]." if _is_list(info.annotation) else "."))
     return out
@@ -123,7 +124,7 @@ def fields(model: type[BaseModel] = Scenario, prefix: str = "") -> list[FieldDoc
     for pre, m in sections(model, prefix):
         props = m.model_json_schema().get("properties", {})
         for name, info in m.model_fields.items():
-            out.append(FieldDoc(pre + name, name, m, info, props.get(name, {}), _first_model(info.annotation)))
+            out.append(FieldDoc(pre + name, name, m, info, props.get(name, {}), first_model(info.annotation)))
     return out
 
 
@@ -323,7 +324,7 @@ phases in order; neither starts anything. An unknown field is an error (exit 2) 
 `specsoak schema` prints the JSON Schema of a scenario for editors (for example the YAML language server:
 `# yaml-language-server: $schema=scenario.schema.json` after `specsoak schema > scenario.schema.json`).
 
-Generated from the models in `harness/config/scenario.py` and the engine map in `harness/config/reference.py` by
+Generated from the models in `harness/config/schema.py` and the engine map in `harness/config/reference.py` by
 `{regenerate}`; do not edit it by hand.
 
 Columns: **field** is the dotted path (`[]` marks a list item); **engines** says which engines honour a field and

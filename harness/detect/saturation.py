@@ -29,7 +29,7 @@ GOODPUT_TOLERANCE = 0.02  # goodput within 2% of the baseline's counts as no les
 
 @dataclass(frozen=True)
 class Rule:
-    """The bounds of ``measurement.arrival.saturation`` (harness/config/scenario.py ``Saturation``)."""
+    """The bounds of ``measurement.arrival.saturation`` (harness/config/schema.py ``Saturation``)."""
 
     completion_ratio_min: float = 0.9
     late_share_max: float = 0.1

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from harness.config.scenario import Arrival, ArrivalKind, Stage
+    from harness.config.schema import Arrival, ArrivalKind, Stage
 
 
 # A request sent this much after its scheduled time is late even with a slot free: the client itself

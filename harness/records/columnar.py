@@ -147,7 +147,7 @@ def compacted(src: Path) -> Path:
     return dst
 
 
-# what the report reads back (harness/report/tables.py soak_table): memory is ~100 bytes a request;
+# what the report reads back (harness/report/tables/soak.py soak_table): memory is ~100 bytes a request;
 # a table that needs more passes ``columns`` (any of SCHEMA's names)
 REPORT_COLUMNS = ["config", "attempt", "status", "error_kind", "start_unix_s", "e2e_s", "ttft_s", "output_tokens", "id"]
 

@@ -19,19 +19,11 @@ from harness.report.design import control_summary, control_table, design_notes
 from harness.report.load import RunData, load_run
 from harness.report.render import Block, h, img, p, table, to_html, to_markdown, ul
 from harness.common.stats import isnum
-from harness.report.tables import (
-    breakeven_table,
-    explain_table,
-    k_sweep_table,
-    max_streams_table,
-    memory_table,
-    prompts_table,
-    roofline_table,
-    soak_table,
-    after_soak_table,
-    verify_distribution_table,
-    verify_table,
-)
+from harness.report.tables.memory import max_streams_table, memory_table
+from harness.report.tables.prompts import prompts_table
+from harness.report.tables.soak import after_soak_table, soak_table
+from harness.report.tables.speculation import breakeven_table, explain_table, k_sweep_table, roofline_table
+from harness.report.tables.verify import verify_distribution_table, verify_table
 from harness.report.sweep import rate_sweep_table, saturation_table
 from harness.report.verdict import display_table, stream_counts, verdict_table
 

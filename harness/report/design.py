@@ -22,7 +22,7 @@ from harness.report.load import RunData
 from harness.common.stats import isnum
 from harness.report.verdict import solo_by_rep
 
-DEFAULT_DRIFT_MAX = 0.20  # harness/config/scenario.py Measurement.control_drift_max's default
+DEFAULT_DRIFT_MAX = 0.20  # harness/config/schema.py Measurement.control_drift_max's default
 
 
 def design_of(run: RunData) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import pandas as pd
 from engines.types import EngineCounters, acceptance_figures
 
 from harness.report.load import RunData
-from harness.config.scenario import load_label
+from harness.config.schema import load_label
 from harness.common.stats import ratio_interval, shown_difference
 
 

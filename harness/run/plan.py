@@ -16,17 +16,9 @@ from harness.soak.disk import describe_estimate, disk_warnings
 from harness.common.errors import EngineError
 from harness.models.ref import PACKAGE_PREFIX, WORKSHOP_PREFIX, ModelNotFound, resolve_model
 from harness.run.order import block_order
-from harness.config.scenario import (
-    ASSUMED_STREAM_TPS,
-    LoadedScenario,
-    Scenario,
-    Shape,
-    SoakArrival,
-    describe_duration,
-    load_label,
-    safe_name,
-    wall_clock_estimate,
-)
+from harness.config.estimate import ASSUMED_STREAM_TPS, describe_duration, wall_clock_estimate
+from harness.config.loader import LoadedScenario
+from harness.config.schema import Scenario, Shape, SoakArrival, load_label, safe_name
 from harness.config.reference import ignored_fields
 
 PORT = 0  # the placeholder port the command line is built with; shown as <port>

@@ -9,7 +9,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.config.scenario import Scenario, describe_duration, wall_clock_estimate
+from harness.config.estimate import describe_duration, wall_clock_estimate
+from harness.config.schema import Scenario
 
 
 @dataclass

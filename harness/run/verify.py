@@ -37,9 +37,11 @@ from harness.load.greedy import Answer, GreedyClient
 from harness.prompts import PromptError, load_prompts
 from harness.records.files import MANIFEST, JsonlWriter, write_json_atomic
 from harness.records.files import VERIFY, VERIFY_DIST, read_manifest
-from harness.run.runner import launch_spec, machine_info, new_run_dir
+from harness.run.manifest import machine_info, new_run_dir
+from harness.session.engine import launch_spec
 from harness.common.net import free_port
-from harness.config.scenario import Configuration, LoadedScenario, safe_name
+from harness.config.loader import LoadedScenario
+from harness.config.schema import Configuration, safe_name
 
 
 @dataclass

@@ -26,7 +26,8 @@ from harness.load.client import RequestParams
 from harness.probe.gpu import GpuMeter, process_tree
 from harness.session.observers import Observers
 from harness.common.net import free_port
-from harness.config.scenario import Configuration, LoadedScenario, Scenario, safe_name
+from harness.config.loader import LoadedScenario
+from harness.config.schema import Configuration, Scenario, safe_name
 
 
 def launch_spec(loaded: LoadedScenario, cfg: Configuration, port: int) -> LaunchSpec:

@@ -34,7 +34,7 @@ from harness.records.files import JsonlWriter, read_jsonl
 
 if TYPE_CHECKING:
     from engines.base import Engine
-    from harness.config.scenario import Configuration, Scenario
+    from harness.config.schema import Configuration, Scenario
     from harness.session.engine import EngineSession, RunContext
 
 CANARY = "canary.jsonl"

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from engines.logcapture import summarise_logs
-from harness.config.scenario import ASSUMED_STREAM_TPS, Scenario, Watchdog
+from harness.config.estimate import ASSUMED_STREAM_TPS
+from harness.config.schema import Scenario, Watchdog
 
 MIB = 2**20
 # a request record in requests.jsonl or a soak record file: its fields, then one inter-token gap (~10 characters)

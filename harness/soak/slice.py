@@ -57,8 +57,9 @@ from harness.load.schedule import soak_offsets
 from harness.load.shapes import users_at
 from harness.prompts.lengths import soak_prompts
 from harness.records.files import SLICES, SOAK_DIR, VERDICTS, WINDOWS, JsonlWriter, read_jsonl
+from harness.config.policy import FAILURE_KINDS
+from harness.config.schema import Configuration, Soak, Watchdog
 from harness.records.types import Verdict
-from harness.config.scenario import Configuration, Soak, Watchdog
 from harness.session.engine import EngineSession, RunContext
 from harness.soak.assemble import judged_window, live_window, settle_window, window_delta
 from harness.soak.figures import longest_stall, memory_figures
@@ -66,9 +67,6 @@ from harness.soak.tail import LogFollower, RecordTail
 from harness.soak.watchdog import WatchState, headroom, judge
 from harness.soak.windows import end_unix, outstanding, take_ended
 
-# shown in red, and reported to the observers as failures of the configuration (harness.config.scenario.verdict_fails
-# decides which make the soak fail: the verdict table, exit code 4)
-FAILURE_KINDS = ("crash", "hang", "restart_failed", "gave_up", "collapse", "memory", "divergence")
 OBSERVED_FAILURES = (*FAILURE_KINDS, "error_rate", "no_load", "stall", "disk")
 EXPLAINED = ("collapse", "stall", "divergence", "memory")  # verdicts whose evidence lists the series that moved with them
 # a window is judged this many windows after it closes: the requests that streamed in it have ended by then

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.config.scenario import Watchdog
+from harness.config.schema import Watchdog
 from harness.detect.changepoint import ChangeEvent, memory_forecast
 from harness.detect.trend import WATCHED, trend
 from harness.load.schedule import LEVEL_STEP

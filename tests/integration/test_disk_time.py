@@ -12,7 +12,7 @@ import yaml
 
 from harness.records.files import PHASES, REQUESTS, read_jsonl
 from harness.run.runner import Runner
-from harness.config.scenario import load_scenario
+from harness.config.loader import load_scenario
 from tests.integration.conftest import SMOLLM2
 
 pytestmark = pytest.mark.engine

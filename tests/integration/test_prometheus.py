@@ -31,7 +31,7 @@ from harness.session.observers import BaseObserver
 from harness.records.files import WINDOWS
 from harness.common.net import free_port
 from harness.run.runner import Runner
-from harness.config.scenario import load_scenario
+from harness.config.loader import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_QUICK = ROOT / "tests" / "fixtures" / "run_quick"

@@ -14,7 +14,7 @@ from engines.llamacpp import LlamaCpp
 from harness.prompts import load_prompts
 from harness.prompts.lengths import build
 from harness.records.files import read_jsonl
-from harness.config.scenario import Lengths
+from harness.config.schema import Lengths
 from tests.integration.conftest import SMOLLM2, run_scenario
 
 pytestmark = pytest.mark.engine

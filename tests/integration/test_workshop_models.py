@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from engines.types import EngineCounters, LaunchSpec, counters_delta
+from engines.types import EngineCounters, LaunchSpec, acceptance_figures, counters_delta
 from engines.llamacpp import LlamaCpp
 from harness.load.client import RequestParams, run_streams
 from harness.common.errors import EngineStartError
 from harness.models import ensure
 from harness.prompts import load_prompts
-from harness.run.runner import acceptance_figures
 from harness.common.net import free_port
 from tests.integration.conftest import start
 

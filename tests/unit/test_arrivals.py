@@ -23,7 +23,9 @@ from harness.load.client import RequestParams
 from harness.common.errors import ScenarioError
 from harness.prompts import Prompt
 from harness.records.files import RequestRecord
-from harness.config.scenario import Arrival, Scenario, Stage, load_label, load_scenario, wall_clock_estimate
+from harness.config.estimate import wall_clock_estimate
+from harness.config.loader import load_scenario
+from harness.config.schema import Arrival, Scenario, Stage, load_label
 from harness.detect.servable import goodput, meets_slo
 from tests.conftest import LLAMACPP
 

@@ -26,7 +26,8 @@ from harness.soak.canary import (
 from harness.metrics.exporter import MetricsExporter
 from harness.prompts import Prompt
 from harness.records.files import read_jsonl
-from harness.config.scenario import DEFAULT_ACTIONS, Scenario, verdict_fails
+from harness.config.policy import DEFAULT_ACTIONS, verdict_fails
+from harness.config.schema import Scenario
 from harness.load.greedy import Answer
 
 REF = (10, 11, 12, 13, 14)
@@ -283,7 +284,7 @@ def test_the_exporter_serves_the_last_rounds_differing_answers_and_the_diverged_
 
 
 def test_validate_warns_when_the_canary_would_answer_only_once() -> None:
-    from harness.config.scenario import soak_warnings
+    from harness.config.checks import soak_warnings
 
     assert any("soak.canary.every_s" in w for w in soak_warnings(_scenario({})))  # 300 s against a 60-s soak
     assert not any("canary" in w for w in soak_warnings(_scenario({"canary": {"every_s": 20}})))

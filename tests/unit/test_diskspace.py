@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.soak.disk import MIB, DiskWatch, disk_warnings, folder_estimate, record_bytes
-from harness.config.scenario import Scenario, Watchdog, verdict_fails
+from harness.config.policy import verdict_fails
+from harness.config.schema import Scenario, Watchdog
 
 RUN_QUICK = Path(__file__).parents[1] / "fixtures" / "run_quick"
 

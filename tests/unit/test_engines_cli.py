@@ -12,7 +12,7 @@ import pytest
 
 from engines import ENGINES
 from engines.types import LaunchSpec
-from harness.config.scenario import ALGORITHMS, ENGINE_NAMES
+from harness.config.schema import ALGORITHMS, ENGINE_NAMES
 from tests.conftest import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from engines.types import Capacity, EngineCounters, LaunchSpec, acceptance_figures, counters_delta
 from engines.sglang import SGLang
 from engines.tgi import Tgi
 from engines.trtllm import TrtLlm
-from engines.types import Capacity, EngineCounters, LaunchSpec, counters_delta
 from engines.vllm import Vllm
-from harness.run.runner import acceptance_figures
 from tests.conftest import FIXTURES
 
 

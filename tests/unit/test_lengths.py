@@ -13,7 +13,8 @@ from harness.load.client import RequestParams, request_body
 from harness.common.errors import ScenarioError
 from harness.prompts import Prompt, PromptError, distinct_prompts, load_prompts
 from harness.prompts.lengths import build, built_or_cached, draw, measurement_requests
-from harness.config.scenario import LengthDist, Lengths, Measurement, load_scenario
+from harness.config.loader import load_scenario
+from harness.config.schema import LengthDist, Lengths, Measurement
 
 
 class CharTokenizer:

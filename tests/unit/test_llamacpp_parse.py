@@ -6,9 +6,8 @@ import json
 
 import pytest
 
+from engines.types import EngineCounters, LaunchSpec, acceptance_figures, counters_delta
 from engines.llamacpp import LlamaCpp, slots_speculative
-from engines.types import EngineCounters, LaunchSpec, counters_delta
-from harness.run.runner import acceptance_figures
 from tests.conftest import LLAMACPP, http_body
 
 

@@ -78,7 +78,7 @@ def test_verify_answers_that_failed_are_never_counted_identical(tmp_path: Path) 
     from rich.console import Console
 
     from harness.records.files import JsonlWriter, read_jsonl
-    from harness.config.scenario import Configuration
+    from harness.config.schema import Configuration
     from harness.run.verify import Verifier
 
     v = object.__new__(Verifier)
@@ -104,7 +104,7 @@ def test_verify_compares_each_configuration_with_its_own_baseline(tmp_path: Path
     from rich.console import Console
 
     from harness.records.files import read_jsonl
-    from harness.config.scenario import load_scenario
+    from harness.config.loader import load_scenario
     from harness.run.verify import Verifier, VerifyOptions
 
     (tmp_path / "t.gguf").write_bytes(b"x")
@@ -440,7 +440,7 @@ def test_prompts_table_counts_distinct_prompts_per_phase_and_soak(run_dir: Path)
 
 
 def test_break_even_says_why_solo_decode_and_one_stream_disagree() -> None:
-    from harness.report.tables import _solo_vs_n1
+    from harness.report.tables.speculation import _solo_vs_n1
 
     # the README's f32-draft-q4: faster solo by decode rate, slower at one stream by total t/s
     note = _solo_vs_n1(1.09, 0.93)

@@ -17,7 +17,7 @@ from harness.load.arrivals import arrival_figures
 from harness.load.schedule import Schedule
 from harness.records.files import RequestRecord
 from harness.detect.saturation import Judgement, PaysAt, Rule, judge, judge_rate, pays_at, saturation_point, stop_sweep, stops_paying
-from harness.config.scenario import Scenario
+from harness.config.schema import Scenario
 from harness.common.errors import ScenarioError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -206,6 +206,7 @@ def test_the_runner_skips_rates_past_saturation_and_counts_them_done() -> None:
     manifest too (a resume reads them back)."""
     from types import SimpleNamespace
 
+    from harness.run.manifest import RunState
     from harness.run.progress import Progress
     from harness.run.runner import Runner
 
@@ -214,31 +215,33 @@ def test_the_runner_skips_rates_past_saturation_and_counts_them_done() -> None:
                                       "kind": "constant", "rate_rps": [0.5, 6, 12], "requests": 8, "saturation": {"stop_after": 1}}}})
     measured: list[tuple[str, int]] = []
 
-    def phase(cfg: Any, session: Any, requests: Any, phases: Any, load: str, rep: int, phase: str = "measure") -> dict[str, Any]:
+    def phase(cfg: Any, session: Any, out: Any, load: str, rep: int, phase: str = "measure") -> dict[str, Any]:
         measured.append((load, rep))
         return _phase(float(load[:-3]), completion=1.0 if load == "0.5rps" or rep == 2 else 0.3)  # rep 2 keeps up at every rate
 
-    fake = SimpleNamespace(sc=sc, console=SimpleNamespace(print=lambda *a: None), done_phases=set(), _arrival_phase=phase,
-                           manifest={"configurations": {"b": {}}}, _write_manifest=lambda: None, progress=Progress.of(sc),
-                           _say_progress=lambda *a: None)
+    state = RunState(sc, None, None)  # type: ignore[arg-type]
+    state.manifest = {"configurations": {"b": {}}}
+    state.write = lambda: None  # type: ignore[method-assign]
+    fake = SimpleNamespace(sc=sc, console=SimpleNamespace(print=lambda *a: None), state=state, _arrival_phase=phase,
+                           progress=Progress.of(sc), _say_progress=lambda *a: None)
     cfg = SimpleNamespace(name="b")
     for rep in (1, 2):
-        Runner._measure(fake, cfg, None, None, None, reps=[rep])  # type: ignore[arg-type]
+        Runner._measure(fake, cfg, None, None, reps=[rep])  # type: ignore[arg-type]
     assert measured == [("0.5rps", 1), ("6rps", 1), ("0.5rps", 2), ("6rps", 2), ("12rps", 2)]
-    assert Runner._phases_done(fake, cfg)  # type: ignore[arg-type]
-    assert fake.manifest["configurations"]["b"]["sweep_skipped"] == [["12rps", 1]]
-    fake.done_phases, measured[:] = set(), []
+    assert state.phases_done(cfg)  # type: ignore[arg-type]
+    assert state.manifest["configurations"]["b"]["sweep_skipped"] == [["12rps", 1]]
+    state.done_phases, measured[:] = set(), []
     sc2 = sc.model_copy(update={"measurement": sc.measurement.model_copy(update={"arrival": sc.measurement.arrival.model_copy(  # type: ignore[union-attr]
         update={"saturation": sc.measurement.arrival.saturation.model_copy(update={"stop_after": None})})})})  # type: ignore[union-attr]
-    fake.sc = sc2
-    Runner._measure(fake, cfg, None, None, None, reps=[1])  # type: ignore[arg-type]
+    fake.sc = state.sc = sc2
+    Runner._measure(fake, cfg, None, None, reps=[1])  # type: ignore[arg-type]
     assert measured == [("0.5rps", 1), ("6rps", 1), ("12rps", 1)]  # no stop_after: every rate
 
 
 def test_the_rate_sweep_scenario_validates_and_its_plan_says_it_is_adaptive() -> None:
     from engines import engine_class
     from harness.run.plan import plan_lines
-    from harness.config.scenario import load_scenario
+    from harness.config.loader import load_scenario
 
     loaded = load_scenario(ROOT / "scenarios" / "rate-sweep-cpu.yaml", check_model_files=False)
     a = loaded.scenario.measurement.arrival

@@ -12,7 +12,7 @@ import pytest
 
 from engines.llamacpp import LlamaCpp
 from harness.common.errors import ScenarioError
-from harness.config.scenario import load_scenario
+from harness.config.loader import load_scenario
 
 GOOD = """\
 name: t
@@ -107,7 +107,7 @@ def test_cli_validate_ok(tmp_path: Path) -> None:
 
 
 def test_server_env_reaches_the_engine_process_and_bad_names_are_refused(tmp_path: Path) -> None:
-    from harness.run.runner import launch_spec
+    from harness.session.engine import launch_spec
 
     text = GOOD.replace("  model: model.gguf\n", "  model: model.gguf\n  env: {VLLM_CPU_KVCACHE_SPACE: 1, SPECSOAK_ENV_OUT: %s}\n" % (tmp_path / "env.txt"))
     loaded = load_scenario(write(tmp_path, text), LlamaCpp.methods)

@@ -14,7 +14,7 @@ import yaml
 
 from engines import ENGINES
 from engines.types import LaunchSpec
-from harness.config.scenario import DRAFT_MODEL_ALGORITHMS, ENGINE_NAMES, Scenario
+from harness.config.schema import DRAFT_MODEL_ALGORITHMS, ENGINE_NAMES, Scenario
 from harness.config.reference import ENGINE_FIELDS, IGNORED_BY, PROMPT_SET_PURPOSE, REGENERATE, fields, markdown
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,7 +40,7 @@ def test_every_field_of_every_model_is_documented() -> None:
     text = DOC.read_text(encoding="utf-8")
     for f in docs:
         assert f"| `{f.path}` |" in text, f"{f.path} is not in docs/scenarios.md: run `{REGENERATE}`"
-        assert f.info.description, f"{f.model.__name__}.{f.name} ({f.path}) has no description: add one in harness/config/scenario.py"
+        assert f.info.description, f"{f.model.__name__}.{f.name} ({f.path}) has no description: add one in harness/config/schema.py"
     # and every model field is reached by the walk (a model nested in a new way would be missed silently)
     for model in models:
         assert {f.name for f in docs if f.model is model} == set(model.model_fields), model.__name__

@@ -163,7 +163,7 @@ def _soak_scenario(tmp_path: Path, soak: dict[str, object], configs: list[dict[s
 
 def test_plan_says_how_much_work_a_soak_pushes_through(tmp_path: Path) -> None:
     from harness.run.plan import soak_work
-    from harness.config.scenario import load_scenario
+    from harness.config.loader import load_scenario
 
     open_loop = load_scenario(_soak_scenario(tmp_path, {"duration_s": 3600, "max_tokens": 100,
                                                         "arrival": {"kind": "poisson", "rate_rps": 2.0}})).scenario
@@ -173,7 +173,8 @@ def test_plan_says_how_much_work_a_soak_pushes_through(tmp_path: Path) -> None:
 
 
 def test_validate_warns_of_a_prompt_cache_cap_over_the_memory_limit(tmp_path: Path) -> None:
-    from harness.config.scenario import load_scenario, soak_warnings
+    from harness.config.checks import soak_warnings
+    from harness.config.loader import load_scenario
 
     configs = [{"name": "default-cap", "algorithm": "none"},
                {"name": "small-cap", "algorithm": "none", "engine_args": ["--cache-ram", "256"]}]

@@ -17,7 +17,8 @@ from harness.common.errors import ScenarioError
 from harness.load.pacing import window_traffic
 from harness.load.schedule import BATCH, cumulative, in_flight_share, inverse, rate_at, soak_offsets, window_level, worker_share
 from harness.records.columnar import compacted
-from harness.config.scenario import SoakArrival, load_scenario
+from harness.config.loader import load_scenario
+from harness.config.schema import SoakArrival
 from tests.unit.test_exporter import LAB, _soak_exporter, _window
 from tests.unit.test_scenario import GOOD, write
 
@@ -159,7 +160,7 @@ def test_the_before_and_after_table_pairs_open_loop_phases_by_rate(tmp_path: Pat
     import pandas as pd
 
     from harness.report.load import RunData
-    from harness.report.tables import after_soak_table
+    from harness.report.tables.soak import after_soak_table
 
     def phase(load: str, tps: float, achieved: float, goodput: float, late: int, where: str = "arrivals") -> dict[str, object]:
         return {"config": "base", "phase": where, "load": load, "streams": 4, "repetition": 1, "total_tps": tps, "achieved_rps": achieved,
@@ -180,7 +181,7 @@ def test_the_soak_table_pools_the_windows_rates(tmp_path: Path) -> None:
     import pandas as pd
 
     from harness.report.load import RunData
-    from harness.report.tables import soak_table
+    from harness.report.tables.soak import soak_table
 
     def win(t: float, secs: float, achieved: float, goodput: float, scheduled: int, late: int) -> dict[str, object]:
         return {"config": "base", "t_start_unix": t, "t_end_unix": t + secs, "achieved_rps": achieved, "goodput_rps": goodput,

@@ -9,7 +9,7 @@ import yaml
 
 from engines.llamacpp import LlamaCpp
 from harness.common.errors import ScenarioError
-from harness.config.scenario import load_scenario
+from harness.config.loader import load_scenario
 
 
 def _write(tmp_path: Path, cfg: dict) -> Path:
@@ -64,7 +64,7 @@ def test_k_sweep_table_names_the_best_k_per_column() -> None:
     import pandas as pd
 
     from harness.report.load import RunData
-    from harness.report.tables import k_sweep_table
+    from harness.report.tables.speculation import k_sweep_table
 
     cfgs = {
         "base": {"algorithm": "none"},
@@ -84,7 +84,7 @@ def test_k_sweep_table_names_the_best_k_per_column() -> None:
 
 def test_break_even_acceptance_solves_expected_tokens_equals_cost() -> None:
     from harness.common.stats import expected_tokens_per_step
-    from harness.report.tables import break_even_acceptance
+    from harness.report.tables.speculation import break_even_acceptance
 
     a = break_even_acceptance(2.0, 3)
     assert a is not None and expected_tokens_per_step(a, 3) == pytest.approx(2.0, abs=1e-6)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.config.scenario import Watchdog
+from harness.config.schema import Watchdog
 from harness.detect.changepoint import ChangeDetector
 from harness.records.types import SoakWindow
 from harness.soak.disk import DiskWatch

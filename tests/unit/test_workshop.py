@@ -18,7 +18,7 @@ from harness.models import NAMES, UnknownModel, WorkshopError, ensure, known_nam
 from harness.models import workshop
 from harness.models.recipes import RecipeError
 from harness.models.ref import ModelNotFound, resolve_model
-from harness.config.scenario import load_scenario
+from harness.config.loader import load_scenario
 
 
 @pytest.fixture(scope="module")

@@ -1,21 +1,17 @@
-"""Scenario files: YAML in, validated pydantic models out.
+"""The scenario file's schema: pydantic models (extra fields refused, frozen) and the names they check.
 
-Every error names the file, the line where YAML can tell it, the field, and what is allowed;
-``load_scenario`` raises :class:`ScenarioError` (exit code 2) and starts nothing.
+Loading a file into them is harness.config.loader; checks that need the prompt files, traces or the workshop are
+harness.config.checks.
 """
 
 from __future__ import annotations
 
-import os
 import re
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-from harness.common.errors import ScenarioError
-from harness.models.ref import WORKSHOP_PREFIX, ModelNotFound, resolve_model
+from harness.config.policy import DEFAULT_ACTIONS, VerdictAction, VerdictKind
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
@@ -505,26 +501,6 @@ class SoakArrival(_Strict):
 SOAK_MAX_REQUESTS = 50_000_000  # a soak's schedule is drawn in memory: more arrivals than this is a mistake in the rate
 
 
-VerdictKind = Literal["crash", "hang", "collapse", "memory", "error_rate", "drift", "no_load", "stall", "cache_cap", "divergence", "disk"]
-VerdictAction = Literal["record", "restart", "stop_config", "stop_run"]
-# what each watchdog verdict does unless the scenario says otherwise (docs/soak.md)
-DEFAULT_ACTIONS: dict[str, str] = {
-    "crash": "restart", "hang": "restart", "collapse": "stop_config", "memory": "stop_config",
-    "error_rate": "record", "drift": "record", "no_load": "record", "stall": "record", "cache_cap": "record", "divergence": "stop_config",
-    "disk": "stop_run",
-}
-
-
-ENGINE_FAILURES = ("crash", "hang", "restart_failed", "gave_up")  # the engine itself failed: always a failed soak
-
-
-def verdict_fails(verdict: dict[str, Any]) -> bool:
-    """Whether a watchdog verdict makes its configuration's soak a failure (exit code 4): the engine failed, a
-    collapse or memory verdict that was acted on (not set to 'record'), or any verdict that stopped the soak."""
-    kind, action = verdict.get("kind"), verdict.get("action")
-    return kind in ENGINE_FAILURES or (kind in ("collapse", "memory", "divergence") and action != "record") or action in ("stop_config", "stop_run")
-
-
 class Watchdog(_Strict):
     """What the soak watchdog calls a failure (docs/soak.md)."""
 
@@ -768,255 +744,15 @@ class Scenario(_Strict):
         return next((c for c in self.runs() if c.algorithm == "none"), None)
 
 
-class LoadedScenario:
-    """A validated scenario with its model paths resolved and its source text kept."""
-
-    def __init__(self, path: Path, text: str, scenario: Scenario, models: dict[str, Path]):
-        self.path = path
-        self.text = text
-        self.scenario = scenario
-        self.models = models  # reference string -> resolved path
-
-    def model_path(self, ref: str) -> Path:
-        return self.models[ref]
-
-    def target_of(self, cfg: Configuration) -> Path:
-        return self.models[cfg.model or self.scenario.server.model]
-
-
-def _with_served_model(p: Path, lines: Any, scenario: Scenario) -> Scenario:
-    """Attach mode without server.model: the model the server lists first at /v1/models (what every peer does)."""
-    from engines.http import served_models
-
-    srv = scenario.server
-    key = os.environ.get(srv.api_key_env) if srv.api_key_env else None
-    try:
-        names = served_models(str(srv.url), {"Authorization": f"Bearer {key}"} if key else {})
-    except OSError as exc:
-        loc = ("server", "url")
-        raise ScenarioError(f"{p}{lines(loc)}: server.model: not given, and the server at {srv.url} did not list its models "
-                            f"(GET /v1/models: {exc}); start the server or set server.model") from None
-    if not names:
-        raise ScenarioError(f"{p}: server.model: not given, and the server at {srv.url} lists no model at /v1/models; set server.model")
-    return scenario.model_copy(update={"server": srv.model_copy(update={"model": names[0]})})
-
-
-def load_scenario(
-    path: str | Path,
-    known_algorithms: frozenset[str] | None = None,
-    *,
-    check_model_files: bool = True,
-    model_folders: bool = False,
-) -> LoadedScenario:
-    """Read, validate and resolve a scenario; raise ScenarioError naming file, line and field.
-
-    ``check_model_files=False`` checks everything except that the models exist (a GPU scenario
-    validated on another machine); ``model_folders`` accepts a folder as a model (Hugging Face
-    checkpoints for vLLM, SGLang, TRT-LLM, TGI).
-    """
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ScenarioError(f"{p}: scenario file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError(f"{p}: cannot read scenario file ({exc})") from None
-    try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ScenarioError(f"{p}{where}: YAML syntax error: {problem}") from None
-    if not isinstance(data, dict):
-        raise ScenarioError(f"{p}: a scenario is a YAML mapping with keys name, server, configurations, measurement")
-    try:
-        scenario = Scenario.model_validate(data)
-    except ValidationError as exc:
-        raise ScenarioError(_format_validation(p, text, exc)) from None
-
-    lines = _line_finder(text)
-    key_env = scenario.server.api_key_env
-    if key_env and not os.environ.get(key_env):
-        loc = ("server", "api_key_env")
-        raise ScenarioError(f"{p}{lines(loc)}: {_dotted(loc)}: environment variable '{key_env}' is not set (the API key is read from it)")
-    if scenario.server.model is None and scenario.server.url is not None:
-        scenario = _with_served_model(p, lines, scenario)
-    if known_algorithms is not None:
-        for i, cfg in enumerate(scenario.configurations):
-            if cfg.algorithm not in known_algorithms:
-                loc = ("configurations", i, "algorithm")
-                raise ScenarioError(
-                    f"{p}{lines(loc)}: {_dotted(loc)}: engine '{scenario.server.engine}' has no method "
-                    f"'{cfg.algorithm}'; it has: {', '.join(sorted(known_algorithms))}"
-                )
-    models: dict[str, Path] = {}
-    refs: list[tuple[tuple[Any, ...], str]] = [(("server", "model"), scenario.server.model)]
-    for i, cfg in enumerate(scenario.configurations):
-        if cfg.model:
-            refs.append((("configurations", i, "model"), cfg.model))
-        if cfg.draft:
-            refs.append((("configurations", i, "draft"), cfg.draft))
-    attached = scenario.server.url is not None
-    for loc, ref in refs:
-        if ref in models:
-            continue
-        if not check_model_files or attached:  # attached: the model names what the server serves, on its own machine
-            if ref.startswith(WORKSHOP_PREFIX):
-                from harness.models import WorkshopError, path_for  # checks the name, builds nothing
-
-                try:
-                    models[ref] = path_for(ref[len(WORKSHOP_PREFIX) :])
-                except WorkshopError as exc:
-                    raise ScenarioError(f"{p}{lines(loc)}: {_dotted(loc)}: {exc}") from None
-            else:
-                models[ref] = Path(ref) if Path(ref).is_absolute() else p.parent / ref
-            continue
-        try:
-            models[ref] = resolve_model(ref, p.parent, allow_folder=model_folders)
-        except ModelNotFound as exc:
-            raise ScenarioError(f"{p}{lines(loc)}: {_dotted(loc)}: {exc}") from None
-    _check_files(p, scenario, lines)
-    return LoadedScenario(p, text, scenario, models)
-
-
-def _check_files(p: Path, scenario: Scenario, lines: Any) -> None:
-    """The prompt and trace files a run would read: missing or broken is bad input, found before anything starts."""
-    from harness.prompts import PromptError, load_prompts
-
-    refs: list[tuple[tuple[Any, ...], str]] = [(("measurement", "prompts"), scenario.measurement.prompts)]
-    if scenario.soak is not None and scenario.soak.prompts:
-        refs.append((("soak", "prompts"), scenario.soak.prompts))
-    sizes: dict[str, int] = {}
-    for loc, ref in refs:
-        try:
-            sizes[loc[0]] = len(load_prompts(ref, p.parent))
-        except PromptError as exc:
-            raise ScenarioError(f"{p}{lines(loc)}: {_dotted(loc)}: {exc}") from None
-    _check_reuse(p, scenario, lines, sizes["measurement"])
-    trace = scenario.soak.shape.trace if scenario.soak is not None else None
-    if trace and not (Path(trace) if Path(trace).is_absolute() else p.parent / trace).is_file():
-        loc = ("soak", "shape", "trace")
-        raise ScenarioError(f"{p}{lines(loc)}: {_dotted(loc)}: no such trace file: {trace}")
-
-
-def _check_reuse(p: Path, scenario: Scenario, lines: Any, set_size: int) -> None:
-    """``measurement.prompt_reuse: forbid``: the prompts a configuration's measured phases send must all differ,
-    so the set (or the built prompts) must hold as many as the phases send: said with both counts."""
-    from harness.prompts.lengths import measurement_requests
-
-    m = scenario.measurement
-    if m.prompt_reuse != "forbid":
-        return
-    need = measurement_requests(m)
-    built = m.lengths is not None and m.lengths.input is not None
-    have = (m.lengths.prompts or need) if built and m.lengths is not None else set_size
-    if need > have:
-        loc = ("measurement", "lengths", "prompts") if built else ("measurement", "prompts")
-        what = f"measurement.lengths.prompts is {have}" if built else f"{m.prompts} holds {have} prompts"
-        raise ScenarioError(
-            f"{p}{lines(loc)}: {_dotted(loc)}: the measured phases send {need} requests per configuration and "
-            f"measurement.prompt_reuse is 'forbid', but {what}: give at least {need} prompts"
-            + ("" if built else " (or build them at drawn lengths: measurement.lengths.input)") + ", or set prompt_reuse: allow"
-        )
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last one silently)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"found duplicate key '{key}'", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-def _dotted(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def _format_validation(path: Path, text: str, exc: ValidationError) -> str:
-    errors = exc.errors(include_url=False)
-    first = errors[0]
-    loc = tuple(x for x in first["loc"] if not (isinstance(x, str) and x.startswith("function-")))
-    field = _dotted(loc) or "(top level)"
-    if first["type"] == "extra_forbidden":
-        parent = _model_at(loc[:-1])
-        allowed = ", ".join(parent.model_fields) if parent else "see docs/scenarios.md"
-        msg = f"unknown field '{loc[-1]}'; allowed here: {allowed}"
-    elif first["type"] == "missing":
-        msg = "required field is missing"
-    else:
-        msg = first["msg"].removeprefix("Value error, ")
-        if "input" in first and first["type"] not in ("model_type", "dict_type"):
-            msg += f" (got {first['input']!r})"
-    more = f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
-    return f"{path}{_line_finder(text)(loc)}: {field}: {msg}{more}"
-
-
-def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    model: type[BaseModel] = Scenario
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        info = model.model_fields.get(str(part))
-        if info is None:
-            return None
-        ann = info.annotation
-        inner = _first_model(ann)
-        if inner is None:
-            return None
-        model = inner
-    return model
-
-
-def _first_model(ann: Any) -> type[BaseModel] | None:
+def first_model(ann: Any) -> type[BaseModel] | None:
+    """The first pydantic model in a field's annotation (``Soak | None`` -> Soak), or None."""
     if isinstance(ann, type) and issubclass(ann, BaseModel):
         return ann
     for arg in getattr(ann, "__args__", ()) or ():
-        found = _first_model(arg)
+        found = first_model(arg)
         if found is not None:
             return found
     return None
-
-
-def _line_finder(text: str):  # type: ignore[no-untyped-def]
-    """Map a field location to ':LINE' in the YAML text (the deepest node that exists)."""
-    try:
-        root = yaml.compose(text)
-    except yaml.YAMLError:
-        root = None
-
-    def find(loc: tuple[Any, ...]) -> str:
-        node = root
-        line = None
-        for part in loc:
-            if node is None:
-                break
-            if isinstance(node, yaml.MappingNode) and isinstance(part, str):
-                nxt = None
-                for k, v in node.value:
-                    if getattr(k, "value", None) == part:
-                        line = k.start_mark.line + 1
-                        nxt = v
-                        break
-                node = nxt
-            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-                node = node.value[part]
-                line = node.start_mark.line + 1
-            else:
-                break
-        return f":{line}" if line is not None else ""
-
-    return find
 
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -1024,97 +760,3 @@ _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 def safe_name(name: str) -> str:
     return _SAFE.sub("_", name)
-
-
-ASSUMED_STREAM_TPS = 20.0  # decode t/s per stream the wall-clock estimate assumes (a small model on a CPU, a large one on a GPU)
-ASSUMED_START_S = 10.0  # engine start to ready
-
-
-def wall_clock_estimate(sc: Scenario) -> dict[str, float]:
-    """Seconds a run of ``sc`` should take, by part: phases (and the ramp, fill check, after-soak bracket) at an
-    assumed ASSUMED_STREAM_TPS per stream, plus the soak, which is exact: its duration times its configurations."""
-    m = sc.measurement
-    n_cfg = len(sc.runs())
-    request_s = m.max_tokens / ASSUMED_STREAM_TPS + 0.5
-    warmup_s = m.warmup_requests * request_s
-    if m.arrival is not None:  # open loop: each phase lasts its schedule, and the last answer after it
-        phases_s = warmup_s + sum(m.repetitions * (m.arrival.expected_span_s(key) + request_s) for key in m.arrival.keys())
-    else:
-        phases_s = warmup_s + sum(m.repetitions * m.requests_per_stream * request_s for _ in m.streams)
-    # interleaved: a fresh engine (and its warm-up) per configuration and block
-    starts = m.repetitions if m.design == "interleaved" else 1
-    start_s = typical_start_s(sc.server.engine) or ASSUMED_START_S
-    measure_s = n_cfg * (starts * (start_s + warmup_s) + phases_s - warmup_s)
-    ramp_s = 0.0
-    if sc.slo and sc.slo.ramp:
-        r = sc.slo.ramp
-        steps = max(1, (r.max_streams // max(1, r.start)).bit_length() + 2)
-        ramp_s = n_cfg * steps * r.requests_per_stream * ((r.max_tokens or m.max_tokens) / ASSUMED_STREAM_TPS + 0.5)
-    fill_s = n_cfg * (ASSUMED_START_S + 30.0) if sc.report.fill_check else 0.0
-    soak_s = after_s = 0.0
-    if sc.soak is not None:
-        n_soak = len(sc.soak_configurations())
-        soak_s = n_soak * sc.soak.duration_s
-        after_s = n_soak * (ASSUMED_START_S + phases_s - warmup_s)  # the phases again on the soaked engine, without a warm-up
-    total = measure_s + ramp_s + fill_s + soak_s + after_s
-    return {"total_s": total, "measurement_s": measure_s, "ramp_s": ramp_s, "fill_check_s": fill_s, "soak_s": soak_s, "after_soak_s": after_s}
-
-
-def describe_duration(seconds: float) -> str:
-    if seconds >= 3600:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
-
-
-def typical_start_s(engine: str) -> float | None:
-    """Seconds a slow-starting engine takes to become ready, roughly (its adapter's typical_start_s); None: a few."""
-    from engines import ENGINES
-
-    cls = ENGINES.get(engine)
-    return cls.typical_start_s if cls is not None else None
-
-
-def design_warnings(sc: Scenario) -> list[str]:
-    """What the measurement design costs on this engine (``specsoak validate`` prints it)."""
-    m = sc.measurement
-    start_s = typical_start_s(sc.server.engine)
-    if m.design != "interleaved" or start_s is None or m.repetitions < 2 or sc.server.url is not None:
-        return []
-    starts = m.repetitions * len(sc.runs())
-    return [f"measurement.design interleaved starts every configuration's engine once per block: {starts} starts of "
-            f"{sc.server.engine} (about {describe_duration(starts * start_s)} of start-up); 'design: sequential' starts each once, "
-            f"but then a machine that drifts over minutes lands on whichever configuration is running (docs/reports.md#design)"]
-
-
-def soak_warnings(sc: Scenario) -> list[str]:
-    """What a soak scenario may not show as the user expects (``specsoak validate`` prints them)."""
-    out: list[str] = []
-    if sc.soak is None:
-        return out
-    if sc.soak.slice_s is not None and sc.soak.slice_s < sc.soak.duration_s:
-        out.append(f"soak.slice_s ({describe_duration(sc.soak.slice_s)}) restarts each configuration's engine every slice: no engine lives "
-                   f"longer than that, so a collapse that needs more engine uptime cannot appear; remove slice_s to keep one engine "
-                   f"for the whole {describe_duration(sc.soak.duration_s)} soak")
-    wd = sc.soak.watchdog
-    judged_after = (wd.warmup_windows + wd.reference_windows) * wd.window_s
-    if judged_after >= sc.soak.duration_s:
-        out.append(f"soak.watchdog: the change detector needs {describe_duration(judged_after)} of warm-up and reference windows, "
-                   f"longer than the soak ({describe_duration(sc.soak.duration_s)}): nothing will be judged")
-    if wd.memory_limit_mib is not None:
-        from engines import ENGINES
-
-        engine = ENGINES.get(sc.server.engine)
-        for cfg in sc.runs():
-            cap = engine.host_cache_cap_mib([*sc.server.extra_args, *cfg.engine_args]) if engine is not None else None
-            if cap is not None and (cap < 0 or cap >= wd.memory_limit_mib):
-                out.append(f"configuration '{cfg.name}': the engine's prompt cache may grow to "
-                           f"{'no limit' if cap < 0 else f'{cap:,.0f} MiB'}, more than soak.watchdog.memory_limit_mib "
-                           f"({wd.memory_limit_mib:,.0f} MiB): with distinct prompts the soak will end in a 'memory' verdict")
-    if wd.stall_warn_s >= sc.soak.stall_s:
-        out.append(f"soak.watchdog.stall_warn_s ({wd.stall_warn_s:g} s) is not below soak.stall_s ({sc.soak.stall_s:g} s): a pause "
-                   f"fails its requests before the watchdog can warn of it")
-    canary = sc.soak.canary
-    if canary.enabled is not False and any(c.speculative for c in sc.soak_configurations()) and canary.every_s >= sc.soak.duration_s:
-        out.append(f"soak.canary.every_s ({describe_duration(canary.every_s)}) is not shorter than the soak ({describe_duration(sc.soak.duration_s)}): "
-                   f"the canary answers once, before the traffic, so only a baseline's answers can be compared with")
-    return out
