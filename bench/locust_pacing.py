@@ -24,6 +24,10 @@ class PacedChat(FastHttpUser):
     @task
     def chat(self) -> None:
         i = next(_N)
-        body = {"model": "fake-model", "stream": True, "max_tokens": int(os.environ.get("BENCH_MAX_TOKENS", "32")),
-                "messages": [{"role": "user", "content": f"l{i} Write a short story about the number {i}."}]}
+        body = {
+            "model": "fake-model",
+            "stream": True,
+            "max_tokens": int(os.environ.get("BENCH_MAX_TOKENS", "32")),
+            "messages": [{"role": "user", "content": f"l{i} Write a short story about the number {i}."}],
+        }
         self.client.post("/v1/chat/completions", json=body, name="chat")  # the whole streamed body is read

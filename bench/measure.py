@@ -113,7 +113,10 @@ class ServerLog:
         return min(r["recv_ns"] for r in self.requests), max(r["end_ns"] for r in self.requests)
 
     def max_concurrency(self) -> int:
-        ev = sorted([(r["recv_ns"], 1) for r in self.requests] + [(r["end_ns"], -1) for r in self.requests], key=lambda e: (e[0], e[1]))
+        ev = sorted(
+            [(r["recv_ns"], 1) for r in self.requests] + [(r["end_ns"], -1) for r in self.requests],
+            key=lambda e: (e[0], e[1]),
+        )
         cur = best = 0
         for _, d in ev:
             cur += d
@@ -174,9 +177,25 @@ class TreeSampler:
 def start_server(level: Level, work: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
     log, port_file = work / "server.jsonl", work / "server.port"
     port_file.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "bench.fake_server", "--ttft-ms", str(level.ttft_ms), "--itl-ms", str(level.itl_ms),
-           "--stall-every", str(level.stall_every), "--stall-ms", str(level.stall_ms), "--tokens", str(level.max_tokens),
-           "--log", str(log), "--port-file", str(port_file)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.fake_server",
+        "--ttft-ms",
+        str(level.ttft_ms),
+        "--itl-ms",
+        str(level.itl_ms),
+        "--stall-every",
+        str(level.stall_every),
+        "--stall-ms",
+        str(level.stall_ms),
+        "--tokens",
+        str(level.max_tokens),
+        "--log",
+        str(log),
+        "--port-file",
+        str(port_file),
+    ]
     out = open(work / "server.out", "wb")  # noqa: SIM115 - the child owns it
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     out.close()
@@ -188,13 +207,27 @@ def start_server(level: Level, work: Path) -> tuple[subprocess.Popen[bytes], str
     return proc, f"http://127.0.0.1:{port_file.read_text().strip()}", log
 
 
-def run_client(res: Result, cmd: list[str], work: Path, server_pid: int, timeout_s: float, env: dict[str, str] | None = None) -> TreeSampler:
+def run_client(
+    res: Result, cmd: list[str], work: Path, server_pid: int, timeout_s: float, env: dict[str, str] | None = None
+) -> TreeSampler:
     """Run one client command to completion; fill in its CPU, RSS and the machine's CPU split."""
     (work / "command.txt").write_text(" ".join(cmd) + "\n")
-    busy0, self0, srv0, t0 = machine_busy_seconds(), self_cpu_seconds(), tree_cpu_seconds(server_pid), time.perf_counter()
+    busy0, self0, srv0, t0 = (
+        machine_busy_seconds(),
+        self_cpu_seconds(),
+        tree_cpu_seconds(server_pid),
+        time.perf_counter(),
+    )
     out = open(work / "client.out", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env={**os.environ, **(env or {})}, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+    )
     out.close()
     sampler = TreeSampler(proc.pid)
     status, rusage = 0, None
@@ -228,7 +261,9 @@ def run_client(res: Result, cmd: list[str], work: Path, server_pid: int, timeout
     return sampler
 
 
-def measure(client: str, level: Level, work: Path, make_cmd: Any, timeout_s: float, env: dict[str, str] | None = None) -> tuple[Result, ServerLog | None]:
+def measure(
+    client: str, level: Level, work: Path, make_cmd: Any, timeout_s: float, env: dict[str, str] | None = None
+) -> tuple[Result, ServerLog | None]:
     """Run ``make_cmd(url)`` (an argument list) to completion against a fresh fake server."""
     work.mkdir(parents=True, exist_ok=True)
     res = Result(client, level.streams, load_avg_1m=os.getloadavg()[0])

@@ -41,7 +41,14 @@ CLIENTS = ("harness", "locust", "guidellm", "aiperf")
 
 def _level(rate: float, seconds: float) -> Level:
     n = max(2, int(round(rate * seconds)))
-    return Level(streams=int(math.ceil(rate * 0.5)) + 1, requests=n, max_tokens=MAX_TOKENS, ttft_ms=TTFT_MS, itl_ms=ITL_MS, stall_every=0)
+    return Level(
+        streams=int(math.ceil(rate * 0.5)) + 1,
+        requests=n,
+        max_tokens=MAX_TOKENS,
+        ttft_ms=TTFT_MS,
+        itl_ms=ITL_MS,
+        stall_every=0,
+    )
 
 
 def send_figures(slog: ServerLog, rate: float) -> dict[str, Any]:
@@ -68,8 +75,21 @@ def run_harness(rate: float, level: Level, work: Path) -> tuple[Result, ServerLo
     records = work / "requests.jsonl"
 
     def cmd(url: str) -> list[str]:
-        return [sys.executable, "-m", "bench.harness_arrivals", "--url", url, "--rate", str(rate), "--requests", str(level.requests),
-                "--max-tokens", str(level.max_tokens), "--records", str(records)]
+        return [
+            sys.executable,
+            "-m",
+            "bench.harness_arrivals",
+            "--url",
+            url,
+            "--rate",
+            str(rate),
+            "--requests",
+            str(level.requests),
+            "--max-tokens",
+            str(level.max_tokens),
+            "--records",
+            str(records),
+        ]
 
     res, slog = measure("harness open loop (run_arrivals)", level, work, cmd, timeout_s=level.requests / rate + 120)
     recs = read_records([records]) if records.exists() else []
@@ -85,29 +105,83 @@ def run_locust(rate: float, level: Level, work: Path) -> tuple[Result, ServerLog
     duration = level.requests / rate + users / rate
 
     def cmd(url: str) -> list[str]:
-        return [str(Path(sys.executable).parent / "locust"), "-f", str(REPO / "bench" / "locust_pacing.py"), "--headless", "-u", str(users),
-                "-r", f"{rate:g}", "-t", f"{math.ceil(duration)}s", "--stop-timeout", "5", "--host", url, "--only-summary", "--loglevel", "WARNING"]
+        return [
+            str(Path(sys.executable).parent / "locust"),
+            "-f",
+            str(REPO / "bench" / "locust_pacing.py"),
+            "--headless",
+            "-u",
+            str(users),
+            "-r",
+            f"{rate:g}",
+            "-t",
+            f"{math.ceil(duration)}s",
+            "--stop-timeout",
+            "5",
+            "--host",
+            url,
+            "--only-summary",
+            "--loglevel",
+            "WARNING",
+        ]
 
-    res, slog = measure(f"Locust constant_pacing ({users} users)", level, work, cmd, timeout_s=duration + 90,
-                        env={"BENCH_PACING_S": f"{users / rate:.6f}", "BENCH_MAX_TOKENS": str(level.max_tokens)})
+    res, slog = measure(
+        f"Locust constant_pacing ({users} users)",
+        level,
+        work,
+        cmd,
+        timeout_s=duration + 90,
+        env={"BENCH_PACING_S": f"{users / rate:.6f}", "BENCH_MAX_TOKENS": str(level.max_tokens)},
+    )
     return res, slog
 
 
 def run_guidellm(rate: float, level: Level, work: Path) -> tuple[Result, ServerLog | None]:
     out = work / "guidellm.json"
     cmd = peers.guidellm_command({"kind": "constant", "rate": rate}, level, work, out)
-    return measure("GuideLLM 0.8.1 constant", level, work, cmd, timeout_s=level.requests / rate + 150, env={"HF_HUB_OFFLINE": "1"})
+    return measure(
+        "GuideLLM 0.8.1 constant", level, work, cmd, timeout_s=level.requests / rate + 150, env={"HF_HUB_OFFLINE": "1"}
+    )
 
 
 def run_aiperf(rate: float, level: Level, work: Path) -> tuple[Result, ServerLog | None]:
     tok = peers._tokenizer()
 
     def cmd(url: str) -> list[str]:
-        return [str(peers._bin("aiperf")), "profile", "--model", "fake-model", "--url", url, "--endpoint-type", "chat", "--streaming",
-                "--request-rate", str(rate), "--arrival-pattern", "constant", "--request-count", str(level.requests),
-                "--synthetic-input-tokens-mean", "16", "--output-tokens-mean", str(level.max_tokens), "--output-tokens-stddev", "0",
-                "--extra-inputs", "ignore_eos:true", "--use-server-token-count", "--tokenizer", str(tok), "--artifact-dir",
-                str(work / "artifacts"), "--ui-type", "none", "--no-server-metrics", "--no-gpu-telemetry"]
+        return [
+            str(peers._bin("aiperf")),
+            "profile",
+            "--model",
+            "fake-model",
+            "--url",
+            url,
+            "--endpoint-type",
+            "chat",
+            "--streaming",
+            "--request-rate",
+            str(rate),
+            "--arrival-pattern",
+            "constant",
+            "--request-count",
+            str(level.requests),
+            "--synthetic-input-tokens-mean",
+            "16",
+            "--output-tokens-mean",
+            str(level.max_tokens),
+            "--output-tokens-stddev",
+            "0",
+            "--extra-inputs",
+            "ignore_eos:true",
+            "--use-server-token-count",
+            "--tokenizer",
+            str(tok),
+            "--artifact-dir",
+            str(work / "artifacts"),
+            "--ui-type",
+            "none",
+            "--no-server-metrics",
+            "--no-gpu-telemetry",
+        ]
 
     return measure("AIPerf 0.13.0 --request-rate constant", level, work, cmd, timeout_s=level.requests / rate + 180)
 
@@ -119,15 +193,19 @@ def render(rows: list[dict[str, Any]], skipped: dict[str, str]) -> str:
     def f(x: Any, fmt: str) -> str:
         return format(x, fmt) if isinstance(x, (int, float)) and x == x else "–"
 
-    lines = ["| client | rate rps | requests | achieved rps (server) | send-time error p50 / p99 ms | late share (> 10 ms) | gap CV | "
-             "client's own late count | client CPU s | failed | other cores | note |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "| client | rate rps | requests | achieved rps (server) | send-time error p50 / p99 ms | late share (> 10 ms) | gap CV | "
+        "client's own late count | client CPU s | failed | other cores | note |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for r in sorted(rows, key=lambda r: (r["rate_rps"], r["client"])):
-        lines.append(f"| {r['client']} | {r['rate_rps']:g} | {r.get('arrivals', 0)} | {f(r.get('achieved_rps'), '.2f')} | "
-                     f"{f(r.get('send_err_p50_ms'), '.1f')} / {f(r.get('send_err_p99_ms'), '.1f')} | {f(r.get('late_share'), '.0%')} | "
-                     f"{f(r.get('gap_cv'), '.3f')} | {r.get('own_late', '–')} | {f(r.get('client_cpu_s'), '.2f')} | "
-                     f"{r.get('failed') if r.get('failed') is not None else '–'} | {f(r.get('other_cores'), '.2f')}"
-                     f"{' (contaminated)' if r.get('contaminated') else ''} | {r.get('note') or ''} |")
+        lines.append(
+            f"| {r['client']} | {r['rate_rps']:g} | {r.get('arrivals', 0)} | {f(r.get('achieved_rps'), '.2f')} | "
+            f"{f(r.get('send_err_p50_ms'), '.1f')} / {f(r.get('send_err_p99_ms'), '.1f')} | {f(r.get('late_share'), '.0%')} | "
+            f"{f(r.get('gap_cv'), '.3f')} | {r.get('own_late', '–')} | {f(r.get('client_cpu_s'), '.2f')} | "
+            f"{r.get('failed') if r.get('failed') is not None else '–'} | {f(r.get('other_cores'), '.2f')}"
+            f"{' (contaminated)' if r.get('contaminated') else ''} | {r.get('note') or ''} |"
+        )
     lines += [f"\nSkipped: {c}: {why}" for c, why in skipped.items()]
     return "\n".join(lines)
 
@@ -160,17 +238,29 @@ def main(argv: list[str] | None = None) -> int:
             t = time.monotonic()
             try:
                 res, slog = RUNNERS[client](rate, level, a.work / f"{client}-{rate:g}")
-                row: dict[str, Any] = {"client": res.client, "rate_rps": rate, "client_cpu_s": res.client_cpu_s, "failed": res.failed,
-                                       "other_cores": res.other_cores, "contaminated": res.contaminated, "note": res.note,
-                                       "exit_code": res.exit_code, "scheduled": level.requests, **res.extra}
+                row: dict[str, Any] = {
+                    "client": res.client,
+                    "rate_rps": rate,
+                    "client_cpu_s": res.client_cpu_s,
+                    "failed": res.failed,
+                    "other_cores": res.other_cores,
+                    "contaminated": res.contaminated,
+                    "note": res.note,
+                    "exit_code": res.exit_code,
+                    "scheduled": level.requests,
+                    **res.extra,
+                }
                 row.update(send_figures(slog, rate) if slog is not None else {"arrivals": 0})
-            except Exception as exc:  # noqa: BLE001 - one client failing must not lose the others' figures
+            except Exception as exc:
                 row = {"client": client, "rate_rps": rate, "note": f"{type(exc).__name__}: {exc}"[:300]}
             rows.append(row)
-            print(f"{row['client']:<44} @{rate:g} rps: achieved {row.get('achieved_rps') or 0:.2f}, send err p50/p99 "
-                  f"{row.get('send_err_p50_ms') or 0:.1f}/{row.get('send_err_p99_ms') or 0:.1f} ms, late {row.get('late_share') or 0:.0%}, "
-                  f"arrivals {row.get('arrivals')}/{level.requests}, other {row.get('other_cores') or 0:.2f} cores "
-                  f"{row.get('note') or ''} [{time.monotonic() - t:.0f} s]", flush=True)
+            print(
+                f"{row['client']:<44} @{rate:g} rps: achieved {row.get('achieved_rps') or 0:.2f}, send err p50/p99 "
+                f"{row.get('send_err_p50_ms') or 0:.1f}/{row.get('send_err_p99_ms') or 0:.1f} ms, late {row.get('late_share') or 0:.0%}, "
+                f"arrivals {row.get('arrivals')}/{level.requests}, other {row.get('other_cores') or 0:.2f} cores "
+                f"{row.get('note') or ''} [{time.monotonic() - t:.0f} s]",
+                flush=True,
+            )
     data = {"load_avg": list(os.getloadavg()), "quick": a.quick, "rates": rates, "skipped": skipped, "results": rows}
     (a.work / "results.json").write_text(json.dumps(data, indent=1, default=str))
     md = render(rows, skipped)

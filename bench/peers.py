@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,7 +45,9 @@ def _tokenizer() -> Path:
     if not (TOKENIZER / "tokenizer.json").exists():
         import subprocess
 
-        subprocess.run([str(_bin("python")), str(REPO / "bench" / "tokenizer.py"), str(TOKENIZER)], check=True, capture_output=True)
+        subprocess.run(
+            [str(_bin("python")), str(REPO / "bench" / "tokenizer.py"), str(TOKENIZER)], check=True, capture_output=True
+        )
     return TOKENIZER
 
 
@@ -55,14 +57,21 @@ def guidellm_command(profile: dict[str, Any], level: Level, work: Path, out: Pat
     tok = _tokenizer()
 
     def cmd(url: str) -> list[str]:
-        scenario = {"spec": {
-            "backend": {"kind": "openai_http", "target": url, "model": "fake-model", "request_format": "/v1/chat/completions"},
-            "profile": profile,
-            "data": [{"kind": "synthetic_text", "prompt_tokens": 16, "output_tokens": level.max_tokens}],
-            "tokenizer": {"kind": "huggingface_auto", "model": str(tok)},
-            "constraints": [{"kind": "max_requests", "count": level.requests}],
-            "outputs": [{"kind": "json", "path": str(out)}],
-        }}
+        scenario = {
+            "spec": {
+                "backend": {
+                    "kind": "openai_http",
+                    "target": url,
+                    "model": "fake-model",
+                    "request_format": "/v1/chat/completions",
+                },
+                "profile": profile,
+                "data": [{"kind": "synthetic_text", "prompt_tokens": 16, "output_tokens": level.max_tokens}],
+                "tokenizer": {"kind": "huggingface_auto", "model": str(tok)},
+                "constraints": [{"kind": "max_requests", "count": level.requests}],
+                "outputs": [{"kind": "json", "path": str(out)}],
+            }
+        }
         path = work / "scenario.json"
         path.write_text(json.dumps(scenario, indent=1))
         return [str(_bin("guidellm")), "run", "-c", str(path), "--disable-console-interactive"]
@@ -75,13 +84,20 @@ def run_guidellm(level: Level, work: Path) -> Result:
     out = work / "guidellm.json"
     cmd = guidellm_command({"kind": "concurrent", "streams": level.streams}, level, work, out)
 
-    res, slog = measure("GuideLLM 0.8.1", level, work, cmd, timeout_s=level.expected_s * 3 + 120, env={"HF_HUB_OFFLINE": "1"})
+    res, slog = measure(
+        "GuideLLM 0.8.1", level, work, cmd, timeout_s=level.expected_s * 3 + 120, env={"HF_HUB_OFFLINE": "1"}
+    )
     if out.exists() and slog is not None:
         reqs = json.loads(out.read_text())["benchmarks"][0]["requests"]
         ok = reqs.get("successful") or []
         res.failed = len(reqs.get("errored") or []) + len(reqs.get("incomplete") or [])
-        quantile_errors(res, slog, _ms(r.get("time_to_first_token_ms") for r in ok), _ms(r.get("inter_token_latency_ms") for r in ok),
-                        "per-request average (GuideLLM exports no per-chunk times)")
+        quantile_errors(
+            res,
+            slog,
+            _ms(r.get("time_to_first_token_ms") for r in ok),
+            _ms(r.get("inter_token_latency_ms") for r in ok),
+            "per-request average (GuideLLM exports no per-chunk times)",
+        )
     return res
 
 
@@ -91,11 +107,38 @@ def run_aiperf(level: Level, work: Path) -> Result:
     tok = _tokenizer()
 
     def cmd(url: str) -> list[str]:
-        return [str(_bin("aiperf")), "profile", "--model", "fake-model", "--url", url, "--endpoint-type", "chat", "--streaming",
-                "--concurrency", str(level.streams), "--request-count", str(level.requests), "--synthetic-input-tokens-mean", "16",
-                "--output-tokens-mean", str(level.max_tokens), "--output-tokens-stddev", "0", "--extra-inputs", "ignore_eos:true",
-                "--use-server-token-count", "--tokenizer", str(tok), "--artifact-dir", str(art), "--ui-type", "none",
-                "--no-server-metrics", "--no-gpu-telemetry"]
+        return [
+            str(_bin("aiperf")),
+            "profile",
+            "--model",
+            "fake-model",
+            "--url",
+            url,
+            "--endpoint-type",
+            "chat",
+            "--streaming",
+            "--concurrency",
+            str(level.streams),
+            "--request-count",
+            str(level.requests),
+            "--synthetic-input-tokens-mean",
+            "16",
+            "--output-tokens-mean",
+            str(level.max_tokens),
+            "--output-tokens-stddev",
+            "0",
+            "--extra-inputs",
+            "ignore_eos:true",
+            "--use-server-token-count",
+            "--tokenizer",
+            str(tok),
+            "--artifact-dir",
+            str(art),
+            "--ui-type",
+            "none",
+            "--no-server-metrics",
+            "--no-gpu-telemetry",
+        ]
 
     res, slog = measure("AIPerf 0.13.0", level, work, cmd, timeout_s=level.expected_s * 3 + 150)
     export = art / "profile_export.jsonl"
@@ -109,9 +152,16 @@ def run_aiperf(level: Level, work: Path) -> Result:
             return ((r.get("metrics") or {}).get(name) or {}).get("value")
 
         chunks = [x for r in ok for x in (metric(r, "inter_chunk_latency") or [])]
-        quantile_errors(res, slog, _ms(metric(r, "time_to_first_token") for r in ok), _ms(chunks),
-                        "per chunk (inter_chunk_latency export; AIPerf's headline ITL is a per-request average)")
-        res.extra["headline_itl_p99_ms"] = float(np.percentile(_ms(metric(r, "inter_token_latency") for r in ok), 99)) if ok else None
+        quantile_errors(
+            res,
+            slog,
+            _ms(metric(r, "time_to_first_token") for r in ok),
+            _ms(chunks),
+            "per chunk (inter_chunk_latency export; AIPerf's headline ITL is a per-request average)",
+        )
+        res.extra["headline_itl_p99_ms"] = (
+            float(np.percentile(_ms(metric(r, "inter_token_latency") for r in ok), 99)) if ok else None
+        )
     return res
 
 
@@ -122,16 +172,50 @@ def run_vllm(level: Level, work: Path) -> Result:
     exe = _bin("vllm") if _bin("vllm").exists() else Path(shutil.which("vllm") or "vllm")
 
     def cmd(url: str) -> list[str]:
-        return [str(exe), "bench", "serve", "--backend", "openai-chat", "--base-url", url, "--endpoint", "/v1/chat/completions",
-                "--model", "fake-model", "--tokenizer", str(tok), "--dataset-name", "random", "--random-input-len", "16",
-                "--random-output-len", str(level.max_tokens), "--num-prompts", str(level.requests), "--max-concurrency", str(level.streams),
-                "--ignore-eos", "--save-result", "--save-detailed", "--result-dir", str(work), "--result-filename", out.name]
+        return [
+            str(exe),
+            "bench",
+            "serve",
+            "--backend",
+            "openai-chat",
+            "--base-url",
+            url,
+            "--endpoint",
+            "/v1/chat/completions",
+            "--model",
+            "fake-model",
+            "--tokenizer",
+            str(tok),
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            "16",
+            "--random-output-len",
+            str(level.max_tokens),
+            "--num-prompts",
+            str(level.requests),
+            "--max-concurrency",
+            str(level.streams),
+            "--ignore-eos",
+            "--save-result",
+            "--save-detailed",
+            "--result-dir",
+            str(work),
+            "--result-filename",
+            out.name,
+        ]
 
     res, slog = measure("vllm bench serve", level, work, cmd, timeout_s=level.expected_s * 3 + 150)
     if out.exists() and slog is not None:
         d = json.loads(out.read_text())
         res.failed = int(d.get("failed", 0) or 0)
-        quantile_errors(res, slog, _ms(x * 1e3 for x in d.get("ttfts", [])), _ms(x * 1e3 for r in d.get("itls", []) for x in r), "per chunk")
+        quantile_errors(
+            res,
+            slog,
+            _ms(x * 1e3 for x in d.get("ttfts", [])),
+            _ms(x * 1e3 for r in d.get("itls", []) for x in r),
+            "per chunk",
+        )
     return res
 
 

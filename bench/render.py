@@ -52,8 +52,14 @@ def render_client_overhead(data: dict[str, Any], png: Path) -> tuple[str, Path]:
     for client, why in (data.get("skipped") or {}).items():
         head.append(f"Skipped `{client}`: {why}.")
     levels = data.get("levels", {})
-    head.append("Server schedules (TTFT, ITL, a 4× ITL stall every 32nd gap): " + "; ".join(
-        f"{n}: {lv['requests']} requests × {lv['max_tokens']} tokens, TTFT {lv['ttft_ms']:g} ms, ITL {lv['itl_ms']:g} ms" for n, lv in levels.items()) + ".")
+    head.append(
+        "Server schedules (TTFT, ITL, a 4× ITL stall every 32nd gap): "
+        + "; ".join(
+            f"{n}: {lv['requests']} requests × {lv['max_tokens']} tokens, TTFT {lv['ttft_ms']:g} ms, ITL {lv['itl_ms']:g} ms"
+            for n, lv in levels.items()
+        )
+        + "."
+    )
     _plot(rows, png)
     md = "\n\n".join(head) + "\n\n" + "\n".join(lines) + f"\n\n![client overhead]({png.name})\n"
     return md, png
@@ -75,7 +81,14 @@ def _plot(rows: list[dict[str, Any]], png: Path) -> None:
             ok = [(x, y) for x, y in zip(xs, ys) if isinstance(y, (int, float)) and y > 0]
             if ok:
                 ax.plot([o[0] for o in ok], [o[1] for o in ok], marker="o", label=c)
-    for ax, title in zip(axes, ("client CPU s per 1,000 tokens (whole tree, incl. start-up)", "client cores during the run", "ITL p99 error vs server truth, ms")):
+    for ax, title in zip(
+        axes,
+        (
+            "client CPU s per 1,000 tokens (whole tree, incl. start-up)",
+            "client cores during the run",
+            "ITL p99 error vs server truth, ms",
+        ),
+    ):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("concurrent streams")

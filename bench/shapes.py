@@ -48,10 +48,22 @@ class Outcome:
 
 def _window(i: int, rng: np.random.Generator, noise: float, **fields: Any) -> dict[str, Any]:
     n = 1.0 + noise * rng.standard_normal(4)
-    w = {"t_start_unix": T0 + i * WINDOW_S, "t_end_unix": T0 + (i + 1) * WINDOW_S, "t_unix": T0 + (i + 0.5) * WINDOW_S,
-         "engine_uptime_s": (i + 1) * WINDOW_S, "engine_pid": 1, "users": 4, "contaminated": False,
-         "output_tps": 100.0 * n[0], "decode_tps": 40.0 * n[1], "ttft_p95_s": 0.8 * n[2], "error_ratio": 0.0,
-         "engine_memory_mib": 2000.0 * n[3] / n[3], "engine_rss_mib": 2000.0, "cpu": {"engine_cores": 1.9}}
+    w = {
+        "t_start_unix": T0 + i * WINDOW_S,
+        "t_end_unix": T0 + (i + 1) * WINDOW_S,
+        "t_unix": T0 + (i + 0.5) * WINDOW_S,
+        "engine_uptime_s": (i + 1) * WINDOW_S,
+        "engine_pid": 1,
+        "users": 4,
+        "contaminated": False,
+        "output_tps": 100.0 * n[0],
+        "decode_tps": 40.0 * n[1],
+        "ttft_p95_s": 0.8 * n[2],
+        "error_ratio": 0.0,
+        "engine_memory_mib": 2000.0 * n[3] / n[3],
+        "engine_rss_mib": 2000.0,
+        "cpu": {"engine_cores": 1.9},
+    }
     w.update(fields)
     return w
 
@@ -62,16 +74,26 @@ def gc_pauses(seed: int, noise: float) -> Outcome:
     for i in range(int(6.5 * HOUR / WINDOW_S)):
         up_h = (i + 1) * WINDOW_S / HOUR
         pause = max(0.0, 7.0 + (46.0 - 7.0) * (up_h - 1.0) / 5.5)
-        w = _window(i, rng, noise, probe_max_s=pause if i % 5 == 4 else 0.01 * (1 + noise * rng.standard_normal()),
-                    max_chunk_gap_s=0.05)
+        w = _window(
+            i,
+            rng,
+            noise,
+            probe_max_s=pause if i % 5 == 4 else 0.01 * (1 + noise * rng.standard_normal()),
+            max_chunk_gap_s=0.05,
+        )
         stall = stall_to_flag(w, STALL_FLOOR_S, flagged)
         if stall is not None:
             flagged = stall
             verdicts.append((up_h, stall))
             first = first or (up_h, stall)
     killed_h = 1.0 + (20.0 - 7.0) * 5.5 / 39.0
-    return Outcome("gc_pauses", "stall", first[0] if first else None, len(verdicts),
-                   f"first at a {first[1]:.1f}-s pause; a 20-s health check kills at {killed_h:.1f} h" if first else "")
+    return Outcome(
+        "gc_pauses",
+        "stall",
+        first[0] if first else None,
+        len(verdicts),
+        f"first at a {first[1]:.1f}-s pause; a 20-s health check kills at {killed_h:.1f} h" if first else "",
+    )
 
 
 def _detect(windows: list[dict[str, Any]], settings: DetectorSettings) -> list[tuple[float, str, dict[str, Any]]]:
@@ -90,8 +112,16 @@ def acceptance_decay(seed: int, noise: float) -> Outcome:
     for i in range(int(3.5 * HOUR / WINDOW_S)):
         up_h = (i + 1) * WINDOW_S / HOUR
         x = min(1.0, max(0.0, (up_h - 1.0) / 2.0))
-        wins.append(_window(i, rng, noise, acceptance=(0.58 - 0.355 * x) * (1 + noise * rng.standard_normal()),
-                            kv_usage=0.36 + 0.11 * x, prefix_hit_rate=0.9 - 0.0 * x))
+        wins.append(
+            _window(
+                i,
+                rng,
+                noise,
+                acceptance=(0.58 - 0.355 * x) * (1 + noise * rng.standard_normal()),
+                kv_usage=0.36 + 0.11 * x,
+                prefix_hit_rate=0.9 - 0.0 * x,
+            )
+        )
     found = _detect(wins, DetectorSettings())
     if not found:
         return Outcome("acceptance_decay", "none", None, 0, "")
@@ -108,19 +138,31 @@ def leak_then_latency(seed: int, noise: float) -> Outcome:
     for i in range(int(12 * HOUR / WINDOW_S)):
         up_h = (i + 1) * WINDOW_S / HOUR
         mem = 4096.0 + 90.0 * 150.0 * 3600.0 * up_h / 2**20
-        w = _window(i, rng, noise, engine_memory_mib=mem * (1 + 0.002 * rng.standard_normal()),
-                    ttft_p95_s=(2.4 if up_h >= 7.0 else 0.8) * (1 + noise * rng.standard_normal()))
+        w = _window(
+            i,
+            rng,
+            noise,
+            engine_memory_mib=mem * (1 + 0.002 * rng.standard_normal()),
+            ttft_p95_s=(2.4 if up_h >= 7.0 else 0.8) * (1 + noise * rng.standard_normal()),
+        )
         wins.append(w)
         recent = [x for x in wins if x["t_unix"] >= w["t_unix"] - 1800.0]
-        fc = memory_forecast([x["t_unix"] for x in recent], [x["engine_memory_mib"] for x in recent], available - (mem - 4096.0))
+        fc = memory_forecast(
+            [x["t_unix"] for x in recent], [x["engine_memory_mib"] for x in recent], available - (mem - 4096.0)
+        )
         if fc is not None and fc.headroom_s is not None and fc.headroom_s < HORIZON_S:
             verdicts.append((up_h, "memory"))
     found = [(h, f"collapse ({m})") for h, m, _ in _detect(wins, DetectorSettings())]
     allv = sorted(verdicts + found)
     if not allv:
         return Outcome("leak_then_latency", "none", None, 0, "")
-    return Outcome("leak_then_latency", allv[0][1], allv[0][0], len(allv),
-                   f"TTFT step at 7.00 h; memory verdicts: {len(verdicts)} (+46 MiB/h against 20 GiB free)")
+    return Outcome(
+        "leak_then_latency",
+        allv[0][1],
+        allv[0][0],
+        len(allv),
+        f"TTFT step at 7.00 h; memory verdicts: {len(verdicts)} (+46 MiB/h against 20 GiB free)",
+    )
 
 
 def _cache(name: str, available: float, seed: int, noise: float) -> Outcome:
@@ -164,7 +206,9 @@ def main(argv: list[str] | None = None) -> int:
         kinds = sorted({o.first_verdict for o in outs})
         ats = [o.at_h for o in outs if o.at_h is not None]
         at = f"{np.median(ats):.2f}, {max(ats):.2f}" if ats else "–"
-        print(f"| {name} | {' / '.join(kinds)} | {at} | {int(np.median([o.verdicts for o in outs]))} | {outs[0].note} |")
+        print(
+            f"| {name} | {' / '.join(kinds)} | {at} | {int(np.median([o.verdicts for o in outs]))} | {outs[0].note} |"
+        )
     return 0
 
 

@@ -68,15 +68,15 @@ class Samples:
         for k, v in d.items():
             if re.fullmatch(r"-?[0-9]+", k):
                 if len(k) > 5 or int(k) >= MAX_POSITIONS:
-                    raise ScrapeError(f'{self.engine}: /metrics: {name}{{{label}="{k[:20]}"}} is not a draft position (0 to {MAX_POSITIONS - 1})')
+                    raise ScrapeError(
+                        f'{self.engine}: /metrics: {name}{{{label}="{k[:20]}"}} is not a draft position (0 to {MAX_POSITIONS - 1})'
+                    )
                 idx[int(k)] = v
         return tuple(idx.get(i, 0.0) for i in range(max(idx) + 1)) if idx else ()
 
 
 # Python exception lines at the start of a line, after an optional "(EngineCore_DP0 pid=7) " or "[... TP0] "
-_PY_EXC = re.compile(
-    r"^\s*(?:\([^)]*\)\s*)?(?:\[[^\]]*\]\s*)?((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): (.+)$"
-)
+_PY_EXC = re.compile(r"^\s*(?:\([^)]*\)\s*)?(?:\[[^\]]*\]\s*)?((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): (.+)$")
 
 
 def python_exception(text: str, generic: tuple[str, ...] = ()) -> str | None:
@@ -142,7 +142,9 @@ def for_configuration(c: EngineCounters, speculative: bool, draft_per_step: int 
     ``verify_steps * K`` when the engine has no drafted-tokens counter.
     """
     if not speculative:
-        return dataclasses.replace(c, draft_tokens=None, accepted_tokens=None, verify_steps=None, accepted_per_position=())
+        return dataclasses.replace(
+            c, draft_tokens=None, accepted_tokens=None, verify_steps=None, accepted_per_position=()
+        )
     if c.draft_tokens is None and draft_per_step and c.verify_steps is not None:
         return dataclasses.replace(c, draft_tokens=c.verify_steps * draft_per_step)
     return c

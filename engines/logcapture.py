@@ -33,7 +33,9 @@ DEFAULT_LOG_MAX_MIB = 256.0  # per engine log; scenario field report.engine_log_
 STARTUP_MAX_BYTES = 8 * MIB  # the start-up section is kept whole up to this (llama-server: ~200 KB at -lv 4)
 SEGMENT_MAX_BYTES = 16 * MIB
 SEGMENT_MIN_BYTES = 16 * 1024
-TAIL_BYTES = 64 * 1024  # read_log() always holds at least this much of the newest output (a traceback cut by a rotation)
+TAIL_BYTES = (
+    64 * 1024
+)  # read_log() always holds at least this much of the newest output (a traceback cut by a rotation)
 _READ_BYTES = 64 * 1024
 _PIPE_BYTES = MIB  # the kernel's default pipe-max-size: an engine rarely blocks while the thread compresses
 _F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ (Linux), named in the fcntl module only from Python 3.10 on some builds
@@ -59,7 +61,9 @@ class LogBound:
     def of_mib(cls, mib: float) -> LogBound:
         """The bound ``mib`` split: start-up section at most half of it (8 MiB at most), segments an eighth (16 KiB–16 MiB)."""
         total = max(int(mib * MIB), 4 * SEGMENT_MIN_BYTES)
-        return cls(total, min(STARTUP_MAX_BYTES, total // 2), max(SEGMENT_MIN_BYTES, min(SEGMENT_MAX_BYTES, total // 8)))
+        return cls(
+            total, min(STARTUP_MAX_BYTES, total // 2), max(SEGMENT_MIN_BYTES, min(SEGMENT_MAX_BYTES, total // 8))
+        )
 
 
 @dataclass
@@ -133,7 +137,9 @@ class BoundedLog:
         self._write_fd: int | None = None
         self._thread: threading.Thread | None = None
         self._file: Any = None
-        self.error: str | None = None  # why the thread stopped writing (a full disk): the engine's output is then discarded
+        self.error: str | None = (
+            None  # why the thread stopped writing (a full disk): the engine's output is then discarded
+        )
 
     # ---- life ------------------------------------------------------------------------
     def pipe(self) -> int:
@@ -373,5 +379,13 @@ def summarise_logs(run_dir: Path) -> list[LogSummary]:
         if idx is None:
             continue
         main = log.stat().st_size if log.exists() else 0
-        out.append(LogSummary(str(log.relative_to(run_dir)), idx.written_bytes, main + idx.kept_bytes(), idx.dropped_bytes, len(idx.segments)))
+        out.append(
+            LogSummary(
+                str(log.relative_to(run_dir)),
+                idx.written_bytes,
+                main + idx.kept_bytes(),
+                idx.dropped_bytes,
+                len(idx.segments),
+            )
+        )
     return out

@@ -73,7 +73,7 @@ def listening_pid(url: str) -> int | None:
     import psutil
 
     parts = urllib.parse.urlsplit(url)
-    if parts.hostname not in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):  # noqa: S104 - compared, not bound
+    if parts.hostname not in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):
         return None
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:

@@ -125,7 +125,8 @@ class SGLang(Engine):
     promql_series: ClassVar[dict[str, str]] = {
         # every verification step yields its accepted drafts plus one token; every request's first comes from prefill
         ENGINE_ACCEPTED_TOKENS: while_positive(
-            f"{r1('sglang:generation_tokens_total')} - {_VERIFY_STEPS} - {or_zero(r1('sglang:num_requests_total'), _VERIFY_STEPS)}", _VERIFY_STEPS
+            f"{r1('sglang:generation_tokens_total')} - {_VERIFY_STEPS} - {or_zero(r1('sglang:num_requests_total'), _VERIFY_STEPS)}",
+            _VERIFY_STEPS,
         ),
         ENGINE_VERIFY_STEPS: _VERIFY_STEPS,
         # drafted tokens are not counted: SGLang's own gauge, its last logging window (40 decode steps)
@@ -289,7 +290,10 @@ class SGLang(Engine):
         drafted, accepted = details.get("spec_num_proposed_drafts"), details.get("spec_num_correct_drafts")
         if accepted is None and details.get("spec_verify_ct") is not None:
             usage = final_chunk.get("usage")
-            completion = spec_count((usage.get("completion_tokens") if isinstance(usage, dict) else None) or details.get("completion_tokens"))
+            completion = spec_count(
+                (usage.get("completion_tokens") if isinstance(usage, dict) else None)
+                or details.get("completion_tokens")
+            )
             verify = spec_count(details["spec_verify_ct"])
             if completion and verify is not None:
                 accepted = completion - verify - 1

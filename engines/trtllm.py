@@ -78,7 +78,9 @@ _ERROR = re.compile(r"\[TRT-LLM\]\s*\[E\]|\[TensorRT-LLM\]\[ERROR\]")
 
 
 _DRAFT = f"({r1('trtllm_spec_decode_num_draft_tokens_total')} or {r1('trtllm_spec_decode_drafted_tokens_total')})"
-_ACCEPTED = f"({r1('trtllm_spec_decode_num_accepted_tokens_total')} or {r1('trtllm_spec_decode_accepted_tokens_total')})"
+_ACCEPTED = (
+    f"({r1('trtllm_spec_decode_num_accepted_tokens_total')} or {r1('trtllm_spec_decode_accepted_tokens_total')})"
+)
 _REQUESTS = f"({r1('trtllm_request_success_total')} or {r1('trtllm_num_requests_completed_total')})"
 _GENERATED = r1("trtllm_generation_tokens_total")
 _POSITION0 = r1("trtllm_spec_decode_drafted_tokens_total", 'token_position="0"')
@@ -287,5 +289,7 @@ class TrtLlm(Engine):
         if any(a in ("--config", "--extra_llm_api_options") for a in server.extra_args + configuration.engine_args):
             out.append("your own --config replaces the harness's: keep return_perf_metrics: true in it")
         if getattr(server, "api_key_env", None) and not getattr(server, "request_base_url", None):
-            out.append("trtllm-serve takes no API key: server.api_key_env without a proxy (server.request_base_url) fails at start")
+            out.append(
+                "trtllm-serve takes no API key: server.api_key_env without a proxy (server.request_base_url) fails at start"
+            )
         return out

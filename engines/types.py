@@ -41,7 +41,9 @@ class LaunchSpec:
     attach_url: str | None = None
     metrics_url: str | None = None  # its /metrics elsewhere (default: the server's own metrics path)
     attach_log: Path | None = None  # its log, where the capacity lines are (default: none)
-    log_max_mib: float = DEFAULT_LOG_MAX_MIB  # the engine log's bound on disk (report.engine_log_max_mib; engines/logcapture.py)
+    log_max_mib: float = (
+        DEFAULT_LOG_MAX_MIB  # the engine log's bound on disk (report.engine_log_max_mib; engines/logcapture.py)
+    )
 
     @property
     def attached(self) -> bool:
@@ -106,10 +108,19 @@ class Capacity:
     def recognised(self) -> bool:
         """Whether the log held any start-up line the parser knows (an all-empty capacity: nothing was)."""
         return bool(
-            self.slots is not None or self.ctx_per_slot is not None or self.ctx_total is not None or self.memory_lines_seen
-            or self.spec_types or self.fatal or self.model_file_mib is not None or self.model_params_m is not None
-            or self.max_concurrency is not None or self.kv_blocks is not None or self.threads is not None
-            or self.target.kv_mib is not None or self.target.model_mib is not None
+            self.slots is not None
+            or self.ctx_per_slot is not None
+            or self.ctx_total is not None
+            or self.memory_lines_seen
+            or self.spec_types
+            or self.fatal
+            or self.model_file_mib is not None
+            or self.model_params_m is not None
+            or self.max_concurrency is not None
+            or self.kv_blocks is not None
+            or self.threads is not None
+            or self.target.kv_mib is not None
+            or self.target.model_mib is not None
         )
 
     @classmethod

@@ -82,11 +82,18 @@ _SPEC_METHOD = re.compile(r"speculative_config.*?method['\"]?\s*[=:]\s*['\"]?(\w
 _SPEC_K = re.compile(r"(?:num_spec_tokens|num_speculative_tokens)['\"]?\s*[=:]\s*(\d+)")
 _SYNTH = re.compile(r"synthetic_acceptance_(?:length|rates)['\"]?\s*[=:]\s*([^,}]+(?:,\s*[\d.]+)*\]?)")
 _NO_DRAFTER = ("ngram", "ngram_gpu", "suffix")
-_GENERIC = ("Engine core initialization failed", "EngineCore failed to start", "EngineDeadError", "WorkerProc hit an exception",
-            "EngineCore encountered an issue")
+_GENERIC = (
+    "Engine core initialization failed",
+    "EngineCore failed to start",
+    "EngineDeadError",
+    "WorkerProc hit an exception",
+    "EngineCore encountered an issue",
+)
 _SHUTDOWN = "[shutdown] API server: shutdown triggered"
 # a traceback logged line by line: "(Worker pid=7) ERROR 11-30 22:40:31 [multiproc_executor.py:1063] AssertionError: ..."
-_LOG_PREFIX = re.compile(r"^\s*(?:\([^)]*\)\s*)?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+\[[^\]]*\]\s?")
+_LOG_PREFIX = re.compile(
+    r"^\s*(?:\([^)]*\)\s*)?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+\[[^\]]*\]\s?"
+)
 
 _COUNTERS = {
     "prompt_tokens": ("vllm:prompt_tokens_total",),
@@ -111,7 +118,9 @@ class Vllm(Engine):
     methods: ClassVar[frozenset[str]] = frozenset({"none", *METHODS})
     model_folders: ClassVar[bool] = True
     install_hint: ClassVar[str] = "`make vllm` makes .venv-vllm"
-    ready_line: ClassVar[re.Pattern[bytes] | None] = re.compile(rb"Application startup complete")  # uvicorn, once the API serves
+    ready_line: ClassVar[re.Pattern[bytes] | None] = re.compile(
+        rb"Application startup complete"
+    )  # uvicorn, once the API serves
     typical_start_s: ClassVar[float | None] = 60.0
     honoured_fields: ClassVar[dict[str, str]] = {
         **SHARED_FIELDS,
@@ -254,7 +263,11 @@ class Vllm(Engine):
         exc = python_exception(_unprefixed(log_text), _GENERIC)
         if exc:
             return exc
-        errors = [ln for ln in _before_stop(log_text).splitlines() if (m := _LEVEL.match(ln)) and m.group(1) in ("ERROR", "CRITICAL")]
+        errors = [
+            ln
+            for ln in _before_stop(log_text).splitlines()
+            if (m := _LEVEL.match(ln)) and m.group(1) in ("ERROR", "CRITICAL")
+        ]
         if errors:
             return re.sub(r"^.*?\]\s*", "", errors[0]).strip()
         return None
@@ -310,7 +323,8 @@ class Vllm(Engine):
         if not isinstance(sd, dict):
             return RequestSpecStats()
         return RequestSpecStats(
-            draft_tokens=spec_count(sd.get("num_draft_tokens")), accepted_tokens=spec_count(sd.get("num_accepted_draft_tokens"))
+            draft_tokens=spec_count(sd.get("num_draft_tokens")),
+            accepted_tokens=spec_count(sd.get("num_accepted_draft_tokens")),
         )
 
     @classmethod
@@ -390,4 +404,3 @@ def _at_least(version: str | None, wanted: tuple[int, int]) -> bool:
         return False
     m = re.match(r"(\d+)\.(\d+)", version)
     return bool(m) and (int(m.group(1)), int(m.group(2))) >= wanted
-

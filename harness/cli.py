@@ -6,16 +6,18 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
-from typer.exceptions import TyperException
 from rich.console import Console
 from rich.table import Table
+from typer.exceptions import TyperException
 
 from harness.common.errors import EXIT_ENGINE, EXIT_INPUT, EXIT_OK, EXIT_SOAK, EXIT_VERDICT, HarnessError, ScenarioError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Is speculative decoding worth it on your box? Measure it.")
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="Is speculative decoding worth it on your box? Measure it."
+)
 # soft_wrap: a message is never cut inside a path (logs and pipes get whole lines); a table printed to a
 # pipe or a log file gets 200 columns instead of rich's 80, where the verdict's 16 columns are unreadable
 _PIPE_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200
@@ -24,14 +26,14 @@ err = Console(stderr=True, soft_wrap=True)
 
 
 def _load(path: Path, check_model_files: bool = True):  # type: ignore[no-untyped-def]
+    import yaml
+
     from engines import ENGINES
     from harness.config.loader import load_scenario
 
-    import yaml
-
     try:
         engine_name = (yaml.safe_load(path.read_text()) or {}).get("server", {}).get("engine", "llamacpp")
-    except Exception:  # noqa: BLE001 - load_scenario reports the real problem
+    except Exception:
         engine_name = "llamacpp"
     cls = ENGINES[engine_name] if isinstance(engine_name, str) and engine_name in ENGINES else None
     known = cls.methods if cls is not None else None
@@ -44,10 +46,21 @@ def run(
     scenario: Annotated[Path, typer.Argument(help="scenario YAML file")],
     results: Annotated[Path, typer.Option(help="folder that receives the run folder")] = Path("results"),
     report: Annotated[bool, typer.Option(help="build the report when the run ends")] = True,
-    metrics_port: Annotated[Optional[int], typer.Option(help="serve Prometheus /metrics on this port while the run goes (0 = any free port)")] = None,
-    metrics_host: Annotated[str, typer.Option(help="address the /metrics server binds (anything but loopback is your explicit choice)")] = "127.0.0.1",
-    metrics_linger: Annotated[float, typer.Option(help="seconds /metrics keeps serving after the run, for the last scrape")] = 10.0,
-    wide: Annotated[bool, typer.Option("--wide", help="print every column of the verdict (the report's table) instead of the compact one")] = False,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="serve Prometheus /metrics on this port while the run goes (0 = any free port)")
+    ] = None,
+    metrics_host: Annotated[
+        str, typer.Option(help="address the /metrics server binds (anything but loopback is your explicit choice)")
+    ] = "127.0.0.1",
+    metrics_linger: Annotated[
+        float, typer.Option(help="seconds /metrics keeps serving after the run, for the last scrape")
+    ] = 10.0,
+    wide: Annotated[
+        bool,
+        typer.Option(
+            "--wide", help="print every column of the verdict (the report's table) instead of the compact one"
+        ),
+    ] = False,
 ) -> None:
     """Run a scenario on the real engine, write a run folder, print the verdict table."""
     loaded = _load(scenario)
@@ -60,9 +73,13 @@ def run(
 def _exit_code(result) -> int:  # type: ignore[no-untyped-def]
     """3 when a configuration could not be measured, else 4 when a soak failed, else 0 (the README's table)."""
     if result.failed_configs:
-        err.print(f"specsoak: configurations failed: {', '.join(result.failed_configs)} (see {result.run_dir}/failures.jsonl)")
+        err.print(
+            f"specsoak: configurations failed: {', '.join(result.failed_configs)} (see {result.run_dir}/failures.jsonl)"
+        )
     if result.soak_failures:
-        err.print(f"specsoak: soak failed: {', '.join(result.soak_failures)} (crash, hang, collapse or memory: see {result.run_dir}/verdicts.jsonl)")
+        err.print(
+            f"specsoak: soak failed: {', '.join(result.soak_failures)} (crash, hang, collapse or memory: see {result.run_dir}/verdicts.jsonl)"
+        )
     if result.failed_configs:
         return EXIT_ENGINE
     return EXIT_SOAK if result.soak_failures else EXIT_OK
@@ -72,10 +89,21 @@ def _exit_code(result) -> int:  # type: ignore[no-untyped-def]
 def resume(
     run_dir: Annotated[Path, typer.Argument(help="a run folder cut short (harness killed, power loss, SIGTERM)")],
     report: Annotated[bool, typer.Option(help="build the report when the run ends")] = True,
-    metrics_port: Annotated[Optional[int], typer.Option(help="serve Prometheus /metrics on this port while the run goes (0 = any free port)")] = None,
-    metrics_host: Annotated[str, typer.Option(help="address /metrics binds to; anything but loopback exposes it")] = "127.0.0.1",
-    metrics_linger: Annotated[float, typer.Option(help="seconds /metrics keeps serving after the run, for the last scrape")] = 10.0,
-    wide: Annotated[bool, typer.Option("--wide", help="print every column of the verdict (the report's table) instead of the compact one")] = False,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="serve Prometheus /metrics on this port while the run goes (0 = any free port)")
+    ] = None,
+    metrics_host: Annotated[
+        str, typer.Option(help="address /metrics binds to; anything but loopback exposes it")
+    ] = "127.0.0.1",
+    metrics_linger: Annotated[
+        float, typer.Option(help="seconds /metrics keeps serving after the run, for the last scrape")
+    ] = 10.0,
+    wide: Annotated[
+        bool,
+        typer.Option(
+            "--wide", help="print every column of the verdict (the report's table) instead of the compact one"
+        ),
+    ] = False,
 ) -> None:
     """Finish a run that was cut short: measured phases and soak time are kept, the rest is run."""
     from harness.common.errors import ResultsError
@@ -101,7 +129,9 @@ def resume(
     raise typer.Exit(code)
 
 
-def _run_observed(loaded, results: Path, metrics_port: Optional[int], metrics_host: str, linger_s: float, resume_dir: Optional[Path] = None):  # type: ignore[no-untyped-def]
+def _run_observed(
+    loaded, results: Path, metrics_port: int | None, metrics_host: str, linger_s: float, resume_dir: Path | None = None
+):  # type: ignore[no-untyped-def]
     """The run with its observers: the engines' file_sd targets file always, the exporter when asked."""
     import time
 
@@ -116,7 +146,9 @@ def _run_observed(loaded, results: Path, metrics_port: Optional[int], metrics_ho
         try:
             exporter = MetricsExporter(metrics_host, metrics_port).start()
         except OSError as exc:
-            raise ScenarioError(f"--metrics-port {metrics_port}: cannot serve on {metrics_host}: {exc.strerror}") from None
+            raise ScenarioError(
+                f"--metrics-port {metrics_port}: cannot serve on {metrics_host}: {exc.strerror}"
+            ) from None
         err.print(f"specsoak: Prometheus metrics at {exporter.url}")
         observers.append(exporter)
     try:
@@ -136,8 +168,13 @@ def _width() -> int:
     return shutil.get_terminal_size((100, 24)).columns if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 100)
 
 
-def _report(run_dirs: list[Path], out_dir: Optional[Path], slo: Optional[dict] = None, memory_budget_mib: Optional[float] = None,
-            wide: bool = False) -> None:
+def _report(
+    run_dirs: list[Path],
+    out_dir: Path | None,
+    slo: dict | None = None,
+    memory_budget_mib: float | None = None,
+    wide: bool = False,
+) -> None:
     from harness.report.build import build_report
     from harness.report.console import console_lines
 
@@ -162,11 +199,25 @@ def _report(run_dirs: list[Path], out_dir: Optional[Path], slo: Optional[dict] =
 @app.command("report")
 def report_cmd(
     run_dirs: Annotated[list[Path], typer.Argument(help="one or more run folders")],
-    out_dir: Annotated[Optional[Path], typer.Option("--out", help="where to write (default: the run folder)")] = None,
-    slo_tps: Annotated[Optional[float], typer.Option(help="SLO: per-stream decode t/s at least (instead of the scenario's slo:)")] = None,
-    slo_ttft_p95: Annotated[Optional[float], typer.Option(help="SLO: TTFT p95 in seconds at most (instead of the scenario's slo:)")] = None,
-    memory_budget_mib: Annotated[Optional[float], typer.Option(help="memory budget for the servable context (instead of the scenario's report.memory_budget_mib)")] = None,
-    wide: Annotated[bool, typer.Option("--wide", help="print every column of the verdict (the report's table) instead of the compact one")] = False,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="where to write (default: the run folder)")] = None,
+    slo_tps: Annotated[
+        float | None, typer.Option(help="SLO: per-stream decode t/s at least (instead of the scenario's slo:)")
+    ] = None,
+    slo_ttft_p95: Annotated[
+        float | None, typer.Option(help="SLO: TTFT p95 in seconds at most (instead of the scenario's slo:)")
+    ] = None,
+    memory_budget_mib: Annotated[
+        float | None,
+        typer.Option(
+            help="memory budget for the servable context (instead of the scenario's report.memory_budget_mib)"
+        ),
+    ] = None,
+    wide: Annotated[
+        bool,
+        typer.Option(
+            "--wide", help="print every column of the verdict (the report's table) instead of the compact one"
+        ),
+    ] = False,
 ) -> None:
     """Rebuild the report (md, html, tables, plots) from run folders alone."""
     for d in run_dirs:
@@ -180,7 +231,7 @@ def report_cmd(
 def compare(
     run_a: Annotated[Path, typer.Argument(help="a run folder")],
     run_b: Annotated[Path, typer.Argument(help="another run folder of the same scenario")],
-    out_dir: Annotated[Optional[Path], typer.Option("--out", help="also write compare.csv and compare.md here")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="also write compare.csv and compare.md here")] = None,
 ) -> None:
     """Two runs side by side: per configuration and ratio, whether each lies inside the other's 95% interval.
 
@@ -194,7 +245,9 @@ def compare(
             raise ScenarioError(f"{d}: not a run folder (no manifest.json)")
     a, b = load_run(run_a), load_run(run_b)
     if a.manifest.get("scenario") != b.manifest.get("scenario"):
-        err.print(f"[yellow]specsoak: the runs are of different scenarios ({a.manifest.get('scenario')}, {b.manifest.get('scenario')})[/]")
+        err.print(
+            f"[yellow]specsoak: the runs are of different scenarios ({a.manifest.get('scenario')}, {b.manifest.get('scenario')})[/]"
+        )
     cmp = compare_table(verdict_table([a]), verdict_table([b]))
     summary = compare_summary(cmp)
     import pandas as pd
@@ -204,24 +257,35 @@ def compare(
     columns = ("configuration", "ratio", "run A [95% CI]", "run B [95% CI]", "B / A", "agree")
     rows_md, cells_all = [], []
     for _, r in cmp.iterrows():
-        cells = [str(r["config"]), str(r["figure"]), _ci(r["run_a"], r["run_a_ci_low"], r["run_a_ci_high"]),
-                 _ci(r["run_b"], r["run_b_ci_low"], r["run_b_ci_high"]), f"{r['difference']:+.1%}",
-                 "–" if r["agree"] is None else "✓" if r["agree"] else "✗"]
+        cells = [
+            str(r["config"]),
+            str(r["figure"]),
+            _ci(r["run_a"], r["run_a_ci_low"], r["run_a_ci_high"]),
+            _ci(r["run_b"], r["run_b_ci_low"], r["run_b_ci_high"]),
+            f"{r['difference']:+.1%}",
+            "–" if r["agree"] is None else "✓" if r["agree"] else "✗",
+        ]
         cells_all.append(cells)
         rows_md.append("| " + " | ".join(cells) + " |")
     out.print(f"{a.run_id}  vs  {b.run_id}", markup=False, highlight=False, soft_wrap=True)
     for ln in render(pd.DataFrame(cells_all, columns=list(columns)), _width()):
         out.print(ln, markup=False, highlight=False, soft_wrap=True)
     med = summary["median_abs_difference"]
-    line = (f"{summary['agree']} of {summary['figures']} ratios agree (each inside the other run's 95% interval), "
-            f"{summary['disagree']} do not, {summary['no_interval']} without interval; median |B / A − 1| = "
-            + (f"{med:.1%}" if med is not None else "–"))
+    line = (
+        f"{summary['agree']} of {summary['figures']} ratios agree (each inside the other run's 95% interval), "
+        f"{summary['disagree']} do not, {summary['no_interval']} without interval; median |B / A − 1| = "
+        + (f"{med:.1%}" if med is not None else "–")
+    )
     out.print(line)
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         cmp.to_csv(out_dir / "compare.csv", index=False)
-        head = "| configuration | ratio | run A [95% CI] | run B [95% CI] | B / A | agree |\n|---|---|---|---|---|---|\n"
-        (out_dir / "compare.md").write_text(f"# {a.run_id} vs {b.run_id}\n\n{head}" + "\n".join(rows_md) + f"\n\n{line}\n", encoding="utf-8")
+        head = (
+            "| configuration | ratio | run A [95% CI] | run B [95% CI] | B / A | agree |\n|---|---|---|---|---|---|\n"
+        )
+        (out_dir / "compare.md").write_text(
+            f"# {a.run_id} vs {b.run_id}\n\n{head}" + "\n".join(rows_md) + f"\n\n{line}\n", encoding="utf-8"
+        )
     raise typer.Exit(EXIT_VERDICT if summary["disagree"] else EXIT_OK)
 
 
@@ -235,25 +299,39 @@ def _ci(v: float, lo: object, hi: object) -> str:
 def verify(
     scenario: Annotated[Path, typer.Argument(help="scenario YAML file (its baseline and speculative configurations)")],
     results: Annotated[Path, typer.Option(help="folder that receives the verify run folder")] = Path("results"),
-    into: Annotated[Optional[Path], typer.Option(help="write into this existing run folder instead of a new one")] = None,
-    streams: Annotated[Optional[int], typer.Option(help="the concurrent stream count (default: the scenario's largest)", min=1)] = None,
+    into: Annotated[Path | None, typer.Option(help="write into this existing run folder instead of a new one")] = None,
+    streams: Annotated[
+        int | None, typer.Option(help="the concurrent stream count (default: the scenario's largest)", min=1)
+    ] = None,
     prompts: Annotated[int, typer.Option(help="how many of the scenario's prompts", min=1)] = 4,
-    max_tokens: Annotated[Optional[int], typer.Option(help="tokens per answer (default: the scenario's max_tokens)", min=1)] = None,
-    samples: Annotated[int, typer.Option(help="sampled answers per configuration for the distribution test (0: none)", min=0)] = 0,
+    max_tokens: Annotated[
+        int | None, typer.Option(help="tokens per answer (default: the scenario's max_tokens)", min=1)
+    ] = None,
+    samples: Annotated[
+        int, typer.Option(help="sampled answers per configuration for the distribution test (0: none)", min=0)
+    ] = 0,
     temperature: Annotated[float, typer.Option(help="temperature of the distribution test's samples", min=0.01)] = 0.8,
-    config: Annotated[Optional[list[str]], typer.Option(help="only these configurations (repeatable)")] = None,
+    config: Annotated[list[str] | None, typer.Option(help="only these configurations (repeatable)")] = None,
     report: Annotated[bool, typer.Option(help="build the report of the folder afterwards")] = True,
 ) -> None:
     """Compare speculative outputs with the baseline's: greedy token by token, sampled by a chi-square test."""
     from harness.run.verify import Verifier, VerifyOptions
 
     loaded = _load(scenario)
-    opts = VerifyOptions(streams=streams, prompts=prompts, max_tokens=max_tokens, samples=samples, temperature=temperature,
-                         configurations=list(config or []))
+    opts = VerifyOptions(
+        streams=streams,
+        prompts=prompts,
+        max_tokens=max_tokens,
+        samples=samples,
+        temperature=temperature,
+        configurations=list(config or []),
+    )
     run_dir, identical = Verifier(loaded, results, opts, err, into=into).run()
     if report:
         _report([run_dir], None)
-    out.print(f"verify: {'every configuration gave the baseline' + chr(39) + 's outputs' if identical else 'outputs DIFFER from the baseline (see verify.jsonl)'}")
+    out.print(
+        f"verify: {'every configuration gave the baseline' + chr(39) + 's outputs' if identical else 'outputs DIFFER from the baseline (see verify.jsonl)'}"
+    )
     if not identical:
         raise typer.Exit(EXIT_VERDICT)
 
@@ -267,18 +345,25 @@ def validate(
 ) -> None:
     """Check scenario files (fields, ranges, engine methods, model files) without starting anything."""
     from engines import ENGINES
-    from harness.soak.disk import describe_estimate, disk_warnings
     from harness.config.checks import soak_warnings
     from harness.config.estimate import ASSUMED_STREAM_TPS, describe_duration, design_warnings, wall_clock_estimate
+    from harness.soak.disk import describe_estimate, disk_warnings
 
     for path in scenarios:
         loaded = _load(path, check_model_files=not no_model_files)
         sc = loaded.scenario
         out.print(f"{path}: ok: {len(sc.runs())} configurations ({', '.join(c.name for c in sc.runs())})")
         est = wall_clock_estimate(sc)
-        parts = [f"{k.removesuffix('_s').replace('_', ' ')} {describe_duration(v)}" for k, v in est.items() if k != "total_s" and v > 0]
-        out.print(f"{path}: estimated wall clock {describe_duration(est['total_s'])} ({', '.join(parts)}; phases at an assumed "
-                  f"{ASSUMED_STREAM_TPS:g} t/s per stream, the soak exactly)", highlight=False)
+        parts = [
+            f"{k.removesuffix('_s').replace('_', ' ')} {describe_duration(v)}"
+            for k, v in est.items()
+            if k != "total_s" and v > 0
+        ]
+        out.print(
+            f"{path}: estimated wall clock {describe_duration(est['total_s'])} ({', '.join(parts)}; phases at an assumed "
+            f"{ASSUMED_STREAM_TPS:g} t/s per stream, the soak exactly)",
+            highlight=False,
+        )
         out.print(f"{path}: {describe_estimate(sc)}", highlight=False)
         for warning in design_warnings(sc) + soak_warnings(sc) + disk_warnings(sc, Path("results")):
             err.print(f"{path}: warning: {warning}", markup=False, highlight=False, soft_wrap=True)
@@ -304,7 +389,9 @@ def plan(scenarios: Annotated[list[Path], typer.Argument(help="scenario YAML fil
 
 @app.command()
 def schema(
-    markdown: Annotated[bool, typer.Option("--markdown", help="docs/scenarios.md: every field, its unit, default, range and engines")] = False,
+    markdown: Annotated[
+        bool, typer.Option("--markdown", help="docs/scenarios.md: every field, its unit, default, range and engines")
+    ] = False,
 ) -> None:
     """The JSON Schema of a scenario file (for editors), or with --markdown the scenario reference."""
     if markdown:
@@ -335,7 +422,11 @@ def inspect_log(
     cls = ENGINES[engine]
     cap = cls.parse_startup_log(text)
     if not cap.recognised() and cls.failure_reason(text) is None:
-        others = [name for name, other in sorted(ENGINES.items()) if name != engine and other.parse_startup_log(text).recognised()]
+        others = [
+            name
+            for name, other in sorted(ENGINES.items())
+            if name != engine and other.parse_startup_log(text).recognised()
+        ]
         hint = f"; is this a {others[0]} log? try --engine {others[0]}" if others else ""
         raise ScenarioError(f"{log}: no {engine} start-up lines found{hint}")
     data = cap.to_dict()
@@ -380,8 +471,8 @@ def dashboards(
     out_dir: Annotated[Path, typer.Option("--out", help="where to write (default: dashboards/)")] = Path("dashboards"),
 ) -> None:
     """Regenerate the Grafana dashboards, provisioning, prometheus.yml, rules, rule tests, docker-compose.yml."""
-    from harness.metrics.dashboards import DATASOURCE_UID, DASHBOARDS, build_dashboard, write_all
     from harness.metrics.dashboard_schema import check_dashboard
+    from harness.metrics.dashboards import DASHBOARDS, DATASOURCE_UID, build_dashboard, write_all
 
     problems = [p for spec in DASHBOARDS for p in check_dashboard(build_dashboard(spec), {DATASOURCE_UID})]
     if problems:
@@ -393,9 +484,17 @@ def dashboards(
 @app.command("export")
 def export_cmd(
     run_dir: Annotated[Path, typer.Argument(help="a run folder")],
-    openmetrics: Annotated[bool, typer.Option("--openmetrics", help="OpenMetrics text for `promtool tsdb create-blocks-from openmetrics` (the only format)")] = False,
-    out_file: Annotated[Optional[Path], typer.Option("--out", help="file to write (default: stdout)")] = None,
-    step: Annotated[float, typer.Option(help="also repeat every series each STEP seconds (0: only when it changes)")] = 15.0,
+    openmetrics: Annotated[
+        bool,
+        typer.Option(
+            "--openmetrics",
+            help="OpenMetrics text for `promtool tsdb create-blocks-from openmetrics` (the only format)",
+        ),
+    ] = False,
+    out_file: Annotated[Path | None, typer.Option("--out", help="file to write (default: stdout)")] = None,
+    step: Annotated[
+        float, typer.Option(help="also repeat every series each STEP seconds (0: only when it changes)")
+    ] = 15.0,
 ) -> None:
     """Write a finished run's series, timestamped, for Prometheus backfill."""
     from harness.metrics.openmetrics import export_openmetrics
@@ -412,7 +511,9 @@ def export_cmd(
         out_file.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise ScenarioError(f"--out {out_file}: cannot write ({exc.strerror})") from None
-    err.print(f"specsoak: wrote {out_file}; load it with: promtool tsdb create-blocks-from openmetrics {out_file} DATA_DIR")
+    err.print(
+        f"specsoak: wrote {out_file}; load it with: promtool tsdb create-blocks-from openmetrics {out_file} DATA_DIR"
+    )
 
 
 @app.command()

@@ -52,7 +52,8 @@ def _check_reuse(scenario: Scenario, at: Where, set_size: int) -> None:
         raise ScenarioError(
             f"{at(loc)}: the measured phases send {need} requests per configuration and "
             f"measurement.prompt_reuse is 'forbid', but {what}: give at least {need} prompts"
-            + ("" if built else " (or build them at drawn lengths: measurement.lengths.input)") + ", or set prompt_reuse: allow"
+            + ("" if built else " (or build them at drawn lengths: measurement.lengths.input)")
+            + ", or set prompt_reuse: allow"
         )
 
 
@@ -62,14 +63,18 @@ def soak_warnings(sc: Scenario) -> list[str]:
     if sc.soak is None:
         return out
     if sc.soak.slice_s is not None and sc.soak.slice_s < sc.soak.duration_s:
-        out.append(f"soak.slice_s ({describe_duration(sc.soak.slice_s)}) restarts each configuration's engine every slice: no engine lives "
-                   f"longer than that, so a collapse that needs more engine uptime cannot appear; remove slice_s to keep one engine "
-                   f"for the whole {describe_duration(sc.soak.duration_s)} soak")
+        out.append(
+            f"soak.slice_s ({describe_duration(sc.soak.slice_s)}) restarts each configuration's engine every slice: no engine lives "
+            f"longer than that, so a collapse that needs more engine uptime cannot appear; remove slice_s to keep one engine "
+            f"for the whole {describe_duration(sc.soak.duration_s)} soak"
+        )
     wd = sc.soak.watchdog
     judged_after = (wd.warmup_windows + wd.reference_windows) * wd.window_s
     if judged_after >= sc.soak.duration_s:
-        out.append(f"soak.watchdog: the change detector needs {describe_duration(judged_after)} of warm-up and reference windows, "
-                   f"longer than the soak ({describe_duration(sc.soak.duration_s)}): nothing will be judged")
+        out.append(
+            f"soak.watchdog: the change detector needs {describe_duration(judged_after)} of warm-up and reference windows, "
+            f"longer than the soak ({describe_duration(sc.soak.duration_s)}): nothing will be judged"
+        )
     if wd.memory_limit_mib is not None:
         from engines import ENGINES
 
@@ -77,14 +82,24 @@ def soak_warnings(sc: Scenario) -> list[str]:
         for cfg in sc.runs():
             cap = engine.host_cache_cap_mib([*sc.server.extra_args, *cfg.engine_args]) if engine is not None else None
             if cap is not None and (cap < 0 or cap >= wd.memory_limit_mib):
-                out.append(f"configuration '{cfg.name}': the engine's prompt cache may grow to "
-                           f"{'no limit' if cap < 0 else f'{cap:,.0f} MiB'}, more than soak.watchdog.memory_limit_mib "
-                           f"({wd.memory_limit_mib:,.0f} MiB): with distinct prompts the soak will end in a 'memory' verdict")
+                out.append(
+                    f"configuration '{cfg.name}': the engine's prompt cache may grow to "
+                    f"{'no limit' if cap < 0 else f'{cap:,.0f} MiB'}, more than soak.watchdog.memory_limit_mib "
+                    f"({wd.memory_limit_mib:,.0f} MiB): with distinct prompts the soak will end in a 'memory' verdict"
+                )
     if wd.stall_warn_s >= sc.soak.stall_s:
-        out.append(f"soak.watchdog.stall_warn_s ({wd.stall_warn_s:g} s) is not below soak.stall_s ({sc.soak.stall_s:g} s): a pause "
-                   f"fails its requests before the watchdog can warn of it")
+        out.append(
+            f"soak.watchdog.stall_warn_s ({wd.stall_warn_s:g} s) is not below soak.stall_s ({sc.soak.stall_s:g} s): a pause "
+            f"fails its requests before the watchdog can warn of it"
+        )
     canary = sc.soak.canary
-    if canary.enabled is not False and any(c.speculative for c in sc.soak_configurations()) and canary.every_s >= sc.soak.duration_s:
-        out.append(f"soak.canary.every_s ({describe_duration(canary.every_s)}) is not shorter than the soak ({describe_duration(sc.soak.duration_s)}): "
-                   f"the canary answers once, before the traffic, so only a baseline's answers can be compared with")
+    if (
+        canary.enabled is not False
+        and any(c.speculative for c in sc.soak_configurations())
+        and canary.every_s >= sc.soak.duration_s
+    ):
+        out.append(
+            f"soak.canary.every_s ({describe_duration(canary.every_s)}) is not shorter than the soak ({describe_duration(sc.soak.duration_s)}): "
+            f"the canary answers once, before the traffic, so only a baseline's answers can be compared with"
+        )
     return out

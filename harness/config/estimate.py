@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from harness.config.schema import Scenario
 
-
-ASSUMED_STREAM_TPS = 20.0  # decode t/s per stream the wall-clock estimate assumes (a small model on a CPU, a large one on a GPU)
+ASSUMED_STREAM_TPS = (
+    20.0  # decode t/s per stream the wall-clock estimate assumes (a small model on a CPU, a large one on a GPU)
+)
 ASSUMED_START_S = 10.0  # engine start to ready
 
 
@@ -17,7 +18,9 @@ def wall_clock_estimate(sc: Scenario) -> dict[str, float]:
     request_s = m.max_tokens / ASSUMED_STREAM_TPS + 0.5
     warmup_s = m.warmup_requests * request_s
     if m.arrival is not None:  # open loop: each phase lasts its schedule, and the last answer after it
-        phases_s = warmup_s + sum(m.repetitions * (m.arrival.expected_span_s(key) + request_s) for key in m.arrival.keys())
+        phases_s = warmup_s + sum(
+            m.repetitions * (m.arrival.expected_span_s(key) + request_s) for key in m.arrival.keys()
+        )
     else:
         phases_s = warmup_s + sum(m.repetitions * m.requests_per_stream * request_s for _ in m.streams)
     # interleaved: a fresh engine (and its warm-up) per configuration and block
@@ -34,9 +37,18 @@ def wall_clock_estimate(sc: Scenario) -> dict[str, float]:
     if sc.soak is not None:
         n_soak = len(sc.soak_configurations())
         soak_s = n_soak * sc.soak.duration_s
-        after_s = n_soak * (ASSUMED_START_S + phases_s - warmup_s)  # the phases again on the soaked engine, without a warm-up
+        after_s = n_soak * (
+            ASSUMED_START_S + phases_s - warmup_s
+        )  # the phases again on the soaked engine, without a warm-up
     total = measure_s + ramp_s + fill_s + soak_s + after_s
-    return {"total_s": total, "measurement_s": measure_s, "ramp_s": ramp_s, "fill_check_s": fill_s, "soak_s": soak_s, "after_soak_s": after_s}
+    return {
+        "total_s": total,
+        "measurement_s": measure_s,
+        "ramp_s": ramp_s,
+        "fill_check_s": fill_s,
+        "soak_s": soak_s,
+        "after_soak_s": after_s,
+    }
 
 
 def describe_duration(seconds: float) -> str:
@@ -60,6 +72,8 @@ def design_warnings(sc: Scenario) -> list[str]:
     if m.design != "interleaved" or start_s is None or m.repetitions < 2 or sc.server.url is not None:
         return []
     starts = m.repetitions * len(sc.runs())
-    return [f"measurement.design interleaved starts every configuration's engine once per block: {starts} starts of "
-            f"{sc.server.engine} (about {describe_duration(starts * start_s)} of start-up); 'design: sequential' starts each once, "
-            f"but then a machine that drifts over minutes lands on whichever configuration is running (docs/reports.md#design)"]
+    return [
+        f"measurement.design interleaved starts every configuration's engine once per block: {starts} starts of "
+        f"{sc.server.engine} (about {describe_duration(starts * start_s)} of start-up); 'design: sequential' starts each once, "
+        f"but then a machine that drifts over minutes lands on whichever configuration is running (docs/reports.md#design)"
+    ]

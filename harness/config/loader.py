@@ -45,10 +45,14 @@ def _with_served_model(p: Path, lines: Any, scenario: Scenario) -> Scenario:
         names = served_models(str(srv.url), {"Authorization": f"Bearer {key}"} if key else {})
     except OSError as exc:
         loc = ("server", "url")
-        raise ScenarioError(f"{p}{lines(loc)}: server.model: not given, and the server at {srv.url} did not list its models "
-                            f"(GET /v1/models: {exc}); start the server or set server.model") from None
+        raise ScenarioError(
+            f"{p}{lines(loc)}: server.model: not given, and the server at {srv.url} did not list its models "
+            f"(GET /v1/models: {exc}); start the server or set server.model"
+        ) from None
     if not names:
-        raise ScenarioError(f"{p}: server.model: not given, and the server at {srv.url} lists no model at /v1/models; set server.model")
+        raise ScenarioError(
+            f"{p}: server.model: not given, and the server at {srv.url} lists no model at /v1/models; set server.model"
+        )
     return scenario.model_copy(update={"server": srv.model_copy(update={"model": names[0]})})
 
 
@@ -73,7 +77,7 @@ def load_scenario(
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError(f"{p}: cannot read scenario file ({exc})") from None
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
@@ -90,7 +94,9 @@ def load_scenario(
     key_env = scenario.server.api_key_env
     if key_env and not os.environ.get(key_env):
         loc = ("server", "api_key_env")
-        raise ScenarioError(f"{p}{lines(loc)}: {_dotted(loc)}: environment variable '{key_env}' is not set (the API key is read from it)")
+        raise ScenarioError(
+            f"{p}{lines(loc)}: {_dotted(loc)}: environment variable '{key_env}' is not set (the API key is read from it)"
+        )
     if scenario.server.model is None and scenario.server.url is not None:
         scenario = _with_served_model(p, lines, scenario)
     if known_algorithms is not None:
@@ -139,9 +145,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"found duplicate key '{key}'", key_node.start_mark
-                )
+                raise yaml.constructor.ConstructorError(None, None, f"found duplicate key '{key}'", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 

@@ -7,13 +7,23 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args
 
-VerdictKind = Literal["crash", "hang", "collapse", "memory", "error_rate", "drift", "no_load", "stall", "cache_cap", "divergence", "disk"]
+VerdictKind = Literal[
+    "crash", "hang", "collapse", "memory", "error_rate", "drift", "no_load", "stall", "cache_cap", "divergence", "disk"
+]
 VerdictAction = Literal["record", "restart", "stop_config", "stop_run"]
 VERDICT_KINDS: tuple[str, ...] = get_args(VerdictKind)
 # what each watchdog verdict does unless the scenario says otherwise (docs/soak.md)
 DEFAULT_ACTIONS: dict[str, str] = {
-    "crash": "restart", "hang": "restart", "collapse": "stop_config", "memory": "stop_config",
-    "error_rate": "record", "drift": "record", "no_load": "record", "stall": "record", "cache_cap": "record", "divergence": "stop_config",
+    "crash": "restart",
+    "hang": "restart",
+    "collapse": "stop_config",
+    "memory": "stop_config",
+    "error_rate": "record",
+    "drift": "record",
+    "no_load": "record",
+    "stall": "record",
+    "cache_cap": "record",
+    "divergence": "stop_config",
     "disk": "stop_run",
 }
 
@@ -29,4 +39,8 @@ def verdict_fails(verdict: dict[str, Any]) -> bool:
     """Whether a watchdog verdict makes its configuration's soak a failure (exit code 4): the engine failed, a
     collapse or memory verdict that was acted on (not set to 'record'), or any verdict that stopped the soak."""
     kind, action = verdict.get("kind"), verdict.get("action")
-    return kind in ENGINE_FAILURES or (kind in SERVICE_FAILURES and action != "record") or action in ("stop_config", "stop_run")
+    return (
+        kind in ENGINE_FAILURES
+        or (kind in SERVICE_FAILURES and action != "record")
+        or action in ("stop_config", "stop_run")
+    )

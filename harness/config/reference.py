@@ -23,6 +23,7 @@ from harness.config.schema import ALGORITHMS, ENGINE_NAMES, Scenario, first_mode
 
 REGENERATE = "specsoak schema --markdown > docs/scenarios.md"
 
+
 # Engine-side fields: dotted path -> {engine: how the field reaches that engine}, from each adapter's honoured_fields
 # (engines/*.py). An engine not listed ignores the field (or refuses the configuration at start, as the text says). A
 # path not listed here is the harness's own business and means the same on every engine. Attach mode (server.url)
@@ -60,18 +61,54 @@ ENGINE_NOTES: dict[str, str] = {
 
 # Units where the name's suffix (_s, _mib, _cores) does not say it, by field name.
 UNITS: dict[str, str] = {
-    "ctx_size": "tokens", "max_tokens": "tokens", "k": "tokens", "k_min": "tokens", "length": "tokens per step",
-    "synthetic_length": "tokens per step", "rates": "probability", "parallel": "slots", "threads": "threads",
-    "streams": "streams", "users": "streams", "start_users": "streams", "peak_users": "streams", "max_streams": "streams",
-    "start": "streams", "requests_per_stream": "requests", "warmup_requests": "requests", "min_requests": "requests",
-    "spawn_rate": "users per second", "workers": "processes", "error_rate": "fraction", "drift_min_change": "fraction",
-    "control_drift_max": "fraction", "drift_alpha": "probability", "per_stream_tps_min": "tokens per second", "ttft_p95_s_max": "seconds",
-    "warmup_windows": "windows", "reference_windows": "windows", "confirm_windows": "windows",
-    "drift_min_windows": "windows", "max_restarts": "restarts", "repetitions": "repetitions", "port": "TCP port",
-    "rate_rps": "requests per second", "trough_rps": "requests per second", "requests": "requests", "max_in_flight": "requests",
+    "ctx_size": "tokens",
+    "max_tokens": "tokens",
+    "k": "tokens",
+    "k_min": "tokens",
+    "length": "tokens per step",
+    "synthetic_length": "tokens per step",
+    "rates": "probability",
+    "parallel": "slots",
+    "threads": "threads",
+    "streams": "streams",
+    "users": "streams",
+    "start_users": "streams",
+    "peak_users": "streams",
+    "max_streams": "streams",
+    "start": "streams",
+    "requests_per_stream": "requests",
+    "warmup_requests": "requests",
+    "min_requests": "requests",
+    "spawn_rate": "users per second",
+    "workers": "processes",
+    "error_rate": "fraction",
+    "drift_min_change": "fraction",
+    "control_drift_max": "fraction",
+    "drift_alpha": "probability",
+    "per_stream_tps_min": "tokens per second",
+    "ttft_p95_s_max": "seconds",
+    "warmup_windows": "windows",
+    "reference_windows": "windows",
+    "confirm_windows": "windows",
+    "drift_min_windows": "windows",
+    "max_restarts": "restarts",
+    "repetitions": "repetitions",
+    "port": "TCP port",
+    "rate_rps": "requests per second",
+    "trough_rps": "requests per second",
+    "requests": "requests",
+    "max_in_flight": "requests",
     "cv": "std / mean of the gaps",
-    "e2e_s_max": "seconds", "shared_prefix_tokens": "tokens", "mean": "tokens", "sd": "tokens", "min": "tokens", "max": "tokens",
-    "completion_ratio_min": "fraction", "late_share_max": "fraction", "goodput_ratio_min": "fraction", "stop_after": "rates",
+    "e2e_s_max": "seconds",
+    "shared_prefix_tokens": "tokens",
+    "mean": "tokens",
+    "sd": "tokens",
+    "min": "tokens",
+    "max": "tokens",
+    "completion_ratio_min": "fraction",
+    "late_share_max": "fraction",
+    "goodput_ratio_min": "fraction",
+    "stop_after": "rates",
 }
 _SUFFIX_UNITS = (("_s", "seconds"), ("_mib", "MiB"), ("_cores", "CPU cores"))
 
@@ -167,7 +204,9 @@ def _value(v: Any) -> str:
 def type_and_range(f: FieldDoc) -> tuple[str, str]:
     """(type, allowed values) from the field's JSON schema."""
     if f.nested is not None:
-        return ("list of mappings" if _is_list(f.info.annotation) else "mapping"), f"the fields of `{f.path}{'[]' if _is_list(f.info.annotation) else ''}.*` below"
+        return (
+            "list of mappings" if _is_list(f.info.annotation) else "mapping"
+        ), f"the fields of `{f.path}{'[]' if _is_list(f.info.annotation) else ''}.*` below"
     t, r = _schema(f.schema)
     return t, ALLOWED.get(f.path, r)
 
@@ -254,7 +293,10 @@ def ignored_fields(sc: Scenario) -> list[str]:
             path = prefix + name
             how = ENGINE_FIELDS.get(path)
             if how is not None and engine not in how and value not in (None, [], {}, False):
-                out.append(f"{where}{name}: {engine} does not honour it" + (f"; it {IGNORED_BY[path]}" if path in IGNORED_BY else ""))
+                out.append(
+                    f"{where}{name}: {engine} does not honour it"
+                    + (f"; it {IGNORED_BY[path]}" if path in IGNORED_BY else "")
+                )
             if isinstance(value, BaseModel):
                 walk(value, path + ".", f"{where}{name}.")
             elif isinstance(value, list) and value and isinstance(value[0], BaseModel):
@@ -280,9 +322,19 @@ def _fields_table(pre: str, model: type[BaseModel], docs: list[FieldDoc]) -> lis
         t, allowed = type_and_range(f)
         meaning = f.info.description or ""
         rows.append(
-            "| " + " | ".join(_cell(x) for x in (
-                f"`{f.path}`", meaning, unit_of(f), default_of(f), f"{t}" + (f": {allowed}" if allowed else ""), engines_of(f.path)
-            )) + " |"
+            "| "
+            + " | ".join(
+                _cell(x)
+                for x in (
+                    f"`{f.path}`",
+                    meaning,
+                    unit_of(f),
+                    default_of(f),
+                    f"{t}" + (f": {allowed}" if allowed else ""),
+                    engines_of(f.path),
+                )
+            )
+            + " |"
         )
     return rows
 
@@ -290,7 +342,9 @@ def _fields_table(pre: str, model: type[BaseModel], docs: list[FieldDoc]) -> lis
 def _algorithm_table() -> list[str]:
     rows = ["| algorithm | " + " | ".join(ENGINE_NAMES) + " |", "|---|" + "---|" * len(ENGINE_NAMES)]
     for algo in sorted(ALGORITHMS):
-        rows.append(f"| `{algo}` | " + " | ".join("yes" if algo in ENGINES[e].methods else "–" for e in ENGINE_NAMES) + " |")
+        rows.append(
+            f"| `{algo}` | " + " | ".join("yes" if algo in ENGINES[e].methods else "–" for e in ENGINE_NAMES) + " |"
+        )
     return rows
 
 
@@ -299,8 +353,10 @@ def _prompt_sets_table() -> list[str]:
 
     from harness.prompts import BUILTIN_PREFIX, builtin_names, load_prompts
 
-    rows = ["| set | prompts | of them conversations | median length, characters | median length, words | purpose |",
-            "|---|---:|---:|---:|---:|---|"]
+    rows = [
+        "| set | prompts | of them conversations | median length, characters | median length, words | purpose |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
     for name in builtin_names():
         prompts = load_prompts(BUILTIN_PREFIX + name, Path("."))
         texts = [" ".join(m["content"] for m in p.messages) for p in prompts]
@@ -427,8 +483,11 @@ def markdown() -> str:
             out.append("From each adapter's `methods` (`engines/*.py`); `none` is the baseline.\n")
             out.append("\n".join(_algorithm_table()) + "\n")
         if model.__name__ == "Watchdog":
-            out.append("Default actions (`soak.watchdog.actions` overrides them): "
-                       + ", ".join(f"`{k}`: {v}" for k, v in DEFAULT_ACTIONS.items()) + ".\n")
+            out.append(
+                "Default actions (`soak.watchdog.actions` overrides them): "
+                + ", ".join(f"`{k}`: {v}" for k, v in DEFAULT_ACTIONS.items())
+                + ".\n"
+            )
     out.append(_PROMPT_FORMAT + "\n".join(_prompt_sets_table()) + "\n")
     out.append(_TRACE_FORMAT)
     return "\n".join(out)

@@ -60,7 +60,9 @@ MAD_TO_SIGMA = 1.4826  # MAD x this = sigma for Gaussian noise
 @dataclass(frozen=True)
 class MetricRule:
     bad_direction: int  # +1 rising is bad, -1 falling is bad
-    min_change: float  # smallest departure from the reference that can be a collapse (relative, or absolute if absolute=True)
+    min_change: (
+        float  # smallest departure from the reference that can be a collapse (relative, or absolute if absolute=True)
+    )
     noise_floor: float  # lower bound of the robust sigma (fraction of |reference| if relative, absolute otherwise)
     absolute: bool = False
 
@@ -78,7 +80,9 @@ WATCHED_CHANGES: dict[str, MetricRule] = {
     # take turns or get batched together (seen on llama-server here), at the same total t/s; output_tps catches smaller falls
     "decode_tps": MetricRule(bad_direction=-1, min_change=0.4, noise_floor=0.02),
     "ttft_p95_s": MetricRule(bad_direction=+1, min_change=0.5, noise_floor=0.05),  # a p95 is noisy: a larger step
-    "error_ratio": MetricRule(bad_direction=+1, min_change=0.1, noise_floor=0.02, absolute=True),  # reference ~0: absolute
+    "error_ratio": MetricRule(
+        bad_direction=+1, min_change=0.1, noise_floor=0.02, absolute=True
+    ),  # reference ~0: absolute
     "acceptance": MetricRule(bad_direction=-1, min_change=0.15, noise_floor=0.02),  # accepted / drafted tokens
     # the engine's memory net of its prompt cache (a cache growing to its cap by design is not a collapse)
     "engine_memory_mib": MetricRule(bad_direction=+1, min_change=0.3, noise_floor=0.01),  # above warm-up growth (+15%)
@@ -93,7 +97,9 @@ class DetectorSettings:
     allowance: float = 1.0  # CUSUM k, in robust sigmas
     confirm_windows: int = 2  # an alarm needs this many consecutive windows past min_change
     recover_windows: int = 2  # an episode ends after this many consecutive windows back within min_change/2
-    refine_windows: int = 30  # reference and sigma keep taking in judged windows (outside episodes) up to this many per level
+    refine_windows: int = (
+        30  # reference and sigma keep taking in judged windows (outside episodes) up to this many per level
+    )
 
     def __post_init__(self) -> None:
         if self.warmup_windows < 0:
@@ -141,7 +147,9 @@ class MetricState:
 @dataclass(slots=True)
 class _Level:
     sample: list[float] = field(default_factory=list)  # the values the reference and sigma are taken from
-    sds: list[float] = field(default_factory=list)  # the same windows' count sds (relative to their value for relative rules)
+    sds: list[float] = field(
+        default_factory=list
+    )  # the same windows' count sds (relative to their value for relative rules)
     reference: float | None = None
     sigma: float | None = None
     score: float = 0.0
@@ -188,7 +196,9 @@ _JUDGED, _BUILDING, _SETTLING, _NO_VALUE = "judged", "building reference", "load
 class ChangeDetector:
     """One per configuration; feeds every watched metric of each window."""
 
-    def __init__(self, settings: DetectorSettings = DetectorSettings(), rules: dict[str, MetricRule] | None = None) -> None:
+    def __init__(
+        self, settings: DetectorSettings = DetectorSettings(), rules: dict[str, MetricRule] | None = None
+    ) -> None:
         self.settings = settings
         self.rules: dict[str, MetricRule] = dict(WATCHED_CHANGES if rules is None else rules)
         self._tracks = {m: _Track(recent=deque(maxlen=settings.confirm_windows)) for m in self.rules}
@@ -221,8 +231,19 @@ class ChangeDetector:
         settled = window.get("load_settled", True) is not False  # absent: closed loop, or a windows.jsonl from before
         sds = window.get("count_sd") or {}
         events: list[ChangeEvent] = []
-        outcomes = {self._feed(m, rule, level, t_unix, number_or_none(window.get(m), finite=True), _relative_sd(rule, window.get(m), sds.get(m)), settled, events)
-                    for m, rule in self.rules.items()}
+        outcomes = {
+            self._feed(
+                m,
+                rule,
+                level,
+                t_unix,
+                number_or_none(window.get(m), finite=True),
+                _relative_sd(rule, window.get(m), sds.get(m)),
+                settled,
+                events,
+            )
+            for m, rule in self.rules.items()
+        }
         if _JUDGED in outcomes:
             self._judged = (True, None)
         else:
@@ -254,8 +275,17 @@ class ChangeDetector:
         self._judged = (False, why)
         return []
 
-    def _feed(self, metric: str, rule: MetricRule, level: int | None, t_unix: float, x: float | None, sd: float | None,
-              settled: bool, events: list[ChangeEvent]) -> str:
+    def _feed(
+        self,
+        metric: str,
+        rule: MetricRule,
+        level: int | None,
+        t_unix: float,
+        x: float | None,
+        sd: float | None,
+        settled: bool,
+        events: list[ChangeEvent],
+    ) -> str:
         if x is None:
             return _NO_VALUE
         s = self.settings
@@ -284,8 +314,11 @@ class ChangeDetector:
         tr.last_level, tr.judged_once, tr.last_change = level, True, change
         ep = tr.episode
         if ep is None:
-            if (lv.score >= s.threshold and len(tr.recent) == s.confirm_windows
-                    and all(bad * c >= rule.min_change for _, c in tr.recent)):
+            if (
+                lv.score >= s.threshold
+                and len(tr.recent) == s.confirm_windows
+                and all(bad * c >= rule.min_change for _, c in tr.recent)
+            ):
                 onset = tr.recent[0][0]
                 worst = max((c for _, c in tr.recent), key=lambda c: bad * c)
                 tr.episode = _Episode(start_unix=onset, worst_change=worst)
@@ -300,9 +333,22 @@ class ChangeDetector:
         else:
             ep.back_windows, ep.back_since_unix = 0, None
         if ep.back_windows >= s.recover_windows:
-            events.append(ChangeEvent("recovered", metric, level, t_unix, ep.start_unix, ref, x, change, lv.score,
-                                      episode_start_unix=ep.start_unix, episode_end_unix=ep.back_since_unix,
-                                      size=ep.worst_change))
+            events.append(
+                ChangeEvent(
+                    "recovered",
+                    metric,
+                    level,
+                    t_unix,
+                    ep.start_unix,
+                    ref,
+                    x,
+                    change,
+                    lv.score,
+                    episode_start_unix=ep.start_unix,
+                    episode_end_unix=ep.back_since_unix,
+                    size=ep.worst_change,
+                )
+            )
             tr.episode = None
             for other in tr.levels.values():
                 other.score = 0.0
@@ -320,8 +366,11 @@ def _relative_sd(rule: MetricRule, x: Any, sd: Any) -> float | None:
     return sd / abs(x) if abs(x) > 1e-12 else None
 
 
-def detect_series(windows: list[dict[str, Any]], settings: DetectorSettings = DetectorSettings(),
-                  rules: dict[str, MetricRule] | None = None) -> list[ChangeEvent]:
+def detect_series(
+    windows: list[dict[str, Any]],
+    settings: DetectorSettings = DetectorSettings(),
+    rules: dict[str, MetricRule] | None = None,
+) -> list[ChangeEvent]:
     """Replay a whole list of windows (a finished run's windows.jsonl, one configuration's windows).
 
     A window with ``"engine_restart": True`` calls engine_restarted() before being fed, as the soak does live.
@@ -340,7 +389,9 @@ def detect_series(windows: list[dict[str, Any]], settings: DetectorSettings = De
             restarted = bool(w["engine_restart"])
         else:
             cpu = w.get("cpu")
-            restarted = (isinstance(cpu, dict) and bool(cpu.get("engine_restarted"))) or (i > 0 and w.get("slice") != prev_slice)
+            restarted = (isinstance(cpu, dict) and bool(cpu.get("engine_restarted"))) or (
+                i > 0 and w.get("slice") != prev_slice
+            )
         if restarted:
             det.engine_restarted()
         prev_slice = w.get("slice")
@@ -351,11 +402,15 @@ def detect_series(windows: list[dict[str, Any]], settings: DetectorSettings = De
 @dataclass(frozen=True)
 class MemoryForecast:
     slope_mib_per_h: float
-    headroom_s: float | None  # seconds until `available_mib` is used up at this slope; None when the slope is not positive
+    headroom_s: (
+        float | None
+    )  # seconds until `available_mib` is used up at this slope; None when the slope is not positive
     n: int
 
 
-def memory_forecast(t_unix: list[float], rss_mib: list[float], available_mib: float, min_span_s: float = 600.0) -> MemoryForecast | None:
+def memory_forecast(
+    t_unix: list[float], rss_mib: list[float], available_mib: float, min_span_s: float = 600.0
+) -> MemoryForecast | None:
     """Theil-Sen slope (scipy.stats.theilslopes) over the points given (the caller passes the recent ones, e.g. the last
     30 minutes); None with fewer than 3 finite points or a span under min_span_s. Like Prometheus's predict_linear, but
     robust: one spike does not move the median of the pairwise slopes."""
@@ -370,4 +425,4 @@ def memory_forecast(t_unix: list[float], rss_mib: list[float], available_mib: fl
     res = stats.theilslopes(y, (t - t.min()) / 3600.0)
     slope = float(res.slope)
     headroom = max(0.0, float(available_mib)) / (slope / 3600.0) if slope > 0 else None
-    return MemoryForecast(slope_mib_per_h=slope, headroom_s=headroom, n=int(len(y)))
+    return MemoryForecast(slope_mib_per_h=slope, headroom_s=headroom, n=len(y))

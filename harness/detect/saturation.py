@@ -40,8 +40,12 @@ class Rule:
         """From the scenario's model or its dumped dict (a run's manifest); defaults where absent."""
         get = cfg.get if isinstance(cfg, Mapping) else (lambda k, d=None: getattr(cfg, k, d))
         d = cls()
-        return cls(*(float(get(f, getattr(d, f)) if get(f, None) is not None else getattr(d, f))
-                     for f in ("completion_ratio_min", "late_share_max", "goodput_ratio_min")))
+        return cls(
+            *(
+                float(get(f, getattr(d, f)) if get(f, None) is not None else getattr(d, f))
+                for f in ("completion_ratio_min", "late_share_max", "goodput_ratio_min")
+            )
+        )
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,9 @@ def saturation_point(points: Sequence[tuple[float, Judgement]]) -> SaturationPoi
 
 def stop_sweep(judgements: Sequence[Judgement], stop_after: int | None) -> bool:
     """The adaptive sweep: stop a repetition's higher rates once the last ``stop_after`` rates all saturated."""
-    return stop_after is not None and len(judgements) >= stop_after and all(j.saturated for j in judgements[-stop_after:])
+    return (
+        stop_after is not None and len(judgements) >= stop_after and all(j.saturated for j in judgements[-stop_after:])
+    )
 
 
 @dataclass(frozen=True)

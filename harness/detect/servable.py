@@ -64,7 +64,11 @@ class SloResult:
     def evidence(self, n: int) -> str:
         tps = f"{self.per_stream_tps:.1f}" if self.per_stream_tps is not None else "–"
         p95 = f"{self.ttft_p95_s:.2f}" if self.ttft_p95_s is not None else "–"
-        return f"N={n}: {tps} t/s/stream, TTFT p95 {p95} s" + (f", {self.failed} failed" if self.failed else "") + (" ✗" if self.why else " ✓")
+        return (
+            f"N={n}: {tps} t/s/stream, TTFT p95 {p95} s"
+            + (f", {self.failed} failed" if self.failed else "")
+            + (" ✗" if self.why else " ✓")
+        )
 
 
 def slo_verdict(requests: Iterable[tuple[str, Any, Any]], tps_min: float | None, ttft_max: float | None) -> SloResult:
@@ -92,8 +96,16 @@ def slo_verdict(requests: Iterable[tuple[str, Any, Any]], tps_min: float | None,
     return SloResult(not why, med, p95, failed, "; ".join(why))
 
 
-def meets_slo(status: str, ttft_s: Any, decode_tps: Any, e2e_s: Any, send_delay_s: Any,
-              tps_min: float | None, ttft_max: float | None, e2e_max: float | None) -> bool:
+def meets_slo(
+    status: str,
+    ttft_s: Any,
+    decode_tps: Any,
+    e2e_s: Any,
+    send_delay_s: Any,
+    tps_min: float | None,
+    ttft_max: float | None,
+    e2e_max: float | None,
+) -> bool:
     """Whether one request counts toward goodput (docs/metrics.md#goodput): it succeeded and meets every bound
     the SLO sets. TTFT and end-to-end time count from the request's scheduled time (its ``send_delay_s`` added:
     an open-loop request held back by ``max_in_flight`` cannot meet the SLO by starting late); a request
@@ -110,8 +122,13 @@ def meets_slo(status: str, ttft_s: Any, decode_tps: Any, e2e_s: Any, send_delay_
     return True
 
 
-def goodput(requests: Iterable[tuple[str, Any, Any, Any, Any]], wall_s: float, tps_min: float | None, ttft_max: float | None,
-            e2e_max: float | None) -> tuple[int | None, float | None]:
+def goodput(
+    requests: Iterable[tuple[str, Any, Any, Any, Any]],
+    wall_s: float,
+    tps_min: float | None,
+    ttft_max: float | None,
+    e2e_max: float | None,
+) -> tuple[int | None, float | None]:
     """``requests``: (status, ttft_s, decode_tps, e2e_s, send_delay_s) of every request of a phase. Returns (how many
     meet the SLO, those per second of the phase's wall time); (None, None) when the SLO sets no per-request bound."""
     if tps_min is None and ttft_max is None and e2e_max is None:

@@ -39,8 +39,15 @@ class Trend:
         return asdict(self)
 
 
-def trend(metric: str, t_s: list[float], y: list[float], bad_direction: int, alpha: float = 0.01, min_change: float = 0.1,
-          levels: list[Any] | None = None) -> Trend | None:
+def trend(
+    metric: str,
+    t_s: list[float],
+    y: list[float],
+    bad_direction: int,
+    alpha: float = 0.01,
+    min_change: float = 0.1,
+    levels: list[Any] | None = None,
+) -> Trend | None:
     """Test one series; None when there are fewer than 3 finite points or no spread in time. ``levels``: each point's
     load level; with more than one, points are compared only within their level (``_by_level``)."""
     t = np.asarray(t_s, dtype=float)
@@ -80,8 +87,9 @@ WATCHED = {
 }
 
 
-def _by_level(metric: str, t: np.ndarray, v: np.ndarray, levels: list[Any], bad_direction: int, alpha: float,
-              min_change: float) -> Trend | None:
+def _by_level(
+    metric: str, t: np.ndarray, v: np.ndarray, levels: list[Any], bad_direction: int, alpha: float, min_change: float
+) -> Trend | None:
     """The seasonal Kendall test (Hirsch, Slack & Smith 1982) over load levels: S and Var(S) summed over the levels
     (each with at least 3 points), the slope the median of the within-level pairwise slopes of values relative to
     their level's median, its interval from the ranks of Var(S) as Sen's, the change over the whole observed span."""
@@ -123,4 +131,15 @@ def _by_level(metric: str, t: np.ndarray, v: np.ndarray, levels: list[Any], bad_
     scale = abs(med_all)  # slopes shown in the series' unit, at its overall median
     excludes_zero_bad = lo_rel > 0 if bad_direction > 0 else hi_rel < 0
     drifting = excludes_zero_bad and p < alpha and abs(rel) >= min_change and np.sign(rel) == bad_direction
-    return Trend(metric, n_total, slope_rel * scale, lo_rel * scale, hi_rel * scale, p, med_all, rel, bool(drifting), bad_direction)
+    return Trend(
+        metric,
+        n_total,
+        slope_rel * scale,
+        lo_rel * scale,
+        hi_rel * scale,
+        p,
+        med_all,
+        rel,
+        bool(drifting),
+        bad_direction,
+    )

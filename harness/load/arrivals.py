@@ -21,22 +21,9 @@ import numpy as np
 
 from engines.base import Engine
 from harness.load.client import RequestParams, race_stop, stream_one, until_stopped
+from harness.load.schedule import LATE_AFTER_S, Schedule
 from harness.prompts import Prompt
 from harness.records.files import RequestRecord
-from harness.load.schedule import LATE_AFTER_S, Schedule
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def arrival_figures(records: Sequence[RequestRecord], sched: Schedule, wall_s: float) -> dict[str, Any]:
@@ -112,13 +99,28 @@ async def run_arrivals(
         async def one(i: int, due_ns: int, waited: bool) -> None:
             try:
                 seq = prompt_offset + i
-                request = stream_one(session, engine, url, prompts[seq % len(prompts)], params, extras,
-                                     {**meta, "stream": 0, "index": i}, wall_anchor, headers, seq)
+                request = stream_one(
+                    session,
+                    engine,
+                    url,
+                    prompts[seq % len(prompts)],
+                    params,
+                    extras,
+                    {**meta, "stream": 0, "index": i},
+                    wall_anchor,
+                    headers,
+                    seq,
+                )
                 rec = await until_stopped(stop, request)
                 scheduled = round(anchor_unix + (due_ns - anchor_ns) / 1e9, 6)
                 delay = round(max(0.0, rec.start_unix_s - scheduled), 6)
-                rec = dataclasses.replace(rec, scheduled_unix_s=scheduled, send_delay_s=delay, late=waited or delay > late_after_s,
-                                          id=f"{rec.attempt}/0/{i}" if rec.attempt else rec.id)
+                rec = dataclasses.replace(
+                    rec,
+                    scheduled_unix_s=scheduled,
+                    send_delay_s=delay,
+                    late=waited or delay > late_after_s,
+                    id=f"{rec.attempt}/0/{i}" if rec.attempt else rec.id,
+                )
                 records.append(rec)
                 on_record(rec)
             except BaseException:

@@ -53,8 +53,13 @@ class RequestParams:
     keep_text: bool = True
 
 
-def request_body(messages: list[dict[str, str]], params: RequestParams, extras: dict[str, Any], seq: int = 0,
-                 max_tokens: int | None = None) -> dict[str, Any]:
+def request_body(
+    messages: list[dict[str, str]],
+    params: RequestParams,
+    extras: dict[str, Any],
+    seq: int = 0,
+    max_tokens: int | None = None,
+) -> dict[str, Any]:
     """The chat request. ``seq`` (the request's position in its phase) varies the seed, so that
     sampled decoding and the engine's synthetic acceptance draw afresh for every request while
     the same position gets the same seed in every configuration (paired comparisons).
@@ -194,7 +199,9 @@ class StreamParser:
             return False
         usage = chunk.get("usage")
         choices = chunk.get("choices") or []  # llama.cpp's final usage chunk has "choices": []
-        if not isinstance(choices, list) or not all(isinstance(c, dict) and isinstance(c.get("delta") or {}, dict) for c in choices):
+        if not isinstance(choices, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("delta") or {}, dict) for c in choices
+        ):
             self.fail("malformed", f"chunk's choices are not a list of objects with a delta object: {data[:80]!r}")
             return False
         if usage and not isinstance(usage, dict):
@@ -336,7 +343,7 @@ async def stream_one(
                         break
                 if more:
                     parser.end_of_block_stream(time.perf_counter_ns())
-    except asyncio.TimeoutError:
+    except TimeoutError:
         if time.perf_counter_ns() - t0 < params.timeout_s * 1e9 * 0.99:
             parser.fail("stall", f"no chunk for {params.stall_s:g} s after {len(parser.chunk_times)} chunks")
         else:
@@ -404,7 +411,18 @@ async def run_streams(
                     prompt = prompts[seq % len(prompts)]
                     rec = await until_stopped(
                         stop,
-                        stream_one(session, engine, url, prompt, params, extras, {**meta, "stream": s, "index": i}, wall_anchor, headers, seq)
+                        stream_one(
+                            session,
+                            engine,
+                            url,
+                            prompt,
+                            params,
+                            extras,
+                            {**meta, "stream": s, "index": i},
+                            wall_anchor,
+                            headers,
+                            seq,
+                        ),
                     )
                     if rec.attempt:
                         rec = dataclasses.replace(rec, id=f"{rec.attempt}/{s}/{i}")

@@ -32,31 +32,56 @@ class GreedyClient:
         self.tokens = engine.name == "llamacpp"
 
     def _post(self, path: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
-        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json", **self.engine.request_headers()})
+        req = urllib.request.Request(
+            self.url + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json", **self.engine.request_headers()},
+        )
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             data = json.loads(resp.read())
         if not isinstance(data, dict):
             raise ValueError(f"{path}: answer is not an object")
         return data
 
-    def answer(self, prompt: Prompt, max_tokens: int, temperature: float, seed: int, timeout: float, pid: str | None = None) -> Answer:
+    def answer(
+        self, prompt: Prompt, max_tokens: int, temperature: float, seed: int, timeout: float, pid: str | None = None
+    ) -> Answer:
         pid = pid or prompt.id
         try:
             if self.tokens:
                 templ = self._post("/apply-template", {"messages": prompt.messages}, timeout)
-                body = {"prompt": templ["prompt"], "n_predict": max_tokens, "temperature": temperature, "seed": seed,
-                        "cache_prompt": False, "return_tokens": True, "stream": False}
+                body = {
+                    "prompt": templ["prompt"],
+                    "n_predict": max_tokens,
+                    "temperature": temperature,
+                    "seed": seed,
+                    "cache_prompt": False,
+                    "return_tokens": True,
+                    "stream": False,
+                }
                 r = self._post("/completion", body, timeout)
                 t = r.get("timings") or {}
-                return Answer(pid, str(r.get("content", "")), tuple(int(x) for x in r.get("tokens") or ()),
-                              t.get("draft_n"), t.get("draft_n_accepted"))
-            body = {"messages": prompt.messages, "max_tokens": max_tokens, "temperature": temperature, "seed": seed,
-                    "stream": False, **self.engine.answer_extras()}
+                return Answer(
+                    pid,
+                    str(r.get("content", "")),
+                    tuple(int(x) for x in r.get("tokens") or ()),
+                    t.get("draft_n"),
+                    t.get("draft_n_accepted"),
+                )
+            body = {
+                "messages": prompt.messages,
+                "max_tokens": max_tokens,
+                "temperature": temperature,
+                "seed": seed,
+                "stream": False,
+                **self.engine.answer_extras(),
+            }
             r = self._post(self.engine.chat_path, body, timeout)
             choice = (r.get("choices") or [{}])[0]
             ids = choice.get("token_ids")  # vLLM, asked with return_token_ids (engines/vllm.py answer_extras)
-            tokens = tuple(int(x) for x in ids) if isinstance(ids, list) and all(isinstance(x, int) for x in ids) else None
+            tokens = (
+                tuple(int(x) for x in ids) if isinstance(ids, list) and all(isinstance(x, int) for x in ids) else None
+            )
             return Answer(pid, str((choice.get("message") or {}).get("content") or ""), tokens)
         except (OSError, ValueError, KeyError, urllib.error.HTTPError) as exc:
             return Answer(pid, error=f"{type(exc).__name__}: {exc}")

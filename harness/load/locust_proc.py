@@ -24,8 +24,15 @@ LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 
 
 class LocustProcess:
-    def __init__(self, config: dict[str, Any], work_dir: Path, log_dir: Path, workers: int = 0, stop_timeout_s: float = 30.0,
-                 secret_env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        config: dict[str, Any],
+        work_dir: Path,
+        log_dir: Path,
+        workers: int = 0,
+        stop_timeout_s: float = 30.0,
+        secret_env: dict[str, str] | None = None,
+    ):
         self.config = {**config, "workers": workers}
         self.secret_env = dict(secret_env or {})  # an API key travels in the environment, never in the config file
         self.work_dir = work_dir
@@ -50,26 +57,53 @@ class LocustProcess:
         stop_timeout = str(math.ceil(self.stop_timeout_s))  # Locust takes whole seconds ("5.3" is refused)
         common = ["--headless", "--host", self.config["url"], "--stop-timeout", stop_timeout]
         if self.workers == 0:
-            self._spawn("local", self._cmd(*common, "--csv", str(self.csv_prefix), "--json-file", str(self.json_path), "--only-summary"), env)
+            self._spawn(
+                "local",
+                self._cmd(*common, "--csv", str(self.csv_prefix), "--json-file", str(self.json_path), "--only-summary"),
+                env,
+            )
             return
         port = free_port()
         master = self._cmd(
-            *common, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
-            "--expect-workers", str(self.workers), "--csv", str(self.csv_prefix), "--json-file", str(self.json_path), "--only-summary",
+            *common,
+            "--master",
+            "--master-bind-host",
+            "127.0.0.1",
+            "--master-bind-port",
+            str(port),
+            "--expect-workers",
+            str(self.workers),
+            "--csv",
+            str(self.csv_prefix),
+            "--json-file",
+            str(self.json_path),
+            "--only-summary",
         )
         self._spawn("master", master, env)
         for i in range(self.workers):
             # a worker stops its users with its own --stop-timeout: without it, requests in flight when
             # the slice ends are killed unrecorded
-            self._spawn(f"worker{i}", self._cmd("--worker", "--master-host", "127.0.0.1", "--master-port", str(port),
-                                                "--stop-timeout", stop_timeout), env)
+            self._spawn(
+                f"worker{i}",
+                self._cmd(
+                    "--worker", "--master-host", "127.0.0.1", "--master-port", str(port), "--stop-timeout", stop_timeout
+                ),
+                env,
+            )
 
     def _spawn(self, role: str, cmd: list[str], env: dict[str, str]) -> None:
         log = open(self.log_dir / f"locust-{self.slice_id}-{role}.log", "ab", buffering=0)  # noqa: SIM115 - closed in stop()
         self._logs.append(log)
         self.procs.append(
-            subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                             start_new_session=True, preexec_fn=set_parent_death_signal)  # noqa: PLW1509
+            subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=set_parent_death_signal,
+            )
         )
 
     @property

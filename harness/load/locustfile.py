@@ -14,7 +14,6 @@ import http.client
 import itertools
 import json
 import os
-import socket
 import sys
 import time
 from pathlib import Path
@@ -127,14 +126,27 @@ class _RecordingUser(User):
         a user finding the share used up stops (said once, on stderr and in ``<slice>-<pid>.exhausted`` beside the
         records); ``allow``: the share comes round again."""
         index, total = _worker_slot(self.environment)
-        i = share_index(int(CONFIG.get("prompt_start", 0)), next(_PROMPT_SEQ), index, total, len(PROMPTS), CONFIG.get("prompt_reuse", "allow"))
+        i = share_index(
+            int(CONFIG.get("prompt_start", 0)),
+            next(_PROMPT_SEQ),
+            index,
+            total,
+            len(PROMPTS),
+            CONFIG.get("prompt_reuse", "allow"),
+        )
         if i is None:
             _exhausted(len(PROMPTS))
             raise StopUser()
         return PROMPTS[i]
 
-    def _one(self, messages: list[dict[str, str]], prompt_id: str, turn: int, max_tokens: int | None = None,
-             due: tuple[int, bool] | None = None) -> dict[str, Any]:
+    def _one(
+        self,
+        messages: list[dict[str, str]],
+        prompt_id: str,
+        turn: int,
+        max_tokens: int | None = None,
+        due: tuple[int, bool] | None = None,
+    ) -> dict[str, Any]:
         """One streamed request, recorded. ``max_tokens``: the prompt's own (drawn lengths), else the scenario's.
         ``due``: an open-loop request's scheduled time (perf_counter_ns) and whether it waited for a slot; the record
         then carries scheduled_unix_s, send_delay_s and late."""
@@ -161,7 +173,7 @@ class _RecordingUser(User):
                     if now > deadline:
                         parser.fail("timeout", f"no complete answer within {PARAMS.timeout_s:g} s")
                         break
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             parser.fail("stall", f"no chunk for {PARAMS.stall_s:g} s after {len(parser.chunk_times)} chunks")
         except http.client.IncompleteRead as exc:
             parser.fail("truncated", f"stream broken after {len(parser.chunk_times)} chunks: {exc!r}")
@@ -173,8 +185,13 @@ class _RecordingUser(User):
         meta = {
             "config": CONFIG["config"],
             "phase": "soak",
-            "streams": (int(ARRIVAL["max_in_flight"]) if ARRIVAL is not None
-                        else self.environment.runner.user_count if self.environment.runner else 0),
+            "streams": (
+                int(ARRIVAL["max_in_flight"])
+                if ARRIVAL is not None
+                else self.environment.runner.user_count
+                if self.environment.runner
+                else 0
+            ),
             "repetition": 0,
             "stream": id(self) % 1_000_000,
             "index": seq,
@@ -184,8 +201,11 @@ class _RecordingUser(User):
         if due is not None:
             due_ns, waited = due
             delay = max(0.0, (t0 - due_ns) / 1e9)
-            rec.update(scheduled_unix_s=round(_ANCHOR[0] + (due_ns - _ANCHOR[1]) / 1e9, 6), send_delay_s=round(delay, 6),
-                       late=waited or delay > LATE_AFTER_S)
+            rec.update(
+                scheduled_unix_s=round(_ANCHOR[0] + (due_ns - _ANCHOR[1]) / 1e9, 6),
+                send_delay_s=round(delay, 6),
+                late=waited or delay > LATE_AFTER_S,
+            )
         if not CONFIG.get("keep_text", False):
             rec["text"] = None
         _writer().write(rec)
@@ -259,13 +279,22 @@ class PacingUser(_RecordingUser):
     def converse(self) -> None:
         assert ARRIVAL is not None
         index, total = _worker_slot(self.environment)
-        offset, slice_s, duration = float(CONFIG.get("offset_s", 0.0)), float(CONFIG["slice_s"]), float(CONFIG["duration_s"])
+        offset, slice_s, duration = (
+            float(CONFIG.get("offset_s", 0.0)),
+            float(CONFIG["slice_s"]),
+            float(CONFIG["duration_s"]),
+        )
         offsets = soak_offsets(ARRIVAL, offset, offset + slice_s, duration)
         mine = worker_share(len(offsets), index, total)
         slots = gevent.lock.BoundedSemaphore(in_flight_share(int(ARRIVAL["max_in_flight"]), index, total))
         t0_ns = time.perf_counter_ns()
         # where this process's schedule starts, for the harness's offered rate per window (harness/soak/slice.py)
-        start = {"t0_unix": _ANCHOR[0] + (t0_ns - _ANCHOR[1]) / 1e9, "offset_s": offset, "scheduled": len(mine), "pid": os.getpid()}
+        start = {
+            "t0_unix": _ANCHOR[0] + (t0_ns - _ANCHOR[1]) / 1e9,
+            "offset_s": offset,
+            "scheduled": len(mine),
+            "pid": os.getpid(),
+        }
         (Path(CONFIG["records_dir"]) / f"{CONFIG['slice_id']}-{os.getpid()}.pacing.json").write_text(json.dumps(start))
         sent: list[gevent.Greenlet] = []
         for i in mine:

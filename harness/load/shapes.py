@@ -52,7 +52,7 @@ def load_trace(path: Path) -> list[tuple[float, str | None]]:
             t_s, pid = obj["t_s"], obj.get("prompt_id")
             seconds = float(t_s) if not isinstance(t_s, bool) else math.nan
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
-            raise ValueError(f"{path}:{n}: a trace line is {{\"t_s\": seconds, \"prompt_id\": optional}} ({exc})") from None
+            raise ValueError(f'{path}:{n}: a trace line is {{"t_s": seconds, "prompt_id": optional}} ({exc})') from None
         if not (math.isfinite(seconds) and seconds >= 0):
             raise ValueError(f"{path}:{n}: t_s is the seconds from the start, a number >= 0, not {str(t_s)[:40]!r}")
         if pid is not None and not isinstance(pid, str):

@@ -54,5 +54,7 @@ def check_dashboard(dash: dict[str, Any], datasource_uids: set[str], schema: dic
     for where, ds in _datasources(dash):
         uid = ds.get("uid") if isinstance(ds, dict) else None
         if uid not in datasource_uids:
-            errors.append(f"{name}: {where}: datasource uid {uid!r} is not a provisioned datasource ({', '.join(sorted(datasource_uids))})")
+            errors.append(
+                f"{name}: {where}: datasource uid {uid!r} is not a provisioned datasource ({', '.join(sorted(datasource_uids))})"
+            )
     return errors

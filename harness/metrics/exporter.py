@@ -41,28 +41,103 @@ from harness.session.observers import BaseObserver
 CONFIG_LABELS = ("run", "config", "engine", "algorithm", "synthetic")
 MAX_POSITIONS = 16  # per-position acceptance beyond this many drafted tokens is not exported
 # watchdog verdict kinds (harness/soak/slice.py); an unknown kind is exported as "other"
-VERDICT_KINDS = ("crash", "hang", "restart_failed", "gave_up", "no_load", "error_rate", "collapse", "recovered", "memory", "drift", "stall",
-                 "cache_cap", "divergence", "disk", "other")
+VERDICT_KINDS = (
+    "crash",
+    "hang",
+    "restart_failed",
+    "gave_up",
+    "no_load",
+    "error_rate",
+    "collapse",
+    "recovered",
+    "memory",
+    "drift",
+    "stall",
+    "cache_cap",
+    "divergence",
+    "disk",
+    "other",
+)
 # the window series the soak's change detector watches (the ``detectors`` of a window record)
 MIB = 1024 * 1024
 
 # window fields shown as one gauge each: (gauge name, help, scale to the gauge's unit); docs/observability.md
 WINDOW_GAUGES: dict[str, tuple[str, str, float]] = {
-    "max_chunk_gap_s": ("specsoak_soak_longest_chunk_gap_seconds", "the longest gap between two chunks of any request of the last soak window", 1.0),
-    "itl_p99_s": ("specsoak_soak_chunk_gap_p99_seconds", "p99 of every gap between two chunks in the last soak window", 1.0),
-    "probe_max_s": ("specsoak_soak_probe_max_seconds", "the longest the health probe went without an answer in the last soak window (slowest probe, or the stretch between two healthy answers less the probe interval)", 1.0),
-    "requests_running": ("specsoak_soak_engine_requests_running", "requests the engine was decoding at the end of the last soak window (its /metrics)", 1.0),
-    "requests_waiting": ("specsoak_soak_engine_requests_waiting", "requests waiting in the engine's queue at the end of the last soak window (its /metrics)", 1.0),
-    "kv_usage": ("specsoak_soak_engine_kv_usage_ratio", "share of the engine's KV cache in use at the end of the last soak window (vLLM)", 1.0),
-    "preemptions": ("specsoak_soak_engine_preemptions", "requests the engine preempted during the last soak window (vLLM)", 1.0),
-    "prefix_hit_rate": ("specsoak_soak_prefix_cache_hit_ratio", "prompt tokens found in the prefix cache / looked up, over the last soak window", 1.0),
-    "engine_anon_mib": ("specsoak_soak_engine_anon_swap_bytes", "anonymous resident + swapped memory of the engine's process tree (RssAnon + VmSwap)", MIB),
-    "engine_swap_mib": ("specsoak_soak_engine_swap_bytes", "swapped-out memory of the engine's process tree (VmSwap)", MIB),
-    "engine_memory_mib": ("specsoak_soak_engine_net_memory_bytes", "the larger of RSS and anon + swap, less the prompt cache: what the watchdog watches", MIB),
-    "prompt_cache_mib": ("specsoak_soak_prompt_cache_bytes", "the engine's host prompt cache as it last logged it (llama-server)", MIB),
-    "prompt_cache_cap_mib": ("specsoak_soak_prompt_cache_cap_bytes", "the prompt cache's cap as the engine logs it (llama-server --cache-ram)", MIB),
-    "engine_requests_done": ("specsoak_soak_engine_requests_done", "requests the engine served since it started (its counter, else the harness's count)", 1.0),
-    "engine_output_tokens_done": ("specsoak_soak_engine_output_tokens_done", "output tokens the engine produced since it started", 1.0),
+    "max_chunk_gap_s": (
+        "specsoak_soak_longest_chunk_gap_seconds",
+        "the longest gap between two chunks of any request of the last soak window",
+        1.0,
+    ),
+    "itl_p99_s": (
+        "specsoak_soak_chunk_gap_p99_seconds",
+        "p99 of every gap between two chunks in the last soak window",
+        1.0,
+    ),
+    "probe_max_s": (
+        "specsoak_soak_probe_max_seconds",
+        "the longest the health probe went without an answer in the last soak window (slowest probe, or the stretch between two healthy answers less the probe interval)",
+        1.0,
+    ),
+    "requests_running": (
+        "specsoak_soak_engine_requests_running",
+        "requests the engine was decoding at the end of the last soak window (its /metrics)",
+        1.0,
+    ),
+    "requests_waiting": (
+        "specsoak_soak_engine_requests_waiting",
+        "requests waiting in the engine's queue at the end of the last soak window (its /metrics)",
+        1.0,
+    ),
+    "kv_usage": (
+        "specsoak_soak_engine_kv_usage_ratio",
+        "share of the engine's KV cache in use at the end of the last soak window (vLLM)",
+        1.0,
+    ),
+    "preemptions": (
+        "specsoak_soak_engine_preemptions",
+        "requests the engine preempted during the last soak window (vLLM)",
+        1.0,
+    ),
+    "prefix_hit_rate": (
+        "specsoak_soak_prefix_cache_hit_ratio",
+        "prompt tokens found in the prefix cache / looked up, over the last soak window",
+        1.0,
+    ),
+    "engine_anon_mib": (
+        "specsoak_soak_engine_anon_swap_bytes",
+        "anonymous resident + swapped memory of the engine's process tree (RssAnon + VmSwap)",
+        MIB,
+    ),
+    "engine_swap_mib": (
+        "specsoak_soak_engine_swap_bytes",
+        "swapped-out memory of the engine's process tree (VmSwap)",
+        MIB,
+    ),
+    "engine_memory_mib": (
+        "specsoak_soak_engine_net_memory_bytes",
+        "the larger of RSS and anon + swap, less the prompt cache: what the watchdog watches",
+        MIB,
+    ),
+    "prompt_cache_mib": (
+        "specsoak_soak_prompt_cache_bytes",
+        "the engine's host prompt cache as it last logged it (llama-server)",
+        MIB,
+    ),
+    "prompt_cache_cap_mib": (
+        "specsoak_soak_prompt_cache_cap_bytes",
+        "the prompt cache's cap as the engine logs it (llama-server --cache-ram)",
+        MIB,
+    ),
+    "engine_requests_done": (
+        "specsoak_soak_engine_requests_done",
+        "requests the engine served since it started (its counter, else the harness's count)",
+        1.0,
+    ),
+    "engine_output_tokens_done": (
+        "specsoak_soak_engine_output_tokens_done",
+        "output tokens the engine produced since it started",
+        1.0,
+    ),
 }
 # series a verdict may name beside the change detector's (stall, prompt cache, GPU memory)
 VERDICT_ONLY_METRICS = ("longest_stall_s", "prompt_cache_mib", "gpu_used_mib")
@@ -102,8 +177,16 @@ class _EngineCollector(Collector):
         self._exp = exporter
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        up = GaugeMetricFamily("specsoak_engine_up", "1 while the engine of the configuration being measured is running, 0 if its process is gone", labels=CONFIG_LABELS)
-        rss = GaugeMetricFamily("specsoak_engine_resident_memory_bytes", "resident memory of the engine process (psutil, read at scrape time)", labels=CONFIG_LABELS)
+        up = GaugeMetricFamily(
+            "specsoak_engine_up",
+            "1 while the engine of the configuration being measured is running, 0 if its process is gone",
+            labels=CONFIG_LABELS,
+        )
+        rss = GaugeMetricFamily(
+            "specsoak_engine_resident_memory_bytes",
+            "resident memory of the engine process (psutil, read at scrape time)",
+            labels=CONFIG_LABELS,
+        )
         for cfg in self._exp.active_configs():
             values = [cfg.labels[k] for k in CONFIG_LABELS]
             reader = self._exp.process_reader
@@ -141,84 +224,386 @@ class MetricsExporter(BaseObserver):
         self._thread: threading.Thread | None = None
         r = self.registry
         L = CONFIG_LABELS
-        self.run_info = Info("specsoak_run", "the run being measured (value 1)", ["run", "scenario", "engine", "engine_version", "specsoak_version"], registry=r)
+        self.run_info = Info(
+            "specsoak_run",
+            "the run being measured (value 1)",
+            ["run", "scenario", "engine", "engine_version", "specsoak_version"],
+            registry=r,
+        )
         self.run_start = Gauge("specsoak_run_start_time_seconds", "Unix time the run started", ["run"], registry=r)
-        self.ttft = Histogram("specsoak_request_ttft_seconds", "time to first token of successful requests", [*L, "phase"], buckets=TTFT_BUCKETS, registry=r)
-        self.itl = Histogram("specsoak_request_inter_token_seconds", "gaps between consecutive text chunks (one observation per gap)", [*L, "phase"], buckets=ITL_BUCKETS, registry=r)
-        self.e2e = Histogram("specsoak_request_e2e_seconds", "request start to end of stream, successful requests", [*L, "phase"], buckets=E2E_BUCKETS, registry=r)
-        self.out_tokens = Counter("specsoak_output_tokens", "output tokens of successful requests", [*L, "phase"], registry=r)
-        self.requests = Counter("specsoak_requests", "finished requests by status and error kind (error_kind empty when ok)", [*L, "phase", "status", "error_kind"], registry=r)
-        self.drafted = Counter("specsoak_draft_tokens", "drafted tokens (engine counter deltas over measured phases)", L, registry=r)
-        self.accepted = Counter("specsoak_accepted_tokens", "accepted drafted tokens (engine counter deltas over measured phases)", L, registry=r)
-        self.steps = Counter("specsoak_verify_steps", "verification steps (engine counter deltas over measured phases)", L, registry=r)
-        self.per_pos = Counter("specsoak_accepted_tokens_per_position", f"verification steps that accepted at least position+1 drafted tokens (first {MAX_POSITIONS} positions)", [*L, "position"], registry=r)
-        self.phase_acc = Gauge("specsoak_phase_acceptance_ratio", "accepted / drafted tokens over the last measured phase", L, registry=r)
-        self.phase_len = Gauge("specsoak_phase_mean_acceptance_length", "1 + accepted / verification steps over the last measured phase (bonus token included)", L, registry=r)
-        self.phase_pos = Gauge("specsoak_phase_position_acceptance_ratio", "per-position acceptance over the last measured phase", [*L, "position"], registry=r)
-        self.cum_acc = Gauge("specsoak_cumulative_acceptance_ratio", "accepted / drafted tokens pooled over every measured phase of the configuration", L, registry=r)
-        self.cum_len = Gauge("specsoak_cumulative_mean_acceptance_length", "1 + accepted / verification steps pooled over every measured phase", L, registry=r)
-        self.phase_tps = Gauge("specsoak_phase_total_tokens_per_second", "output tokens / wall time of the last measured phase at this stream count", [*L, "streams"], registry=r)
-        self.total_tps = Gauge("specsoak_total_tokens_per_second", "median over repetitions of the phase total t/s at this stream count (the verdict's total t/s @N)", [*L, "streams"], registry=r)
-        self.phase_decode = Gauge("specsoak_phase_median_decode_tokens_per_second", "median per-request decode t/s of the last measured phase", [*L, "streams"], registry=r)
-        self.solo = Gauge("specsoak_solo_decode_tokens_per_second", "median decode t/s of successful measured requests at 1 stream (the verdict's solo decode t/s)", L, registry=r)
-        self.other_cores = Gauge("specsoak_phase_other_cpu_cores", "CPU cores used by other processes during the last measured phase (contamination)", [*L, "streams"], registry=r)
-        self.engine_cores = Gauge("specsoak_phase_engine_cpu_cores", "CPU cores used by the engine process tree during the last measured phase", [*L, "streams"], registry=r)
+        self.ttft = Histogram(
+            "specsoak_request_ttft_seconds",
+            "time to first token of successful requests",
+            [*L, "phase"],
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "specsoak_request_inter_token_seconds",
+            "gaps between consecutive text chunks (one observation per gap)",
+            [*L, "phase"],
+            buckets=ITL_BUCKETS,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "specsoak_request_e2e_seconds",
+            "request start to end of stream, successful requests",
+            [*L, "phase"],
+            buckets=E2E_BUCKETS,
+            registry=r,
+        )
+        self.out_tokens = Counter(
+            "specsoak_output_tokens", "output tokens of successful requests", [*L, "phase"], registry=r
+        )
+        self.requests = Counter(
+            "specsoak_requests",
+            "finished requests by status and error kind (error_kind empty when ok)",
+            [*L, "phase", "status", "error_kind"],
+            registry=r,
+        )
+        self.drafted = Counter(
+            "specsoak_draft_tokens", "drafted tokens (engine counter deltas over measured phases)", L, registry=r
+        )
+        self.accepted = Counter(
+            "specsoak_accepted_tokens",
+            "accepted drafted tokens (engine counter deltas over measured phases)",
+            L,
+            registry=r,
+        )
+        self.steps = Counter(
+            "specsoak_verify_steps", "verification steps (engine counter deltas over measured phases)", L, registry=r
+        )
+        self.per_pos = Counter(
+            "specsoak_accepted_tokens_per_position",
+            f"verification steps that accepted at least position+1 drafted tokens (first {MAX_POSITIONS} positions)",
+            [*L, "position"],
+            registry=r,
+        )
+        self.phase_acc = Gauge(
+            "specsoak_phase_acceptance_ratio", "accepted / drafted tokens over the last measured phase", L, registry=r
+        )
+        self.phase_len = Gauge(
+            "specsoak_phase_mean_acceptance_length",
+            "1 + accepted / verification steps over the last measured phase (bonus token included)",
+            L,
+            registry=r,
+        )
+        self.phase_pos = Gauge(
+            "specsoak_phase_position_acceptance_ratio",
+            "per-position acceptance over the last measured phase",
+            [*L, "position"],
+            registry=r,
+        )
+        self.cum_acc = Gauge(
+            "specsoak_cumulative_acceptance_ratio",
+            "accepted / drafted tokens pooled over every measured phase of the configuration",
+            L,
+            registry=r,
+        )
+        self.cum_len = Gauge(
+            "specsoak_cumulative_mean_acceptance_length",
+            "1 + accepted / verification steps pooled over every measured phase",
+            L,
+            registry=r,
+        )
+        self.phase_tps = Gauge(
+            "specsoak_phase_total_tokens_per_second",
+            "output tokens / wall time of the last measured phase at this stream count",
+            [*L, "streams"],
+            registry=r,
+        )
+        self.total_tps = Gauge(
+            "specsoak_total_tokens_per_second",
+            "median over repetitions of the phase total t/s at this stream count (the verdict's total t/s @N)",
+            [*L, "streams"],
+            registry=r,
+        )
+        self.phase_decode = Gauge(
+            "specsoak_phase_median_decode_tokens_per_second",
+            "median per-request decode t/s of the last measured phase",
+            [*L, "streams"],
+            registry=r,
+        )
+        self.solo = Gauge(
+            "specsoak_solo_decode_tokens_per_second",
+            "median decode t/s of successful measured requests at 1 stream (the verdict's solo decode t/s)",
+            L,
+            registry=r,
+        )
+        self.other_cores = Gauge(
+            "specsoak_phase_other_cpu_cores",
+            "CPU cores used by other processes during the last measured phase (contamination)",
+            [*L, "streams"],
+            registry=r,
+        )
+        self.engine_cores = Gauge(
+            "specsoak_phase_engine_cpu_cores",
+            "CPU cores used by the engine process tree during the last measured phase",
+            [*L, "streams"],
+            registry=r,
+        )
         self.phases = Counter("specsoak_phases", "measured phases finished", [*L, "streams"], registry=r)
-        self.ctx_slot = Gauge("specsoak_servable_context_tokens", "context one stream can use (ctx per slot, from the start-up log)", L, registry=r)
-        self.ctx_total = Gauge("specsoak_engine_context_tokens", "the engine's total context (from the start-up log)", L, registry=r)
+        self.ctx_slot = Gauge(
+            "specsoak_servable_context_tokens",
+            "context one stream can use (ctx per slot, from the start-up log)",
+            L,
+            registry=r,
+        )
+        self.ctx_total = Gauge(
+            "specsoak_engine_context_tokens", "the engine's total context (from the start-up log)", L, registry=r
+        )
         self.slots = Gauge("specsoak_engine_slots", "parallel slots the engine serves (max streams)", L, registry=r)
-        self.buffers = Gauge("specsoak_engine_buffer_bytes", "model / KV / compute / recurrent buffers of the target and draft (start-up log)", [*L, "role", "buffer"], registry=r)
+        self.buffers = Gauge(
+            "specsoak_engine_buffer_bytes",
+            "model / KV / compute / recurrent buffers of the target and draft (start-up log)",
+            [*L, "role", "buffer"],
+            registry=r,
+        )
         self.ready = Gauge("specsoak_engine_ready_seconds", "engine start to ready", L, registry=r)
-        self.start_time = Gauge("specsoak_engine_start_time_seconds", "Unix time the engine of the configuration last started", L, registry=r)
-        self.restarts = Counter("specsoak_engine_restarts", "engine starts of a configuration after its first", L, registry=r)
-        self.failures = Counter("specsoak_config_failures", "configurations the engine failed, by exception kind and stage", [*L, "kind", "stage"], registry=r)
-        self.failure_time = Gauge("specsoak_config_failure_time_seconds", "Unix time of the configuration's last failure", [*L, "kind"], registry=r)
-        self.verdicts = Counter("specsoak_watchdog_verdicts", "soak watchdog verdicts by kind (and the watched metric they name)", [*L, "kind", "metric"], registry=r)
-        self.verdict_time = Gauge("specsoak_watchdog_verdict_time_seconds", "Unix time of the last verdict of this kind (and metric)", [*L, "kind", "metric"], registry=r)
-        self.machine_memory = Gauge("specsoak_machine_memory_bytes", "the machine's memory: total (run start) and available (last soak window)", ["run", "kind"], registry=r)
+        self.start_time = Gauge(
+            "specsoak_engine_start_time_seconds",
+            "Unix time the engine of the configuration last started",
+            L,
+            registry=r,
+        )
+        self.restarts = Counter(
+            "specsoak_engine_restarts", "engine starts of a configuration after its first", L, registry=r
+        )
+        self.failures = Counter(
+            "specsoak_config_failures",
+            "configurations the engine failed, by exception kind and stage",
+            [*L, "kind", "stage"],
+            registry=r,
+        )
+        self.failure_time = Gauge(
+            "specsoak_config_failure_time_seconds",
+            "Unix time of the configuration's last failure",
+            [*L, "kind"],
+            registry=r,
+        )
+        self.verdicts = Counter(
+            "specsoak_watchdog_verdicts",
+            "soak watchdog verdicts by kind (and the watched metric they name)",
+            [*L, "kind", "metric"],
+            registry=r,
+        )
+        self.verdict_time = Gauge(
+            "specsoak_watchdog_verdict_time_seconds",
+            "Unix time of the last verdict of this kind (and metric)",
+            [*L, "kind", "metric"],
+            registry=r,
+        )
+        self.machine_memory = Gauge(
+            "specsoak_machine_memory_bytes",
+            "the machine's memory: total (run start) and available (last soak window)",
+            ["run", "kind"],
+            registry=r,
+        )
         # the last closed soak window (harness/soak/slice.py); None in the record -> no series
-        self.soak_output_tps = Gauge("specsoak_soak_output_tokens_per_second", "output tokens of requests finished in the last soak window / its seconds", L, registry=r)
-        self.soak_decode_tps = Gauge("specsoak_soak_decode_tokens_per_second", "median per-request decode t/s of the last soak window", L, registry=r)
+        self.soak_output_tps = Gauge(
+            "specsoak_soak_output_tokens_per_second",
+            "output tokens of requests finished in the last soak window / its seconds",
+            L,
+            registry=r,
+        )
+        self.soak_decode_tps = Gauge(
+            "specsoak_soak_decode_tokens_per_second",
+            "median per-request decode t/s of the last soak window",
+            L,
+            registry=r,
+        )
         self.soak_ttft_p95 = Gauge("specsoak_soak_ttft_p95_seconds", "p95 TTFT of the last soak window", L, registry=r)
-        self.soak_error_ratio = Gauge("specsoak_soak_error_ratio", "failed / all requests of the last soak window", L, registry=r)
-        self.soak_acceptance = Gauge("specsoak_soak_acceptance_ratio", "accepted / drafted tokens over the last soak window (engine counters)", L, registry=r)
-        self.soak_accept_len = Gauge("specsoak_soak_mean_acceptance_length", "1 + accepted / verification steps over the last soak window", L, registry=r)
-        self.soak_engine_memory = Gauge("specsoak_soak_engine_memory_bytes", "resident memory of the engine's process tree at the end of the last soak window", L, registry=r)
-        self.soak_users = Gauge("specsoak_soak_users", "offered load (Locust users) of the last soak window", L, registry=r)
-        self.engine_uptime = Gauge("specsoak_engine_uptime_seconds", "seconds since the soak engine's process started, at the end of the last window", L, registry=r)
-        self.soak_headroom = Gauge("specsoak_soak_memory_headroom_seconds", "seconds until the machine's available memory is used up at the engine's memory slope (+Inf when not growing, absent before the first forecast)", L, registry=r)
-        self.soak_gpu_memory = Gauge("specsoak_soak_gpu_memory_bytes", "GPU memory at the end of the last soak window (NVML): used and total over all GPUs, and the engine's processes where the driver reports them; absent without a GPU", [*L, "kind"], registry=r)
-        self.soak_gpu_headroom = Gauge("specsoak_soak_gpu_memory_headroom_seconds", "seconds until the GPUs' free memory is used up at the used memory's slope (+Inf when not growing, absent before the first forecast or without a GPU)", L, registry=r)
-        self.harness_memory = Gauge("specsoak_harness_resident_memory_bytes", "resident memory of the harness and its Locust processes at the end of the last soak window", L, registry=r)
-        self.soak_engine_cores = Gauge("specsoak_soak_engine_cpu_cores", "CPU cores used by the engine process tree during the last soak window", L, registry=r)
-        self.soak_harness_cores = Gauge("specsoak_soak_harness_cpu_cores", "CPU cores used by the harness and its Locust processes during the last soak window", L, registry=r)
-        self.soak_other_cores = Gauge("specsoak_soak_other_cpu_cores", "CPU cores used by other processes during the last soak window (contamination)", L, registry=r)
-        self.soak_judged = Gauge("specsoak_soak_window_judged", "1 if the watchdog judged the last soak window, 0 if not (too few requests, contaminated, warm-up)", L, registry=r)
-        self.soak_window_end = Gauge("specsoak_soak_window_end_time_seconds", "Unix time the last soak window closed", L, registry=r)
+        self.soak_error_ratio = Gauge(
+            "specsoak_soak_error_ratio", "failed / all requests of the last soak window", L, registry=r
+        )
+        self.soak_acceptance = Gauge(
+            "specsoak_soak_acceptance_ratio",
+            "accepted / drafted tokens over the last soak window (engine counters)",
+            L,
+            registry=r,
+        )
+        self.soak_accept_len = Gauge(
+            "specsoak_soak_mean_acceptance_length",
+            "1 + accepted / verification steps over the last soak window",
+            L,
+            registry=r,
+        )
+        self.soak_engine_memory = Gauge(
+            "specsoak_soak_engine_memory_bytes",
+            "resident memory of the engine's process tree at the end of the last soak window",
+            L,
+            registry=r,
+        )
+        self.soak_users = Gauge(
+            "specsoak_soak_users", "offered load (Locust users) of the last soak window", L, registry=r
+        )
+        self.engine_uptime = Gauge(
+            "specsoak_engine_uptime_seconds",
+            "seconds since the soak engine's process started, at the end of the last window",
+            L,
+            registry=r,
+        )
+        self.soak_headroom = Gauge(
+            "specsoak_soak_memory_headroom_seconds",
+            "seconds until the machine's available memory is used up at the engine's memory slope (+Inf when not growing, absent before the first forecast)",
+            L,
+            registry=r,
+        )
+        self.soak_gpu_memory = Gauge(
+            "specsoak_soak_gpu_memory_bytes",
+            "GPU memory at the end of the last soak window (NVML): used and total over all GPUs, and the engine's processes where the driver reports them; absent without a GPU",
+            [*L, "kind"],
+            registry=r,
+        )
+        self.soak_gpu_headroom = Gauge(
+            "specsoak_soak_gpu_memory_headroom_seconds",
+            "seconds until the GPUs' free memory is used up at the used memory's slope (+Inf when not growing, absent before the first forecast or without a GPU)",
+            L,
+            registry=r,
+        )
+        self.harness_memory = Gauge(
+            "specsoak_harness_resident_memory_bytes",
+            "resident memory of the harness and its Locust processes at the end of the last soak window",
+            L,
+            registry=r,
+        )
+        self.soak_engine_cores = Gauge(
+            "specsoak_soak_engine_cpu_cores",
+            "CPU cores used by the engine process tree during the last soak window",
+            L,
+            registry=r,
+        )
+        self.soak_harness_cores = Gauge(
+            "specsoak_soak_harness_cpu_cores",
+            "CPU cores used by the harness and its Locust processes during the last soak window",
+            L,
+            registry=r,
+        )
+        self.soak_other_cores = Gauge(
+            "specsoak_soak_other_cpu_cores",
+            "CPU cores used by other processes during the last soak window (contamination)",
+            L,
+            registry=r,
+        )
+        self.soak_judged = Gauge(
+            "specsoak_soak_window_judged",
+            "1 if the watchdog judged the last soak window, 0 if not (too few requests, contaminated, warm-up)",
+            L,
+            registry=r,
+        )
+        self.soak_window_end = Gauge(
+            "specsoak_soak_window_end_time_seconds", "Unix time the last soak window closed", L, registry=r
+        )
         self.soak_windows = Counter("specsoak_soak_windows", "soak windows closed", L, registry=r)
-        self.change_score = Gauge("specsoak_soak_change_score", "the change detector's score of a watched window series (last window)", [*L, "metric"], registry=r)
-        self.collapsed = Gauge("specsoak_soak_collapsed", "1 while the change detector is in an episode (collapse) for the metric, else 0", [*L, "metric"], registry=r)
-        self.reference = Gauge("specsoak_soak_reference", "the change detector's reference of the metric, in the window field's own unit (engine_memory_mib in MiB)", [*L, "metric"], registry=r)
-        self.relative_change = Gauge("specsoak_soak_relative_change", "the last window's change relative to the detector's reference", [*L, "metric"], registry=r)
+        self.change_score = Gauge(
+            "specsoak_soak_change_score",
+            "the change detector's score of a watched window series (last window)",
+            [*L, "metric"],
+            registry=r,
+        )
+        self.collapsed = Gauge(
+            "specsoak_soak_collapsed",
+            "1 while the change detector is in an episode (collapse) for the metric, else 0",
+            [*L, "metric"],
+            registry=r,
+        )
+        self.reference = Gauge(
+            "specsoak_soak_reference",
+            "the change detector's reference of the metric, in the window field's own unit (engine_memory_mib in MiB)",
+            [*L, "metric"],
+            registry=r,
+        )
+        self.relative_change = Gauge(
+            "specsoak_soak_relative_change",
+            "the last window's change relative to the detector's reference",
+            [*L, "metric"],
+            registry=r,
+        )
         # requests per second of the last soak window (docs/soak.md#open-loop-arrivals); offered, asked and late: open loop only
-        self.soak_achieved_rps = Gauge("specsoak_soak_achieved_requests_per_second", "successful requests finished in the last soak window / its seconds", L, registry=r)
-        self.soak_goodput_rps = Gauge("specsoak_soak_goodput_requests_per_second", "requests of the last soak window that met the scenario's SLO (TTFT, per-token, end-to-end; from their scheduled time) / its seconds; absent without a per-request SLO", L, registry=r)
-        self.soak_offered_rps = Gauge("specsoak_soak_offered_requests_per_second", "open-loop soak: arrivals scheduled in the last window / its seconds", L, registry=r)
-        self.soak_asked_rps = Gauge("specsoak_soak_asked_requests_per_second", "open-loop soak: the mean rate the scenario's rate curve asks over the last window", L, registry=r)
-        self.soak_late = Gauge("specsoak_soak_late_requests", "open-loop soak: requests of the last window sent late (waited for max_in_flight, or the client lagged)", L, registry=r)
-        self.soak_max_delay = Gauge("specsoak_soak_max_send_delay_seconds", "open-loop soak: the longest send delay (send time - scheduled time) among the last window's requests", L, registry=r)
-        self.window_gauges = {field: Gauge(name, text, L, registry=r) for field, (name, text, _) in WINDOW_GAUGES.items()}
+        self.soak_achieved_rps = Gauge(
+            "specsoak_soak_achieved_requests_per_second",
+            "successful requests finished in the last soak window / its seconds",
+            L,
+            registry=r,
+        )
+        self.soak_goodput_rps = Gauge(
+            "specsoak_soak_goodput_requests_per_second",
+            "requests of the last soak window that met the scenario's SLO (TTFT, per-token, end-to-end; from their scheduled time) / its seconds; absent without a per-request SLO",
+            L,
+            registry=r,
+        )
+        self.soak_offered_rps = Gauge(
+            "specsoak_soak_offered_requests_per_second",
+            "open-loop soak: arrivals scheduled in the last window / its seconds",
+            L,
+            registry=r,
+        )
+        self.soak_asked_rps = Gauge(
+            "specsoak_soak_asked_requests_per_second",
+            "open-loop soak: the mean rate the scenario's rate curve asks over the last window",
+            L,
+            registry=r,
+        )
+        self.soak_late = Gauge(
+            "specsoak_soak_late_requests",
+            "open-loop soak: requests of the last window sent late (waited for max_in_flight, or the client lagged)",
+            L,
+            registry=r,
+        )
+        self.soak_max_delay = Gauge(
+            "specsoak_soak_max_send_delay_seconds",
+            "open-loop soak: the longest send delay (send time - scheduled time) among the last window's requests",
+            L,
+            registry=r,
+        )
+        self.window_gauges = {
+            field: Gauge(name, text, L, registry=r) for field, (name, text, _) in WINDOW_GAUGES.items()
+        }
         # the output canary (harness/soak/canary.py): its last round, and whether a divergence was called in this soak
-        self.canary_differing = Gauge("specsoak_soak_canary_differing_answers", "output canary: answers of the last round that differ from "
-                                      "the reference (first: the configuration's first answers; baseline: its baseline's), absent before there is one",
-                                      [*L, "reference"], registry=r)
-        self.canary_diverged = Gauge("specsoak_soak_canary_diverged", "output canary: 1 once a divergence verdict was given in this configuration's soak, else 0", L, registry=r)
-        self.canary_answers = Counter("specsoak_soak_canary_answers", "output canary answers by status (error: refused or failed)", [*L, "status"], registry=r)
+        self.canary_differing = Gauge(
+            "specsoak_soak_canary_differing_answers",
+            "output canary: answers of the last round that differ from "
+            "the reference (first: the configuration's first answers; baseline: its baseline's), absent before there is one",
+            [*L, "reference"],
+            registry=r,
+        )
+        self.canary_diverged = Gauge(
+            "specsoak_soak_canary_diverged",
+            "output canary: 1 once a divergence verdict was given in this configuration's soak, else 0",
+            L,
+            registry=r,
+        )
+        self.canary_answers = Counter(
+            "specsoak_soak_canary_answers",
+            "output canary answers by status (error: refused or failed)",
+            [*L, "status"],
+            registry=r,
+        )
         self._window_gauges = (
-            *self.window_gauges.values(), self.soak_achieved_rps, self.soak_goodput_rps, self.soak_offered_rps, self.soak_asked_rps, self.soak_late, self.soak_max_delay,
-            self.soak_output_tps, self.soak_decode_tps, self.soak_ttft_p95, self.soak_error_ratio, self.soak_acceptance, self.soak_accept_len,
-            self.soak_engine_memory, self.soak_users, self.engine_uptime, self.soak_headroom, self.soak_gpu_headroom, self.harness_memory,
-            self.soak_engine_cores, self.soak_harness_cores, self.soak_other_cores, self.soak_judged, self.soak_window_end,
+            *self.window_gauges.values(),
+            self.soak_achieved_rps,
+            self.soak_goodput_rps,
+            self.soak_offered_rps,
+            self.soak_asked_rps,
+            self.soak_late,
+            self.soak_max_delay,
+            self.soak_output_tps,
+            self.soak_decode_tps,
+            self.soak_ttft_p95,
+            self.soak_error_ratio,
+            self.soak_acceptance,
+            self.soak_accept_len,
+            self.soak_engine_memory,
+            self.soak_users,
+            self.engine_uptime,
+            self.soak_headroom,
+            self.soak_gpu_headroom,
+            self.harness_memory,
+            self.soak_engine_cores,
+            self.soak_harness_cores,
+            self.soak_other_cores,
+            self.soak_judged,
+            self.soak_window_end,
         )
         self._detector_gauges = (self.change_score, self.collapsed, self.reference, self.relative_change)
         self.registry.register(_EngineCollector(self))
@@ -261,7 +646,16 @@ class MetricsExporter(BaseObserver):
     def _cfg(self, name: str) -> _Config:
         cfg = self._configs.get(name)
         if cfg is None:  # a record for a configuration we never heard start (replay of a partial folder)
-            cfg = _Config({"run": self._run, "config": name, "engine": self._engine, "algorithm": "unknown", "synthetic": "false"}, active=False)
+            cfg = _Config(
+                {
+                    "run": self._run,
+                    "config": name,
+                    "engine": self._engine,
+                    "algorithm": "unknown",
+                    "synthetic": "false",
+                },
+                active=False,
+            )
             self._configs[name] = cfg
         return cfg
 
@@ -281,10 +675,18 @@ class MetricsExporter(BaseObserver):
         if total_mib is not None:
             self.machine_memory.labels(run=self._run, kind="total").set(float(total_mib) * MIB)
 
-    def on_config_start(self, config: str, algorithm: str, synthetic: bool, engine: str, engine_url: str, engine_pid: int | None) -> None:
+    def on_config_start(
+        self, config: str, algorithm: str, synthetic: bool, engine: str, engine_url: str, engine_pid: int | None
+    ) -> None:
         with self._lock:
             cfg = self._configs.get(config)
-            labels = {"run": self._run, "config": config, "engine": engine, "algorithm": algorithm, "synthetic": "true" if synthetic else "false"}
+            labels = {
+                "run": self._run,
+                "config": config,
+                "engine": engine,
+                "algorithm": algorithm,
+                "synthetic": "true" if synthetic else "false",
+            }
             if cfg is None:
                 cfg = self._configs[config] = _Config(labels)
             cfg.labels, cfg.pid, cfg.active = labels, engine_pid, True
@@ -305,20 +707,29 @@ class MetricsExporter(BaseObserver):
 
     def on_capacity(self, config: str, capacity: dict[str, Any]) -> None:
         lab = self._cfg(config).labels
-        for gauge, key in ((self.ctx_slot, "ctx_per_slot"), (self.ctx_total, "ctx_total"), (self.slots, "slots"), (self.ready, "ready_s")):
+        for gauge, key in (
+            (self.ctx_slot, "ctx_per_slot"),
+            (self.ctx_total, "ctx_total"),
+            (self.slots, "slots"),
+            (self.ready, "ready_s"),
+        ):
             if capacity.get(key) is not None:
                 gauge.labels(**lab).set(float(capacity[key]))
         for role in ("target", "draft"):
             mem = capacity.get(role) or {}
             for key in BUFFERS:
                 if mem.get(key) is not None:
-                    self.buffers.labels(**lab, role=role, buffer=key.removesuffix("_mib")).set(float(mem[key]) * 1024 * 1024)
+                    self.buffers.labels(**lab, role=role, buffer=key.removesuffix("_mib")).set(
+                        float(mem[key]) * 1024 * 1024
+                    )
 
     def on_request(self, record: dict[str, Any]) -> None:
         cfg = self._cfg(str(record["config"]))
         lab = {**cfg.labels, "phase": str(record.get("phase") or "measure")}
         ok = record.get("status") == "ok"
-        self.requests.labels(**lab, status="ok" if ok else "error", error_kind="" if ok else str(record.get("error_kind") or "unknown")).inc()
+        self.requests.labels(
+            **lab, status="ok" if ok else "error", error_kind="" if ok else str(record.get("error_kind") or "unknown")
+        ).inc()
         if not ok:
             return
         if record.get("ttft_s") is not None:
@@ -433,7 +844,9 @@ class MetricsExporter(BaseObserver):
                 (self.relative_change, det.get("relative_change")),
             ):
                 _set_or_remove(gauge, [*values, metric], v)
-        _set_or_remove(self.machine_memory, [self._run, "available"], _times(record.get("machine_memory_available_mib"), MIB))
+        _set_or_remove(
+            self.machine_memory, [self._run, "available"], _times(record.get("machine_memory_available_mib"), MIB)
+        )
         self._add_counters(lab, record.get("counters") or {})
 
     def _clear_soak(self, cfg: _Config) -> None:
@@ -474,7 +887,12 @@ class MetricsExporter(BaseObserver):
     # ---- for the soak watchdog ---------------------------------------------------------
     def on_verdict(self, record: dict[str, Any]) -> None:
         metric = record.get("metric")
-        self.record_verdict(str(record["config"]), str(record.get("kind") or ""), None if metric is None else str(metric), record.get("t_unix"))
+        self.record_verdict(
+            str(record["config"]),
+            str(record.get("kind") or ""),
+            None if metric is None else str(metric),
+            record.get("t_unix"),
+        )
 
     def on_canary(self, record: dict[str, Any]) -> None:
         """A finished canary round: how many answers differ from each reference, errors counted, diverged or not."""

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.soak.canary import CANARY, round_summaries
 from harness.common.errors import ResultsError
 from harness.metrics.exporter import MetricsExporter
 from harness.records.files import FAILURES, PHASES, REQUESTS, VERDICTS, WINDOWS, read_jsonl
+from harness.soak.canary import CANARY, round_summaries
 
 SKIP_SUFFIXES = ("_created", "_gsum", "_gcount")
 Labels = tuple[tuple[str, str], ...]
@@ -144,7 +144,14 @@ def export_openmetrics(run_dir: Path, step_s: float = 15.0) -> str:
         clock.now = t
         if kind == "config_start":
             name, info, _seq = payload
-            exp.on_config_start(name, str(info.get("algorithm") or "none"), bool(info.get("synthetic")), str(manifest.get("engine") or ""), "", None)
+            exp.on_config_start(
+                name,
+                str(info.get("algorithm") or "none"),
+                bool(info.get("synthetic")),
+                str(manifest.get("engine") or ""),
+                "",
+                None,
+            )
         elif kind == "capacity":
             exp.on_capacity(*payload)
         elif kind == "request":

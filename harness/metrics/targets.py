@@ -53,7 +53,9 @@ class EngineTargetsFile(BaseObserver):
         self.shared_path = self.results_root / SHARED_DIR / f"{self._run}.json"
         self._write([])
 
-    def on_config_start(self, config: str, algorithm: str, synthetic: bool, engine: str, engine_url: str, engine_pid: int | None) -> None:
+    def on_config_start(
+        self, config: str, algorithm: str, synthetic: bool, engine: str, engine_url: str, engine_pid: int | None
+    ) -> None:
         if self.path is None:
             return
         url = urlsplit(engine_url)

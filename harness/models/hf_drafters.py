@@ -61,9 +61,19 @@ def _save(out: Path, cfg: dict, tensors: dict, src: Path) -> None:
     from safetensors.torch import save_file
 
     out.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in sorted(tensors.items())}, str(out / "model.safetensors"), metadata={"format": "pt"})
+    save_file(
+        {k: v.contiguous() for k, v in sorted(tensors.items())},
+        str(out / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
     (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "generation_config.json"):
+    for name in (
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "chat_template.jinja",
+        "generation_config.json",
+    ):
         if (src / name).is_file():
             shutil.copyfile(src / name, out / name)
 
@@ -124,18 +134,39 @@ def trunc(src: Path, out: Path, n: int) -> None:
 
 
 def _head_config(cfg: dict, arch: str, model_type: str) -> dict:
-    keep = ("hidden_size", "head_dim", "num_attention_heads", "num_key_value_heads", "intermediate_size", "hidden_act",
-            "rms_norm_eps", "rope_parameters", "max_position_embeddings", "vocab_size", "bos_token_id", "eos_token_id")
-    return {**{k: cfg[k] for k in keep if k in cfg}, "architectures": [arch], "model_type": model_type,
-            "num_hidden_layers": 1, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-            "target_hidden_size": cfg["hidden_size"], "draft_vocab_size": cfg["vocab_size"]}
+    keep = (
+        "hidden_size",
+        "head_dim",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "intermediate_size",
+        "hidden_act",
+        "rms_norm_eps",
+        "rope_parameters",
+        "max_position_embeddings",
+        "vocab_size",
+        "bos_token_id",
+        "eos_token_id",
+    )
+    return {
+        **{k: cfg[k] for k in keep if k in cfg},
+        "architectures": [arch],
+        "model_type": model_type,
+        "num_hidden_layers": 1,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "target_hidden_size": cfg["hidden_size"],
+        "draft_vocab_size": cfg["vocab_size"],
+    }
 
 
 def eagle3(src: Path, out: Path) -> None:
     cfg, tensors = _load(src)
     g, h = _gen(3), cfg["hidden_size"]
-    head = {**_head_config(cfg, "LlamaForCausalLMEagle3", "llama"),
-            "eagle_config": {"eagle_aux_hidden_state_layer_ids": AUX_LAYERS, "use_aux_hidden_state": True}}
+    head = {
+        **_head_config(cfg, "LlamaForCausalLMEagle3", "llama"),
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": AUX_LAYERS, "use_aux_hidden_state": True},
+    }
     t = _block("midlayer.", cfg, g, in_dim=2 * h)
     t["midlayer.hidden_norm.weight"] = _ones(h)
     t["fc.weight"] = _rand((h, len(AUX_LAYERS) * h), g)
@@ -147,8 +178,12 @@ def eagle3(src: Path, out: Path) -> None:
 def dflash(src: Path, out: Path) -> None:
     cfg, _ = _load(src)
     g, h = _gen(5), cfg["hidden_size"]
-    head = {**_head_config(cfg, "DFlashDraftModel", "qwen3"), "block_size": DFLASH_BLOCK, "attention_bias": False,
-            "dflash_config": {"target_layer_ids": AUX_LAYERS, "mask_token_id": MASK_TOKEN}}
+    head = {
+        **_head_config(cfg, "DFlashDraftModel", "qwen3"),
+        "block_size": DFLASH_BLOCK,
+        "attention_bias": False,
+        "dflash_config": {"target_layer_ids": AUX_LAYERS, "mask_token_id": MASK_TOKEN},
+    }
     t = _block("layers.0.", cfg, g, qk_norm=True)
     t["fc.weight"] = _rand((h, len(AUX_LAYERS) * h), g)
     t["hidden_norm.weight"] = _ones(h)
@@ -167,7 +202,11 @@ def mimo(src: Path, out: Path) -> None:
         t["lm_head.weight"] = t["model.embed_tokens.weight"].clone()
     hd = cfg["head_dim"]
     for i in range(n):
-        for p, heads in (("q", cfg["num_attention_heads"]), ("k", cfg["num_key_value_heads"]), ("v", cfg["num_key_value_heads"])):
+        for p, heads in (
+            ("q", cfg["num_attention_heads"]),
+            ("k", cfg["num_key_value_heads"]),
+            ("v", cfg["num_key_value_heads"]),
+        ):
             t[f"model.layers.{i}.self_attn.{p}_proj.bias"] = torch.zeros(heads * hd, dtype=torch.bfloat16)
     m = "model.mtp_layers.0."
     t.update(_block(m, cfg, g, bias=True))
@@ -176,9 +215,18 @@ def mimo(src: Path, out: Path) -> None:
     t[f"{m}input_proj.weight"] = _rand((h, 2 * h), g)
     t[f"{m}final_layernorm.weight"] = _ones(h)
     mcfg = {k: v for k, v in cfg.items() if k not in ("attention_bias", "mlp_bias", "pretraining_tp", "head_dim")}
-    mcfg.update({"architectures": ["MiMoForCausalLM"], "model_type": "qwen2", "num_nextn_predict_layers": 1,
-                 "tie_word_embeddings": False, "use_sliding_window": False, "sliding_window": None,
-                 "max_window_layers": n, "_model_name_or_path": "SmolLM2-135M in MiMo's layout with one random MTP block"})
+    mcfg.update(
+        {
+            "architectures": ["MiMoForCausalLM"],
+            "model_type": "qwen2",
+            "num_nextn_predict_layers": 1,
+            "tie_word_embeddings": False,
+            "use_sliding_window": False,
+            "sliding_window": None,
+            "max_window_layers": n,
+            "_model_name_or_path": "SmolLM2-135M in MiMo's layout with one random MTP block",
+        }
+    )
     _save(out, mcfg, t, src)
 
 

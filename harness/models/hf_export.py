@@ -31,14 +31,18 @@ def export(gguf: Path, out: Path) -> str:
     res = model.load_state_dict(tensors, strict=False)
     missing = [k for k in res.missing_keys if not (k == "lm_head.weight" and cfg.tie_word_embeddings)]
     if missing or res.unexpected_keys:
-        raise SystemExit(f"{gguf}: weights do not match the model: missing {missing[:5]}, unexpected {res.unexpected_keys[:5]}")
+        raise SystemExit(
+            f"{gguf}: weights do not match the model: missing {missing[:5]}, unexpected {res.unexpected_keys[:5]}"
+        )
     model.tie_weights()
     model.eval()
-    ids = tok.apply_chat_template([{"role": "user", "content": "Count from 1 to 5."}], add_generation_prompt=True, return_tensors="pt")
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": "Count from 1 to 5."}], add_generation_prompt=True, return_tensors="pt"
+    )
     ids = ids if torch.is_tensor(ids) else ids["input_ids"]
     with torch.no_grad():
         out_ids = model.generate(ids, max_new_tokens=12, do_sample=False)
-    sample = tok.decode(out_ids[0][ids.shape[1]:], skip_special_tokens=True)
+    sample = tok.decode(out_ids[0][ids.shape[1] :], skip_special_tokens=True)
     if not any(ch.isdigit() for ch in sample):
         raise SystemExit(f"{gguf}: the converted model answers nonsense to 'Count from 1 to 5.': {sample!r}")
     model.to(torch.bfloat16)

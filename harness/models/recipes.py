@@ -124,7 +124,9 @@ def _vllm_python(verb: str) -> Path:
 
     py = vllm_python()
     if py is None or not py.exists():
-        raise RecipeError(f"it is {verb} by the vLLM environment's Python, which is not installed ({py or '.venv-vllm'}: `make vllm`)")
+        raise RecipeError(
+            f"it is {verb} by the vLLM environment's Python, which is not installed ({py or '.venv-vllm'}: `make vllm`)"
+        )
     return py
 
 
@@ -229,7 +231,9 @@ def build_f32(out: Path) -> None:
             value = f"{field.contents()} (dequantised to F32, specsoak workshop)"
         _copy_field(writer, field, value)
     for t in src.tensors:
-        data = t.data if t.tensor_type == gguf.GGMLQuantizationType.F32 else gguf.quants.dequantize(t.data, t.tensor_type)
+        data = (
+            t.data if t.tensor_type == gguf.GGMLQuantizationType.F32 else gguf.quants.dequantize(t.data, t.tensor_type)
+        )
         writer.add_tensor(t.name, np.ascontiguousarray(data, dtype=np.float32))
     _finish(writer)
 

@@ -112,17 +112,42 @@ _FIXED: dict[str, Recipe] = {
 }
 # the drafters vLLM's speculative methods read, made from the smollm2-hf folder (harness/models/hf_drafters.py)
 _HF_DRAFTERS = (
-    ("smollm2-hf-trunc4", ("trunc", "4"), "SmolLM2-135M's Hugging Face folder cut to its first 4 blocks: a real draft_model drafter for vLLM"),
-    ("smollm2-hf-eagle3", ("eagle3",), "tiny random EAGLE-3 head for SmolLM2 (one 576-dim block, target layers 2,15,27) for vLLM; accepts nothing"),
-    ("smollm2-hf-dflash", ("dflash",), "tiny random DFlash drafter for SmolLM2 (one Qwen3 block, block size 8, target layers 2,15,27) for vLLM; "
-     "accepts nothing"),
-    ("smollm2-hf-mimo-mtp", ("mimo",), "SmolLM2-135M in MiMo's layout (answers as SmolLM2) with one random MTP block: an MTP target for vLLM"),
+    (
+        "smollm2-hf-trunc4",
+        ("trunc", "4"),
+        "SmolLM2-135M's Hugging Face folder cut to its first 4 blocks: a real draft_model drafter for vLLM",
+    ),
+    (
+        "smollm2-hf-eagle3",
+        ("eagle3",),
+        "tiny random EAGLE-3 head for SmolLM2 (one 576-dim block, target layers 2,15,27) for vLLM; accepts nothing",
+    ),
+    (
+        "smollm2-hf-dflash",
+        ("dflash",),
+        "tiny random DFlash drafter for SmolLM2 (one Qwen3 block, block size 8, target layers 2,15,27) for vLLM; "
+        "accepts nothing",
+    ),
+    (
+        "smollm2-hf-mimo-mtp",
+        ("mimo",),
+        "SmolLM2-135M in MiMo's layout (answers as SmolLM2) with one random MTP block: an MTP target for vLLM",
+    ),
 )
-_FIXED.update({
-    name: Recipe(name, recipes.HF_DRAFTERS_VERSION, text, lambda out, src, a=args: recipes.build_hf_drafter(out, src, *a),
-                 sources=(recipes.SMOLLM2_DIST,), folder=True, needs=("smollm2-hf",))
-    for name, args, text in _HF_DRAFTERS
-})
+_FIXED.update(
+    {
+        name: Recipe(
+            name,
+            recipes.HF_DRAFTERS_VERSION,
+            text,
+            lambda out, src, a=args: recipes.build_hf_drafter(out, src, *a),
+            sources=(recipes.SMOLLM2_DIST,),
+            folder=True,
+            needs=("smollm2-hf",),
+        )
+        for name, args, text in _HF_DRAFTERS
+    }
+)
 
 # the truncation depth used when a scenario or test does not need another one
 # the GGUF models (llama.cpp); folder recipes (vLLM) need the vLLM environment to build

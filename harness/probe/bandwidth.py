@@ -26,7 +26,18 @@ def measure_bandwidth(size_mib: int = 256, repeats: int = 5) -> dict[str, Any]:
             np.copyto(dst, src)
             best_s = min(best_s, (time.perf_counter_ns() - t0) / 1e9)
         moved = 2 * src.nbytes
-        return {"method": "numpy copy, best of repeats", "size_mib": size_mib, "repeats": repeats,
-                "bytes_per_copy": moved, "best_s": best_s, "gb_per_s": moved / best_s / 1e9}
+        return {
+            "method": "numpy copy, best of repeats",
+            "size_mib": size_mib,
+            "repeats": repeats,
+            "bytes_per_copy": moved,
+            "best_s": best_s,
+            "gb_per_s": moved / best_s / 1e9,
+        }
     except MemoryError:
-        return {"method": "numpy copy", "size_mib": size_mib, "error": "not enough memory for the copy", "gb_per_s": None}
+        return {
+            "method": "numpy copy",
+            "size_mib": size_mib,
+            "error": "not enough memory for the copy",
+            "gb_per_s": None,
+        }

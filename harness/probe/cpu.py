@@ -13,7 +13,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-
 from harness.probe.process import tree_sum
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -61,8 +60,14 @@ class CpuUse:
 
     def to_dict(self) -> dict[str, float]:
         """The CPU split as phases, ramp steps and soak windows record it (docs/metrics.md#cpu)."""
-        return {"engine_cpu_s": self.engine_cpu_s, "harness_cpu_s": self.harness_cpu_s, "other_cpu_s": self.other_cpu_s,
-                "engine_cores": self.engine_cores, "harness_cores": self.harness_cores, "other_cores": self.other_cores}
+        return {
+            "engine_cpu_s": self.engine_cpu_s,
+            "harness_cpu_s": self.harness_cpu_s,
+            "other_cpu_s": self.other_cpu_s,
+            "engine_cores": self.engine_cores,
+            "harness_cores": self.harness_cores,
+            "other_cores": self.other_cores,
+        }
 
 
 class CpuMeter:

@@ -55,8 +55,10 @@ class GpuSample:
             "total_bytes": self.total_bytes,
             "process_bytes": self.process_bytes if self.available else None,
             "process_why": self.process_why,
-            "devices": [{"index": d.index, "name": d.name, "used_bytes": d.used_bytes, "total_bytes": d.total_bytes}
-                        for d in self.devices],
+            "devices": [
+                {"index": d.index, "name": d.name, "used_bytes": d.used_bytes, "total_bytes": d.total_bytes}
+                for d in self.devices
+            ],
         }
 
 
@@ -161,7 +163,9 @@ class GpuMeter:
                     devices.append(DeviceMemory(index, name, int(mem.used), int(mem.total)))
                 except errors as exc:
                     return unavailable(f"NVML error on GPU {index} ({name}): {exc}")
-            process_bytes, process_why = (None, "no engine process given") if pids is None else self._processes(set(pids))
+            process_bytes, process_why = (
+                (None, "no engine process given") if pids is None else self._processes(set(pids))
+            )
             return GpuSample(True, None, tuple(devices), process_bytes, process_why)
 
     def _processes(self, pids: set[int]) -> tuple[int | None, str | None]:

@@ -73,4 +73,6 @@ def tree_memory(pid: int | None, proc_root: Path = Path("/proc")) -> TreeMemory 
             swap += w or 0
     if rss == 0 and not known:
         return None
-    return TreeMemory(rss_mib=rss / 1024, anon_mib=anon / 1024 if known else None, swap_mib=swap / 1024 if known else None)
+    return TreeMemory(
+        rss_mib=rss / 1024, anon_mib=anon / 1024 if known else None, swap_mib=swap / 1024 if known else None
+    )

@@ -61,7 +61,9 @@ def _builtin_files() -> dict[str, Any]:
 
 def distinct_prompts(records: Any) -> int:
     """How many different prompts ``records`` sent: (prompt id, turn) pairs, a conversation's turns counted apart."""
-    return len({(r.prompt_id, r.turn) if hasattr(r, "prompt_id") else (r.get("prompt_id"), r.get("turn", 0)) for r in records})
+    return len(
+        {(r.prompt_id, r.turn) if hasattr(r, "prompt_id") else (r.get("prompt_id"), r.get("turn", 0)) for r in records}
+    )
 
 
 def share_index(start: int, seq: int, index: int, total: int, count: int, reuse: str) -> int | None:
@@ -119,7 +121,9 @@ def _parse(text: str, where: str) -> list[Prompt]:
                     obj = jsonsafe.loads(line)
                 except ValueError as exc:
                     raise _not_json(where, n, exc) from None
-                if not (isinstance(obj, dict) and set(obj) == {"_meta"}):  # a line about the file (how it was built), not a prompt
+                if not (
+                    isinstance(obj, dict) and set(obj) == {"_meta"}
+                ):  # a line about the file (how it was built), not a prompt
                     items.append((n, obj))
     listed = stripped.startswith("[")
     prompts = [_one(obj, where, n, i if listed else n) for i, (n, obj) in enumerate(items, start=1)]
@@ -140,7 +144,9 @@ def _json_list(text: str, where: str) -> list[tuple[int, Any]]:
         raise PromptError(f"{where}:{text.count(chr(10), 0, start) + 1}: not valid JSON: Expecting value")
     deep = jsonsafe.deep_at(text, jsonsafe.MAX_DEPTH + 1)  # the list itself is one level
     if deep is not None:
-        raise PromptError(f"{where}:{text.count(chr(10), 0, deep) + 1}: not valid JSON: nested more than {jsonsafe.MAX_DEPTH} levels deep")
+        raise PromptError(
+            f"{where}:{text.count(chr(10), 0, deep) + 1}: not valid JSON: nested more than {jsonsafe.MAX_DEPTH} levels deep"
+        )
     pos = _blank(text, start + 1)  # after the "["
     line, counted = 1, 0
     closed = text.startswith("]", pos)
@@ -156,11 +162,15 @@ def _json_list(text: str, where: str) -> list[tuple[int, Any]]:
         pos = _blank(text, pos)
         closed = text.startswith("]", pos)
         if not closed and not text.startswith(",", pos):
-            raise PromptError(f"{where}:{line + text.count(chr(10), counted, pos)}: not valid JSON: expecting ',' or ']'")
+            raise PromptError(
+                f"{where}:{line + text.count(chr(10), counted, pos)}: not valid JSON: expecting ',' or ']'"
+            )
         pos = pos if closed else _blank(text, pos + 1)
     end = _blank(text, pos + 1)
     if end < len(text):
-        raise PromptError(f"{where}:{line + text.count(chr(10), counted, end)}: not valid JSON: extra data after the list")
+        raise PromptError(
+            f"{where}:{line + text.count(chr(10), counted, end)}: not valid JSON: extra data after the list"
+        )
     return items
 
 
@@ -169,7 +179,13 @@ def _blank(text: str, pos: int) -> int:
 
 
 def _not_json(where: str, n: int, exc: BaseException) -> PromptError:
-    why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply" if isinstance(exc, (RecursionError, jsonsafe.NestedTooDeep)) else str(exc)
+    why = (
+        exc.msg
+        if isinstance(exc, json.JSONDecodeError)
+        else "nested too deeply"
+        if isinstance(exc, (RecursionError, jsonsafe.NestedTooDeep))
+        else str(exc)
+    )
     return PromptError(f"{where}:{n}: not valid JSON: {why}")
 
 
@@ -203,6 +219,8 @@ def _one(obj: Any, where: str, n: int, number: int) -> Prompt:
     if not isinstance(followups, (list, tuple)) or not all(isinstance(f, str) for f in followups):
         raise PromptError(f"{where}:{n}: 'followups' is a list of user messages")
     max_tokens = obj.get("max_tokens")
-    if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or not 1 <= max_tokens <= 1_048_576):
+    if max_tokens is not None and (
+        not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or not 1 <= max_tokens <= 1_048_576
+    ):
         raise PromptError(f"{where}:{n}: 'max_tokens' is a whole number from 1 to 1048576")
     return Prompt(id=pid, messages=msgs, followups=tuple(followups), max_tokens=max_tokens)

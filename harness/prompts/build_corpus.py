@@ -33,18 +33,98 @@ SEED = 17
 OUT = Path(__file__).with_name("conversations.jsonl.gz")
 
 # pure-Python modules with plenty of readable functions; sorted, fixed: the corpus must not depend on what is installed
-MODULES = sorted([
-    "argparse", "ast", "base64", "bisect", "calendar", "cmd", "codecs", "colorsys", "configparser", "contextlib",
-    "copy", "csv", "dataclasses", "datetime", "difflib", "dis", "email/utils.py", "enum", "filecmp", "fileinput",
-    "fnmatch", "fractions", "ftplib", "functools", "genericpath", "getopt", "gettext", "glob", "gzip", "hashlib",
-    "heapq", "hmac", "html/__init__.py", "html/parser.py", "http/cookies.py", "imaplib", "inspect", "ipaddress",
-    "json/decoder.py", "json/encoder.py", "keyword", "linecache", "locale", "logging/__init__.py", "mailbox",
-    "mimetypes", "ntpath", "numbers", "operator", "optparse", "pathlib", "pickle", "pkgutil", "platform",
-    "plistlib", "posixpath", "pprint", "queue", "quopri", "random", "re/_parser.py", "reprlib", "sched",
-    "secrets", "selectors", "shlex", "shutil", "smtplib", "socket", "statistics", "string", "subprocess",
-    "tarfile", "tempfile", "textwrap", "threading", "timeit", "tokenize", "traceback", "types", "typing",
-    "urllib/parse.py", "uuid", "warnings", "wave", "weakref", "zipfile", "zipimport",
-])
+MODULES = sorted(
+    [
+        "argparse",
+        "ast",
+        "base64",
+        "bisect",
+        "calendar",
+        "cmd",
+        "codecs",
+        "colorsys",
+        "configparser",
+        "contextlib",
+        "copy",
+        "csv",
+        "dataclasses",
+        "datetime",
+        "difflib",
+        "dis",
+        "email/utils.py",
+        "enum",
+        "filecmp",
+        "fileinput",
+        "fnmatch",
+        "fractions",
+        "ftplib",
+        "functools",
+        "genericpath",
+        "getopt",
+        "gettext",
+        "glob",
+        "gzip",
+        "hashlib",
+        "heapq",
+        "hmac",
+        "html/__init__.py",
+        "html/parser.py",
+        "http/cookies.py",
+        "imaplib",
+        "inspect",
+        "ipaddress",
+        "json/decoder.py",
+        "json/encoder.py",
+        "keyword",
+        "linecache",
+        "locale",
+        "logging/__init__.py",
+        "mailbox",
+        "mimetypes",
+        "ntpath",
+        "numbers",
+        "operator",
+        "optparse",
+        "pathlib",
+        "pickle",
+        "pkgutil",
+        "platform",
+        "plistlib",
+        "posixpath",
+        "pprint",
+        "queue",
+        "quopri",
+        "random",
+        "re/_parser.py",
+        "reprlib",
+        "sched",
+        "secrets",
+        "selectors",
+        "shlex",
+        "shutil",
+        "smtplib",
+        "socket",
+        "statistics",
+        "string",
+        "subprocess",
+        "tarfile",
+        "tempfile",
+        "textwrap",
+        "threading",
+        "timeit",
+        "tokenize",
+        "traceback",
+        "types",
+        "typing",
+        "urllib/parse.py",
+        "uuid",
+        "warnings",
+        "wave",
+        "weakref",
+        "zipfile",
+        "zipimport",
+    ]
+)
 
 CODE_ASKS = [
     "Explain what this function from the Python standard library ({name}) does, step by step.",
@@ -172,15 +252,23 @@ def build() -> list[dict[str, Any]]:
         if text in seen:
             return
         seen.add(text)
-        convs.append({"id": f"{kind}-{len(convs):04d}-{key}"[:80], "kind": kind,
-                      "messages": [{"role": "user", "content": text}], "followups": follow})
+        convs.append(
+            {
+                "id": f"{kind}-{len(convs):04d}-{key}"[:80],
+                "kind": kind,
+                "messages": [{"role": "user", "content": text}],
+                "followups": follow,
+            }
+        )
 
     # prose: the language reference, passage by passage
     for topic in sorted(topics):
         for j, passage in enumerate(passages(rng, topics[topic])):
             if len(passage) < 200:
                 continue
-            add("prose", f"{topic}-{j}", rng.choice(PROSE_ASKS).format(text=passage), followups(rng, PROSE_FOLLOWUPS, 3))
+            add(
+                "prose", f"{topic}-{j}", rng.choice(PROSE_ASKS).format(text=passage), followups(rng, PROSE_FOLLOWUPS, 3)
+            )
 
     for mod in MODULES:
         funcs = functions(mod)
@@ -203,15 +291,25 @@ def build() -> list[dict[str, Any]]:
         text = module_path(mod).read_text(encoding="utf-8")
         size = rng.choice([6000, 9000, 12000, 16000])  # short of 8192-token contexts, with room for the turns
         cut = text[:size].rsplit("\n\n", 1)[0]
-        add("long", mod.removesuffix(".py").replace("/", "."), rng.choice(LONG_ASKS).format(name=mod, text=cut), followups(rng, LONG_FOLLOWUPS, 2))
+        add(
+            "long",
+            mod.removesuffix(".py").replace("/", "."),
+            rng.choice(LONG_ASKS).format(name=mod, text=cut),
+            followups(rng, LONG_FOLLOWUPS, 2),
+        )
 
     rng.shuffle(convs)  # kinds interleaved: a phase that takes the first N gets a mix
     return convs
 
 
 def header() -> dict[str, Any]:
-    return {"_meta": {"built_by": "python -m harness.prompts.build_corpus",
-            "python": ".".join(map(str, sys.version_info[:3])), "seed": SEED}}
+    return {
+        "_meta": {
+            "built_by": "python -m harness.prompts.build_corpus",
+            "python": ".".join(map(str, sys.version_info[:3])),
+            "seed": SEED,
+        }
+    }
 
 
 def render(convs: list[dict[str, Any]]) -> bytes:
@@ -231,14 +329,19 @@ def built_with(path: Path = OUT) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--check", action="store_true", help="compare a rebuild with the committed file; exit 1 if they differ")
+    ap.add_argument(
+        "--check", action="store_true", help="compare a rebuild with the committed file; exit 1 if they differ"
+    )
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     data = render(build())
     if args.check:
         here = ".".join(map(str, sys.version_info[:3]))
         if args.out.exists() and built_with(args.out) != here:
-            print(f"{args.out} was built with Python {built_with(args.out)}; this is {here}: rebuild with that one", file=sys.stderr)
+            print(
+                f"{args.out} was built with Python {built_with(args.out)}; this is {here}: rebuild with that one",
+                file=sys.stderr,
+            )
             return 2
         same = args.out.exists() and args.out.read_bytes() == data
         print(f"{args.out}: {'matches' if same else 'differs from'} a rebuild")

@@ -79,7 +79,9 @@ class Built:
     prompts: list[Prompt]
     counted_in: str  # "tokens" (the engine's /tokenize) or "words"
     input_drawn: list[int] = field(default_factory=list)  # per prompt; empty when input is the set's own prompts
-    input_tokens: list[int] = field(default_factory=list)  # the built user turn, tokenized again (drawn, or within a few)
+    input_tokens: list[int] = field(
+        default_factory=list
+    )  # the built user turn, tokenized again (drawn, or within a few)
     output_drawn: list[int] = field(default_factory=list)
     prefix_tokens: int = 0
 
@@ -112,8 +114,12 @@ def build(source: Sequence[Prompt], lengths: Any, count: int, tokenizer: Tokeniz
     if lengths.shared_prefix_tokens:
         n = lengths.shared_prefix_tokens
         if len(pool) < n + (int(inputs.max()) if inputs is not None else 0):
-            raise PromptError(f"the prompt set's text is {len(pool)} {counted_in}: too short for a {n}-{counted_in} shared prefix and the prompts")
-        prefix = [{"role": "system", "content": tok.detokenize(pool[-n:])}]  # the pool's end: text no window starts with
+            raise PromptError(
+                f"the prompt set's text is {len(pool)} {counted_in}: too short for a {n}-{counted_in} shared prefix and the prompts"
+            )
+        prefix = [
+            {"role": "system", "content": tok.detokenize(pool[-n:])}
+        ]  # the pool's end: text no window starts with
         body = pool[:-n]
     built: list[Prompt] = []
     drawn: list[int] = []
@@ -129,12 +135,25 @@ def build(source: Sequence[Prompt], lengths: Any, count: int, tokenizer: Tokeniz
             continue
         n = int(inputs[i])
         if n > len(body):
-            raise PromptError(f"a drawn input of {n} {counted_in} is longer than the prompt set's text ({len(body)} {counted_in}): lower lengths.input.max")
+            raise PromptError(
+                f"a drawn input of {n} {counted_in} is longer than the prompt set's text ({len(body)} {counted_in}): lower lengths.input.max"
+            )
         text, got, start = _window(tok, body, start, n, seen)
         drawn.append(n)
         measured.append(got)
-        built.append(Prompt(f"len-{i:06d}-{src.id}"[:96], [*prefix, {"role": "user", "content": text}], src.followups, max_tokens))
-    return Built(built, counted_in, drawn, measured, [int(x) for x in outputs] if outputs is not None else [], lengths.shared_prefix_tokens)
+        built.append(
+            Prompt(
+                f"len-{i:06d}-{src.id}"[:96], [*prefix, {"role": "user", "content": text}], src.followups, max_tokens
+            )
+        )
+    return Built(
+        built,
+        counted_in,
+        drawn,
+        measured,
+        [int(x) for x in outputs] if outputs is not None else [],
+        lengths.shared_prefix_tokens,
+    )
 
 
 def _pool(source: Sequence[Prompt], tok: Tokenizer, need: int) -> list[int]:
@@ -173,12 +192,16 @@ def _window(tok: Tokenizer, body: list[int], start: int, n: int, seen: set[str])
         if text not in seen:
             seen.add(text)
             return text, got, s + width
-    raise PromptError(f"every window of {n} tokens of the prompt set's text is used: lower the prompt count or the lengths")
+    raise PromptError(
+        f"every window of {n} tokens of the prompt set's text is used: lower the prompt count or the lengths"
+    )
 
 
 def cache_path(run_dir: Path, which: str, model: str, lengths: Any, source_ref: str, count: int) -> Path:
     """Where a build is kept in the run folder: one per target model and lengths block (resume and slices reuse it)."""
-    key = hashlib.sha256(json.dumps([model, lengths.model_dump(), source_ref, count], sort_keys=True).encode()).hexdigest()[:12]
+    key = hashlib.sha256(
+        json.dumps([model, lengths.model_dump(), source_ref, count], sort_keys=True).encode()
+    ).hexdigest()[:12]
     return run_dir / "prompts" / f"{which}-{key}.jsonl"
 
 
@@ -191,7 +214,9 @@ def measurement_requests(m: Any) -> int:
     return sum(m.streams) * m.requests_per_stream * m.repetitions
 
 
-def built_or_cached(path: Path, source: Sequence[Prompt], lengths: Any, count: int, tokenizer: Tokenizer | None, say: Any = None) -> list[Prompt]:
+def built_or_cached(
+    path: Path, source: Sequence[Prompt], lengths: Any, count: int, tokenizer: Tokenizer | None, say: Any = None
+) -> list[Prompt]:
     """The prompts built once per run (kept at ``path``) and read back on later calls: every configuration, slice and
     resume sends the same ones."""
     from harness.prompts import load_prompts
@@ -205,7 +230,11 @@ def built_or_cached(path: Path, source: Sequence[Prompt], lengths: Any, count: i
     tmp.replace(path)
     if say is not None:
         what = f"{count} prompts" + (f", input drawn in {built.counted_in}" if built.input_drawn else "")
-        say(f"built {what}" + (f", {built.prefix_tokens}-{built.counted_in} shared prefix" if built.prefix_tokens else "") + f": {path}")
+        say(
+            f"built {what}"
+            + (f", {built.prefix_tokens}-{built.counted_in} shared prefix" if built.prefix_tokens else "")
+            + f": {path}"
+        )
     return built.prompts
 
 

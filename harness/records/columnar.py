@@ -30,15 +30,39 @@ BLOCK_BYTES = 8 << 20
 
 # every scalar field of RequestRecord (harness/records/files.py); itl_s, chunk_tokens and text stay in the JSONL only. The
 # open-loop fields (scheduled_unix_s, send_delay_s, late) are set in an open-loop soak (soak.arrival), null otherwise
-SCHEMA = pa.schema([
-    ("config", pa.string()), ("phase", pa.string()), ("streams", pa.int64()), ("repetition", pa.int64()),
-    ("stream", pa.int64()), ("index", pa.int64()), ("prompt_id", pa.string()), ("status", pa.string()),
-    ("start_unix_s", pa.float64()), ("ttft_s", pa.float64()), ("e2e_s", pa.float64()), ("output_tokens", pa.int64()),
-    ("chunks", pa.int64()), ("prompt_tokens", pa.int64()), ("decode_tps", pa.float64()), ("e2e_tps", pa.float64()),
-    ("itl_token_p50_s", pa.float64()), ("itl_token_p99_s", pa.float64()), ("draft_tokens", pa.int64()), ("accepted_tokens", pa.int64()), ("finish_reason", pa.string()),
-    ("error_kind", pa.string()), ("error", pa.string()), ("id", pa.string()), ("attempt", pa.string()), ("turn", pa.int64()),
-    ("scheduled_unix_s", pa.float64()), ("send_delay_s", pa.float64()), ("late", pa.bool_()),
-])
+SCHEMA = pa.schema(
+    [
+        ("config", pa.string()),
+        ("phase", pa.string()),
+        ("streams", pa.int64()),
+        ("repetition", pa.int64()),
+        ("stream", pa.int64()),
+        ("index", pa.int64()),
+        ("prompt_id", pa.string()),
+        ("status", pa.string()),
+        ("start_unix_s", pa.float64()),
+        ("ttft_s", pa.float64()),
+        ("e2e_s", pa.float64()),
+        ("output_tokens", pa.int64()),
+        ("chunks", pa.int64()),
+        ("prompt_tokens", pa.int64()),
+        ("decode_tps", pa.float64()),
+        ("e2e_tps", pa.float64()),
+        ("itl_token_p50_s", pa.float64()),
+        ("itl_token_p99_s", pa.float64()),
+        ("draft_tokens", pa.int64()),
+        ("accepted_tokens", pa.int64()),
+        ("finish_reason", pa.string()),
+        ("error_kind", pa.string()),
+        ("error", pa.string()),
+        ("id", pa.string()),
+        ("attempt", pa.string()),
+        ("turn", pa.int64()),
+        ("scheduled_unix_s", pa.float64()),
+        ("send_delay_s", pa.float64()),
+        ("late", pa.bool_()),
+    ]
+)
 
 
 class _UpToLastNewline(io.RawIOBase):

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.common.errors import ResultsError
 from harness.common import jsonsafe
+from harness.common.errors import ResultsError
 
 MANIFEST = "manifest.json"
 REQUESTS = "requests.jsonl"
@@ -93,7 +93,9 @@ class JsonlWriter:
     def _append(self, data: str) -> None:
         """Write, flush and fsync ``data``; when that fails (a full disk), cut the file back to where it was, so a
         failed append leaves no torn record behind (what went before stays whole), then raise."""
-        start = os.fstat(self._f.fileno()).st_size  # everything before is flushed: the file ends where the last append did
+        start = os.fstat(
+            self._f.fileno()
+        ).st_size  # everything before is flushed: the file ends where the last append did
         try:
             self._f.write(data)
             self._f.flush()
@@ -182,11 +184,15 @@ class ReadLog:
         for path, s in self.files.items():
             name = path.relative_to(root) if root is not None and path.is_relative_to(root) else path
             why = ", ".join(f"{w}: {n}" if len(s.why) > 1 else w for w, n in s.why.items())
-            out.append(f"{name}: {s.lines} line{'s' if s.lines > 1 else ''} skipped, the first at line {s.first_line} ({why})")
+            out.append(
+                f"{name}: {s.lines} line{'s' if s.lines > 1 else ''} skipped, the first at line {s.first_line} ({why})"
+            )
         return out
 
 
-def read_jsonl(path: Path, log: ReadLog | None = None, require: dict[str, type | tuple[type, ...]] | None = None) -> Iterator[dict[str, Any]]:
+def read_jsonl(
+    path: Path, log: ReadLog | None = None, require: dict[str, type | tuple[type, ...]] | None = None
+) -> Iterator[dict[str, Any]]:
     """Every complete record in ``path``. A torn last line, a line that is not a JSON object, or (with
     ``require``: field -> type) a record without those fields of those types is skipped, and told to ``log``."""
     if not path.exists():
@@ -208,7 +214,14 @@ def read_jsonl(path: Path, log: ReadLog | None = None, require: dict[str, type |
                     log.skip(path, n, "not a JSON object")
                 continue
             if require:
-                bad = next((k for k, t in require.items() if not isinstance(obj.get(k), t) or isinstance(obj.get(k), bool) and bool not in _types(t)), None)
+                bad = next(
+                    (
+                        k
+                        for k, t in require.items()
+                        if not isinstance(obj.get(k), t) or (isinstance(obj.get(k), bool) and bool not in _types(t))
+                    ),
+                    None,
+                )
                 if bad is not None:
                     if log is not None:
                         log.skip(path, n, f"field '{bad}' missing or of the wrong type")
@@ -235,7 +248,6 @@ def write_json_atomic(path: Path, data: Any) -> None:
         raise ResultsError(f"cannot write {path}: {what}") from exc
 
 
-
 class BatchedJsonlWriter(JsonlWriter):
     """Append-only JSON lines written in batches by a writer thread: the caller never waits for a disk.
 
@@ -252,9 +264,18 @@ class BatchedJsonlWriter(JsonlWriter):
     ResultsError by the caller's next write or flush.
     """
 
-    def __init__(self, path: Path, max_delay_s: float = 1.0, max_records: int = 256, on_durable: Any = None, threaded: bool = True):
+    def __init__(
+        self,
+        path: Path,
+        max_delay_s: float = 1.0,
+        max_records: int = 256,
+        on_durable: Any = None,
+        threaded: bool = True,
+    ):
         super().__init__(path)
-        self.threaded = threaded  # False: batches are written on the caller's thread (gevent: a thread is a greenlet anyway)
+        self.threaded = (
+            threaded  # False: batches are written on the caller's thread (gevent: a thread is a greenlet anyway)
+        )
         self.max_delay_s = max_delay_s
         self.max_records = max_records
         self.on_durable = on_durable
@@ -282,7 +303,9 @@ class BatchedJsonlWriter(JsonlWriter):
                             self._durable.append(records)
                     except OSError as exc:
                         what = "disk full" if exc.errno == errno.ENOSPC else exc.strerror
-                        self._error = ResultsError(f"cannot append to {self.path}: {what}; records written before are kept")
+                        self._error = ResultsError(
+                            f"cannot append to {self.path}: {what}; records written before are kept"
+                        )
             finally:
                 self._todo.task_done()
 

@@ -33,8 +33,11 @@ class JsonRecord:
     def from_dict(cls: type[R], data: dict[str, Any]) -> R:
         """The record of a JSON object; ValueError when a field without a default is missing."""
         names = cls.field_names()
-        required = [f.name for f in dataclasses.fields(cls) if f.name not in cls.OWN
-                    and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        required = [
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.name not in cls.OWN and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ]
         missing = [n for n in required if n not in data]
         if missing:
             raise ValueError(f"{cls.__name__}: no {', '.join(missing)}")

@@ -19,7 +19,9 @@ SHOWN_MARK = "*"  # after a ratio whose interval excludes 1.0
 
 def verdict_stream_counts(verdict: pd.DataFrame) -> list[int]:
     """The closed-loop stream counts the verdict has (its ``total_tps_N`` columns), ascending."""
-    return sorted(int(c.removeprefix("total_tps_")) for c in verdict.columns if c.startswith("total_tps_") and c[10:].isdigit())
+    return sorted(
+        int(c.removeprefix("total_tps_")) for c in verdict.columns if c.startswith("total_tps_") and c[10:].isdigit()
+    )
 
 
 def _num(v: Any, fmt: str) -> str:
@@ -56,11 +58,16 @@ def compact_verdict(verdict: pd.DataFrame) -> pd.DataFrame:
         row["solo ×"] = _ratio(r.get("solo_speedup"), r.get("solo_speedup_ci_low"), r.get("solo_speedup_ci_high"), base)
         if n is not None:
             row[f"t/s @{n}"] = _num(r.get(f"total_tps_{n}"), ".1f")
-            row[f"@{n} ×"] = _ratio(r.get(f"speedup_{n}"), r.get(f"speedup_{n}_ci_low"), r.get(f"speedup_{n}_ci_high"), base)
+            row[f"@{n} ×"] = _ratio(
+                r.get(f"speedup_{n}"), r.get(f"speedup_{n}_ci_low"), r.get(f"speedup_{n}_ci_high"), base
+            )
         row["accept"] = _num(r.get("acceptance"), ".2f")
         row["ctx/slot"] = _servable(r.get("servable_ctx_per_slot"), r.get("fill_check"), r.get("ctx_per_slot"))
-        row["max streams"] = (("≥" if str(r.get("max_streams_is_lower_bound")) == "True" else "") + f"{int(r['max_streams'])}"
-                              if isnum(r.get("max_streams")) else "–")
+        row["max streams"] = (
+            ("≥" if str(r.get("max_streams_is_lower_bound")) == "True" else "") + f"{int(r['max_streams'])}"
+            if isnum(r.get("max_streams"))
+            else "–"
+        )
         if "soak" in verdict and verdict["soak"].map(lambda v: isinstance(v, str) and v != "").any():
             row["soak"] = r["soak"] if isinstance(r.get("soak"), str) and r["soak"] else "–"
         if r.get("failure") and isinstance(r.get("failure"), str):
@@ -78,8 +85,10 @@ def findings(verdict: pd.DataFrame) -> list[str]:
         name = str(r["config"])
         if isnum(r.get("records_missing")) and float(r["records_missing"]) > 0 and isnum(r.get("records_expected")):
             exp = int(r["records_expected"])
-            out.append(f"{name}: request records read ✗ {exp - int(r['records_missing'])} of {exp}: its figures rest on what "
-                       f"could be read (see the notes)")
+            out.append(
+                f"{name}: request records read ✗ {exp - int(r['records_missing'])} of {exp}: its figures rest on what "
+                f"could be read (see the notes)"
+            )
         if isinstance(r.get("failure"), str) and r["failure"]:
             out.append(f"{name}: failed: {r['failure']}")
             continue
@@ -90,7 +99,9 @@ def findings(verdict: pd.DataFrame) -> list[str]:
                     continue
                 lo, hi, v = r.get(f"{key}_ci_low"), r.get(f"{key}_ci_high"), float(r[key])
                 if isnum(lo) and isnum(hi) and (float(lo) > 1.0 or float(hi) < 1.0):
-                    parts.append(f"{'faster' if v > 1 else 'slower'} {label} ({v:.2f}× [{float(lo):.2f}, {float(hi):.2f}])")
+                    parts.append(
+                        f"{'faster' if v > 1 else 'slower'} {label} ({v:.2f}× [{float(lo):.2f}, {float(hi):.2f}])"
+                    )
                 elif isnum(lo) and isnum(hi):
                     parts.append(f"no difference shown {label} ({v:.2f}× [{float(lo):.2f}, {float(hi):.2f}])")
             if parts:
@@ -109,8 +120,11 @@ def render(table: pd.DataFrame, width: int) -> list[str]:
     cells = [[str(v) for v in row] for row in table.itertuples(index=False)]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
     if sum(widths) + 2 * (len(cols) - 1) <= width:
+
         def line(values: list[str]) -> str:
-            return "  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(values, widths))).rstrip()
+            return "  ".join(
+                v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(values, widths))
+            ).rstrip()
 
         return [line(cols), line(["─" * w for w in widths]), *(line(row) for row in cells)]
     out = []
@@ -133,8 +147,10 @@ def console_lines(verdict: pd.DataFrame, width: int) -> list[str]:
     if verdict.empty:
         return []
     lines = ["specsoak verdict", *render(compact_verdict(verdict), width)]
-    lines.append(f"(× against the baseline; {SHOWN_MARK}: its 95% interval excludes 1.0; ctx/slot: servable under the memory "
-                 f"budget, ✓ proven by the fill check)")
+    lines.append(
+        f"(× against the baseline; {SHOWN_MARK}: its 95% interval excludes 1.0; ctx/slot: servable under the memory "
+        f"budget, ✓ proven by the fill check)"
+    )
     lines += [f"- {f}" for f in findings(verdict)]
     return [ln if len(ln) <= width else _wrap(ln, width) for ln in lines]
 
@@ -142,4 +158,6 @@ def console_lines(verdict: pd.DataFrame, width: int) -> list[str]:
 def _wrap(line: str, width: int) -> str:
     import textwrap
 
-    return "\n".join(textwrap.wrap(line, width=width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False))
+    return "\n".join(
+        textwrap.wrap(line, width=width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
+    )

@@ -18,8 +18,8 @@ from typing import Any
 
 import pandas as pd
 
-from harness.report.load import RunData
 from harness.common.stats import isnum
+from harness.report.load import RunData
 from harness.report.verdict import solo_by_rep
 
 DEFAULT_DRIFT_MAX = 0.20  # harness/config/schema.py Measurement.control_drift_max's default
@@ -44,11 +44,23 @@ def control_table(runs: list[RunData]) -> pd.DataFrame:
             if meta.get("algorithm") != "none":
                 continue
             by_rep = solo_by_rep(rq, name)
-            when = rq[(rq["config"] == name) & (rq["phase"] == "measure") & (rq["streams"] == 1)].groupby("repetition")["start_unix_s"].min()
+            when = (
+                rq[(rq["config"] == name) & (rq["phase"] == "measure") & (rq["streams"] == 1)]
+                .groupby("repetition")["start_unix_s"]
+                .min()
+            )
             for rep, tps in sorted(by_rep.items()):
                 t = float(when.get(rep, float("nan")))
-                rows.append({"run": run.run_id, "baseline": name, "repetition": rep, "control_decode_tps": tps,
-                             "start_unix_s": t, "block_start_unix_s": starts.get(rep)})
+                rows.append(
+                    {
+                        "run": run.run_id,
+                        "baseline": name,
+                        "repetition": rep,
+                        "control_decode_tps": tps,
+                        "start_unix_s": t,
+                        "block_start_unix_s": starts.get(rep),
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -57,7 +69,10 @@ def control_summary(runs: list[RunData], control: pd.DataFrame) -> pd.DataFrame:
     rows: list[dict[str, Any]] = []
     if control.empty:
         return pd.DataFrame()
-    bounds = {run.run_id: float((run.scenario.get("measurement") or {}).get("control_drift_max") or DEFAULT_DRIFT_MAX) for run in runs}
+    bounds = {
+        run.run_id: float((run.scenario.get("measurement") or {}).get("control_drift_max") or DEFAULT_DRIFT_MAX)
+        for run in runs
+    }
     for (run_id, base), g in control.groupby(["run", "baseline"], sort=False):
         xs = [float(v) for v in g["control_decode_tps"] if isnum(v)]
         if not xs:
@@ -65,11 +80,24 @@ def control_summary(runs: list[RunData], control: pd.DataFrame) -> pd.DataFrame:
         med = float(pd.Series(xs).median())
         spread = (max(xs) - min(xs)) / med if med > 0 and len(xs) > 1 else None
         g = g.sort_values("start_unix_s")
-        first_last = float(g["control_decode_tps"].iloc[-1]) / float(g["control_decode_tps"].iloc[0]) - 1 if len(g) > 1 else None
+        first_last = (
+            float(g["control_decode_tps"].iloc[-1]) / float(g["control_decode_tps"].iloc[0]) - 1 if len(g) > 1 else None
+        )
         bound = bounds.get(str(run_id), DEFAULT_DRIFT_MAX)
-        rows.append({"run": run_id, "baseline": base, "blocks": len(xs), "control_median_tps": med, "control_min_tps": min(xs),
-                     "control_max_tps": max(xs), "control_spread": spread, "first_to_last": first_last, "drift_bound": bound,
-                     "drifted": bool(spread is not None and spread > bound)})
+        rows.append(
+            {
+                "run": run_id,
+                "baseline": base,
+                "blocks": len(xs),
+                "control_median_tps": med,
+                "control_min_tps": min(xs),
+                "control_max_tps": max(xs),
+                "control_spread": spread,
+                "first_to_last": first_last,
+                "drift_bound": bound,
+                "drifted": bool(spread is not None and spread > bound),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -83,16 +111,22 @@ def design_notes(runs: list[RunData], verdict: pd.DataFrame) -> list[str]:
         pairs = _pairs(verdict, run.run_id)
         pair_text = f"{pairs} paired repetitions per ratio" if pairs is not None else "no paired ratio"
         if d["kind"] == "interleaved":
-            orders = "; ".join(f"block {b.get('repetition')}: {', '.join(b.get('order') or [])}" for b in d.get("blocks") or [])
-            out.append(f"Measurement design (run {run.run_id}): **interleaved**, {reps} blocks, order seed {d.get('order_seed')} "
-                       f"({orders}); each block measured every configuration once on a fresh engine, so the two sides of a "
-                       f"pair are seconds apart. {pair_text.capitalize()}; between pairs the prompts differ (each repetition "
-                       f"has its own) and so does the order.")
+            orders = "; ".join(
+                f"block {b.get('repetition')}: {', '.join(b.get('order') or [])}" for b in d.get("blocks") or []
+            )
+            out.append(
+                f"Measurement design (run {run.run_id}): **interleaved**, {reps} blocks, order seed {d.get('order_seed')} "
+                f"({orders}); each block measured every configuration once on a fresh engine, so the two sides of a "
+                f"pair are seconds apart. {pair_text.capitalize()}; between pairs the prompts differ (each repetition "
+                f"has its own) and so does the order."
+            )
         else:
-            out.append(f"Measurement design (run {run.run_id}): **sequential** (all repetitions of one configuration, then the "
-                       f"next): the two sides of a pair are minutes apart, so a machine that drifts over minutes lands on "
-                       f"whichever configuration was running, and the intervals do not see it. {pair_text.capitalize()}; "
-                       f"between pairs the prompts differ.")
+            out.append(
+                f"Measurement design (run {run.run_id}): **sequential** (all repetitions of one configuration, then the "
+                f"next): the two sides of a pair are minutes apart, so a machine that drifts over minutes lands on "
+                f"whichever configuration was running, and the intervals do not see it. {pair_text.capitalize()}; "
+                f"between pairs the prompts differ."
+            )
     return out
 
 
@@ -104,16 +138,25 @@ def _pairs(verdict: pd.DataFrame, run_id: str) -> int | None:
 
 
 def _block_starts(run: RunData) -> dict[int, float]:
-    return {int(b["repetition"]): float(b["start_unix_s"]) for b in design_of(run).get("blocks") or []
-            if isinstance(b, dict) and isnum(b.get("repetition")) and isnum(b.get("start_unix_s"))}
+    return {
+        int(b["repetition"]): float(b["start_unix_s"])
+        for b in design_of(run).get("blocks") or []
+        if isinstance(b, dict) and isnum(b.get("repetition")) and isnum(b.get("start_unix_s"))
+    }
 
 
 # ---- two runs side by side ------------------------------------------------------------------------
 def compare_table(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     """Per configuration both verdict tables have and per ratio (solo, @N): both values with their intervals, the
     difference, and whether each lies inside the other's 95% interval (``agree``: yes / no / '–' without intervals)."""
-    counts = sorted({int(c.removeprefix("speedup_")) for df in (a, b) for c in df.columns
-                     if c.startswith("speedup_") and c.removeprefix("speedup_").isdigit()})
+    counts = sorted(
+        {
+            int(c.removeprefix("speedup_"))
+            for df in (a, b)
+            for c in df.columns
+            if c.startswith("speedup_") and c.removeprefix("speedup_").isdigit()
+        }
+    )
     figures = [("solo", "solo_speedup")] + [(f"@{n}", f"speedup_{n}") for n in counts]
     rows: list[dict[str, Any]] = []
     for _, ra in a.iterrows():
@@ -125,12 +168,28 @@ def compare_table(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
             va, vb = ra.get(key), rb.get(key)
             if not (isnum(va) and isnum(vb)):
                 continue
-            la, ha, lb, hb = (ra.get(f"{key}_ci_low"), ra.get(f"{key}_ci_high"), rb.get(f"{key}_ci_low"), rb.get(f"{key}_ci_high"))
+            la, ha, lb, hb = (
+                ra.get(f"{key}_ci_low"),
+                ra.get(f"{key}_ci_high"),
+                rb.get(f"{key}_ci_low"),
+                rb.get(f"{key}_ci_high"),
+            )
             both = all(isnum(x) for x in (la, ha, lb, hb))
             agree = (la <= vb <= ha and lb <= va <= hb) if both else None
-            rows.append({"config": ra["config"], "figure": f"{label} vs baseline", "run_a": va, "run_a_ci_low": la, "run_a_ci_high": ha,
-                         "run_b": vb, "run_b_ci_low": lb, "run_b_ci_high": hb, "difference": vb / va - 1 if va else None,
-                         "agree": agree})
+            rows.append(
+                {
+                    "config": ra["config"],
+                    "figure": f"{label} vs baseline",
+                    "run_a": va,
+                    "run_a_ci_low": la,
+                    "run_a_ci_high": ha,
+                    "run_b": vb,
+                    "run_b_ci_low": lb,
+                    "run_b_ci_high": hb,
+                    "difference": vb / va - 1 if va else None,
+                    "agree": agree,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -140,7 +199,10 @@ def compare_summary(table: pd.DataFrame) -> dict[str, Any]:
         return {"figures": 0, "agree": 0, "disagree": 0, "no_interval": 0, "median_abs_difference": None}
     judged = table["agree"].map(lambda v: v is not None and not (isinstance(v, float) and pd.isna(v)))
     diffs = table["difference"].map(lambda v: abs(float(v)) if isnum(v) else None).dropna()
-    return {"figures": len(table), "agree": int((table["agree"] == True).sum()),  # noqa: E712 - a column of True/False/None
-            "disagree": int((table["agree"] == False).sum()), "no_interval": int((~judged).sum()),  # noqa: E712
-            "median_abs_difference": float(diffs.median()) if len(diffs) else None}
-
+    return {
+        "figures": len(table),
+        "agree": int((table["agree"] == True).sum()),  # noqa: E712 - a column of True/False/None
+        "disagree": int((table["agree"] == False).sum()),
+        "no_interval": int((~judged).sum()),
+        "median_abs_difference": float(diffs.median()) if len(diffs) else None,
+    }

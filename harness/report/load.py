@@ -8,11 +8,27 @@ from typing import Any
 
 import pandas as pd
 
-from harness.soak.canary import CANARY
 from harness.common import jsonsafe
-from harness.records.files import (AFTER_SOAK, FAILURES, FILL_CHECKS, PHASES, RAMP, REQUESTS, SLICES, SOAK_DIR, VERDICTS, VERIFY, VERIFY_DIST,
-                                   WINDOWS, ReadLog, read_jsonl, read_manifest)
 from harness.records.columnar import soak_requests_frame
+from harness.records.files import (
+    AFTER_SOAK,
+    FAILURES,
+    FILL_CHECKS,
+    PHASES,
+    RAMP,
+    REQUESTS,
+    SLICES,
+    SOAK_DIR,
+    VERDICTS,
+    VERIFY,
+    VERIFY_DIST,
+    WINDOWS,
+    ReadLog,
+    read_jsonl,
+    read_manifest,
+)
+from harness.soak.canary import CANARY
+
 
 @dataclass
 class RunData:
@@ -31,7 +47,9 @@ class RunData:
     ramp: list[dict[str, Any]] = field(default_factory=list)
     fill_checks: list[dict[str, Any]] = field(default_factory=list)
     after_soak: list[dict[str, Any]] = field(default_factory=list)  # the measurement phases again, after each soak
-    canary: list[dict[str, Any]] = field(default_factory=list)  # the soak's output canary answers (harness/soak/canary.py)
+    canary: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # the soak's output canary answers (harness/soak/canary.py)
     # open-loop phases (a ``load`` key: measurement.arrival), apart: ``phases`` holds the closed-loop ones, by stream count
     arrival_phases: pd.DataFrame = field(default_factory=pd.DataFrame)
     read_log: ReadLog = field(default_factory=ReadLog)  # what could not be read (the report's notes say it)
@@ -51,9 +69,23 @@ class RunData:
 
 NUM = (int, float)
 # the fields a record must have, with their types, for the report to use it (docs/metrics.md#records)
-REQUEST_FIELDS: dict[str, type | tuple[type, ...]] = {"config": str, "phase": str, "status": str, "streams": int, "repetition": int, "start_unix_s": NUM}
-PHASE_FIELDS: dict[str, type | tuple[type, ...]] = {"config": str, "streams": int, "repetition": int, "total_tps": NUM, "requests": int,
-                                                   "counters": dict, "cpu": dict}
+REQUEST_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "config": str,
+    "phase": str,
+    "status": str,
+    "streams": int,
+    "repetition": int,
+    "start_unix_s": NUM,
+}
+PHASE_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "config": str,
+    "streams": int,
+    "repetition": int,
+    "total_tps": NUM,
+    "requests": int,
+    "counters": dict,
+    "cpu": dict,
+}
 WINDOW_FIELDS: dict[str, type | tuple[type, ...]] = {"config": str, "t_unix": NUM}
 VERDICT_FIELDS: dict[str, type | tuple[type, ...]] = {"config": str, "kind": str, "t_unix": NUM}
 
@@ -81,7 +113,12 @@ def load_run(run_dir: Path) -> RunData:
     # columnar and cached, in bounded memory: a soak holds ~1M records (harness/records/columnar.py)
     soak_requests = soak_requests_frame(run_dir / SOAK_DIR)
     return RunData(
-        run_dir, manifest, phases, requests, capacity, failures,
+        run_dir,
+        manifest,
+        phases,
+        requests,
+        capacity,
+        failures,
         soak_windows=list(read_jsonl(run_dir / WINDOWS, log, WINDOW_FIELDS)),
         soak_verdicts=list(read_jsonl(run_dir / VERDICTS, log, VERDICT_FIELDS)),
         soak_slices=list(read_jsonl(run_dir / SLICES, log, {"event": str, "slice": str, "config": str})),

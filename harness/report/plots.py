@@ -9,12 +9,12 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-from harness.report.load import RunData  # noqa: E402
-from harness.common.stats import isnum  # noqa: E402
+from harness.common.stats import isnum
+from harness.report.load import RunData
 
 _COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 
@@ -38,15 +38,28 @@ def tps_vs_streams(verdict: pd.DataFrame, counts: list[int], breakeven: pd.DataF
             continue
         color = _COLORS[i % len(_COLORS)]
         base = row["algorithm"] == "none"
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "--" if base else "-", marker="o", color=color,
-                linewidth=2 if base else 1.5, label=_label(row["run"], row["config"], bool(row["synthetic"]), multi))
+        ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            "--" if base else "-",
+            marker="o",
+            color=color,
+            linewidth=2 if base else 1.5,
+            label=_label(row["run"], row["config"], bool(row["synthetic"]), multi),
+        )
         if not breakeven.empty:
             be = breakeven[(breakeven["run"] == row["run"]) & (breakeven["config"] == row["config"])]
             if not be.empty and be["break_even_kind"].iloc[0] == "crosses":
                 x = float(be["break_even_streams"].iloc[0])
                 ax.axvline(x, color=color, linestyle=":", linewidth=1.2)
-                ax.annotate(f"break-even {x:.1f}", (x, ax.get_ylim()[1]), textcoords="offset points", xytext=(3, -12 - 10 * (i % 3)),
-                            fontsize=7, color=color)
+                ax.annotate(
+                    f"break-even {x:.1f}",
+                    (x, ax.get_ylim()[1]),
+                    textcoords="offset points",
+                    xytext=(3, -12 - 10 * (i % 3)),
+                    fontsize=7,
+                    color=color,
+                )
     ax.set_xlabel("concurrent streams")
     ax.set_ylabel("total output tokens/s (wall)")
     if counts:
@@ -113,7 +126,9 @@ def soak_timeline(runs: list[RunData], path: Path) -> Path | None:
         colour = _COLORS[i % len(_COLORS)]
         label = _label(run_id, cfg, False, multi)
         # x: hours of engine uptime when one engine lived through the soak, else hours since the first window
-        one_engine = len({w.get("engine_pid") for w in wins}) == 1 and all(isnum(w.get("engine_uptime_s")) for w in wins)
+        one_engine = len({w.get("engine_pid") for w in wins}) == 1 and all(
+            isnum(w.get("engine_uptime_s")) for w in wins
+        )
         t0 = float(wins[0]["t_unix"])
         x = [(float(w["engine_uptime_s"]) if one_engine else float(w["t_unix"]) - t0) / unit_s for w in wins]
         judged = [bool(w.get("judged", True)) for w in wins]
@@ -121,15 +136,28 @@ def soak_timeline(runs: list[RunData], path: Path) -> Path | None:
             pts = [(xx, w.get(key), j) for xx, w, j in zip(x, wins, judged) if isnum(w.get(key))]
             ax.plot([p[0] for p in pts], [p[1] for p in pts], color=colour, lw=0.8, label=label)
             ax.scatter([p[0] for p in pts if p[2]], [p[1] for p in pts if p[2]], s=6, color=colour)
-            ax.scatter([p[0] for p in pts if not p[2]], [p[1] for p in pts if not p[2]], s=8, facecolors="none", edgecolors=colour, lw=0.6)
+            ax.scatter(
+                [p[0] for p in pts if not p[2]],
+                [p[1] for p in pts if not p[2]],
+                s=8,
+                facecolors="none",
+                edgecolors=colour,
+                lw=0.6,
+            )
             ax.set_ylabel(ylabel)
         rss = [(xx, w.get("engine_rss_mib")) for xx, w in zip(x, wins) if isnum(w.get("engine_rss_mib"))]
         har = [(xx, w.get("harness_rss_mib")) for xx, w in zip(x, wins) if isnum(w.get("harness_rss_mib"))]
         axes[3].plot([p[0] for p in rss], [p[1] for p in rss], color=colour, label=f"{label} engine")
         axes[3].plot([p[0] for p in har], [p[1] for p in har], color=colour, ls="--", label=f"{label} harness + Locust")
         cpu = [(xx, w["cpu"]) for xx, w in zip(x, wins) if isinstance(w.get("cpu"), dict)]
-        for key, ls, what in (("engine_cores", "-", "engine"), ("harness_cores", "--", "harness + Locust"), ("other_cores", ":", "other processes")):
-            axes[4].plot([p[0] for p in cpu], [p[1].get(key) for p in cpu], color=colour, ls=ls, label=f"{label} {what}")
+        for key, ls, what in (
+            ("engine_cores", "-", "engine"),
+            ("harness_cores", "--", "harness + Locust"),
+            ("other_cores", ":", "other processes"),
+        ):
+            axes[4].plot(
+                [p[0] for p in cpu], [p[1].get(key) for p in cpu], color=colour, ls=ls, label=f"{label} {what}"
+            )
         for v in verdicts:
             if v.get("kind") not in ("collapse", "recovered", "crash", "hang", "memory"):
                 continue
@@ -137,11 +165,22 @@ def soak_timeline(runs: list[RunData], path: Path) -> Path | None:
             if not isnum(up):
                 continue
             for ax in axes:
-                ax.axvline(float(up) / unit_s, color={"recovered": "tab:green"}.get(str(v["kind"]), "tab:red"), lw=0.8, alpha=0.7)
+                ax.axvline(
+                    float(up) / unit_s,
+                    color={"recovered": "tab:green"}.get(str(v["kind"]), "tab:red"),
+                    lw=0.8,
+                    alpha=0.7,
+                )
     axes[3].set_ylabel("resident MiB")
     axes[4].set_ylabel("CPU cores")
-    axes[0].set_title("Soak windows (hollow: not judged; red: collapse, crash, hang or memory verdict; green: recovered)", fontsize=9)
-    axes[-1].set_xlabel(f"engine uptime, {unit}" if all(len({w.get('engine_pid') for w in s[2]}) == 1 for s in series) else f"{unit} since the first soak window")
+    axes[0].set_title(
+        "Soak windows (hollow: not judged; red: collapse, crash, hang or memory verdict; green: recovered)", fontsize=9
+    )
+    axes[-1].set_xlabel(
+        f"engine uptime, {unit}"
+        if all(len({w.get("engine_pid") for w in s[2]}) == 1 for s in series)
+        else f"{unit} since the first soak window"
+    )
     for ax in axes:
         ax.grid(alpha=0.3)
         if ax.lines:
@@ -180,8 +219,14 @@ def failure_timelines(runs: list[RunData], out: Path) -> list[Path]:
             wins = sorted(wins, key=lambda w: float(w["t_unix"]))
             t0 = float(wins[0].get("t_start_unix") or wins[0]["t_unix"])
             x = [(float(w["t_unix"]) - t0) / 60.0 for w in wins]
-            panels = [(keys, label) for keys, label in _FAILURE_PANELS if any(series_value(w, k) is not None for w in wins for k in keys)]
-            fig, axes = plt.subplots(len(panels), 1, figsize=(8.5, 1.6 * len(panels) + 1.0), dpi=100, sharex=True, squeeze=False)
+            panels = [
+                (keys, label)
+                for keys, label in _FAILURE_PANELS
+                if any(series_value(w, k) is not None for w in wins for k in keys)
+            ]
+            fig, axes = plt.subplots(
+                len(panels), 1, figsize=(8.5, 1.6 * len(panels) + 1.0), dpi=100, sharex=True, squeeze=False
+            )
             for ax, (keys, label) in zip(axes[:, 0], panels):
                 for k in keys:
                     pts = [(xx, v) for xx, w in zip(x, wins) if (v := series_value(w, k)) is not None]
@@ -194,8 +239,12 @@ def failure_timelines(runs: list[RunData], out: Path) -> list[Path]:
                     onset = float((v.get("evidence") or {}).get("onset_unix") or v["t_unix"])
                     ax.axvline((onset - t0) / 60.0, color="tab:red", lw=0.9, alpha=0.8)
             first = flagged[0]
-            axes[0, 0].set_title(f"{cfg}: {first['kind']}" + (f" of {first['metric']}" if first.get("metric") else "")
-                                 + " (red: onset of each verdict)", fontsize=9)
+            axes[0, 0].set_title(
+                f"{cfg}: {first['kind']}"
+                + (f" of {first['metric']}" if first.get("metric") else "")
+                + " (red: onset of each verdict)",
+                fontsize=9,
+            )
             axes[-1, 0].set_xlabel("minutes since the first soak window")
             raw = f"{run.run_id}_{cfg}" if len(runs) > 1 else cfg
             name = "".join(c if c.isalnum() or c in "-_" else "_" for c in raw)
@@ -226,7 +275,14 @@ def latency_distributions(runs: list[RunData], path: Path) -> Path | None:
                 itl = np.sort(np.array([x for lst in at["itl_s"] for x in (lst or [])], dtype=float))
                 label = f"{_label(run.run_id, name, False, multi)} @{n}"
                 if len(ttft):
-                    ax1.plot(ttft, np.arange(1, len(ttft) + 1) / len(ttft), style, color=color, label=label, drawstyle="steps-post")
+                    ax1.plot(
+                        ttft,
+                        np.arange(1, len(ttft) + 1) / len(ttft),
+                        style,
+                        color=color,
+                        label=label,
+                        drawstyle="steps-post",
+                    )
                     drawn = True
                 if len(itl):
                     ax2.plot(itl * 1e3, np.arange(1, len(itl) + 1) / len(itl), style, color=color, label=label)
@@ -297,7 +353,12 @@ def k_sweep(verdict: pd.DataFrame, runs: list[RunData], counts: list[int], path:
             syn = ((c.get("spec") or {}).get("synthetic") or {}).get("length")
             group = (c.get("sweep_of") or c["algorithm"]) + (f" L={syn:g}" if syn else "")
             ks.setdefault((run.run_id, group), []).append(
-                (int(c["k"]), _f(v["solo_speedup"].iloc[0]), _f(v[f"speedup_{top}"].iloc[0]) if top else None, _f(v["acceptance"].iloc[0]))
+                (
+                    int(c["k"]),
+                    _f(v["solo_speedup"].iloc[0]),
+                    _f(v[f"speedup_{top}"].iloc[0]) if top else None,
+                    _f(v["acceptance"].iloc[0]),
+                )
             )
     sweeps = {key: sorted(pts) for key, pts in ks.items() if len({p[0] for p in pts}) >= 2}
     if not sweeps:
@@ -339,17 +400,34 @@ def control_over_time(control: pd.DataFrame, summary: pd.DataFrame, path: Path, 
         g = g.sort_values("start_unix_s")
         color = _COLORS[i % len(_COLORS)]
         x = [(float(t) - t0) / 60 for t in g["start_unix_s"]]
-        ax.plot(x, list(g["control_decode_tps"]), marker="o", color=color, label=_label(str(run_id), str(base), False, multi))
+        ax.plot(
+            x,
+            list(g["control_decode_tps"]),
+            marker="o",
+            color=color,
+            label=_label(str(run_id), str(base), False, multi),
+        )
         for xx, rep in zip(x, g["repetition"]):
-            ax.annotate(str(int(rep)), (xx, float(g[g["repetition"] == rep]["control_decode_tps"].iloc[0])), textcoords="offset points",
-                        xytext=(3, 4), fontsize=7, color=color)
+            ax.annotate(
+                str(int(rep)),
+                (xx, float(g[g["repetition"] == rep]["control_decode_tps"].iloc[0])),
+                textcoords="offset points",
+                xytext=(3, 4),
+                fontsize=7,
+                color=color,
+            )
         s = summary[(summary["run"] == run_id) & (summary["baseline"] == base)] if not summary.empty else summary
         if not s.empty:
             med, bound = float(s["control_median_tps"].iloc[0]), float(s["drift_bound"].iloc[0])
             ax.axhspan(med * (1 - bound / 2), med * (1 + bound / 2), color=color, alpha=0.08)
             if bool(s["drifted"].iloc[0]):
-                ax.annotate(f"drifted: spread {float(s['control_spread'].iloc[0]):.0%} > {bound:.0%}", (0.01, 0.04 + 0.08 * i),
-                            xycoords="axes fraction", fontsize=8, color="tab:red")
+                ax.annotate(
+                    f"drifted: spread {float(s['control_spread'].iloc[0]):.0%} > {bound:.0%}",
+                    (0.01, 0.04 + 0.08 * i),
+                    xycoords="axes fraction",
+                    fontsize=8,
+                    color="tab:red",
+                )
     ax.set_xlabel("minutes since the first block")
     ax.set_ylabel("baseline solo decode t/s")
     ax.set_title("Control: the machine's speed, block by block (band: the drift bound)")
@@ -371,21 +449,52 @@ def rate_sweep(sweep: pd.DataFrame, saturation: pd.DataFrame, path: Path, multi:
         offered = [_f(v) if _f(v) is not None else float(r) for v, r in zip(g["offered_rps"], g["rate_rps"])]
         achieved = [_f(v) for v in g["achieved_rps"]]
         base = g["algorithm"].iloc[0] == "none"
-        ax.plot(offered, [a if a is not None else np.nan for a in achieved], "--" if base else "-", marker="o", color=color,
-                linewidth=2 if base else 1.5, label=_label(str(run), str(name), False, multi) + " achieved")
+        ax.plot(
+            offered,
+            [a if a is not None else np.nan for a in achieved],
+            "--" if base else "-",
+            marker="o",
+            color=color,
+            linewidth=2 if base else 1.5,
+            label=_label(str(run), str(name), False, multi) + " achieved",
+        )
         gp = [_f(v) for v in g["goodput_rps"]] if "goodput_rps" in g else []
         if any(v is not None for v in gp):
-            ax.plot(offered, [v if v is not None else np.nan for v in gp], ":", marker=".", color=color, label=f"{name} goodput")
+            ax.plot(
+                offered,
+                [v if v is not None else np.nan for v in gp],
+                ":",
+                marker=".",
+                color=color,
+                label=f"{name} goodput",
+            )
         top = max([top, *offered, *(a for a in achieved if a is not None)])
-        sat = saturation[(saturation["run"] == run) & (saturation["config"] == name)] if not saturation.empty else saturation
+        sat = (
+            saturation[(saturation["run"] == run) & (saturation["config"] == name)]
+            if not saturation.empty
+            else saturation
+        )
         if not sat.empty and isnum(sat["saturation_rps"].iloc[0]):
             x = float(sat["saturation_rps"].iloc[0])
             at = g[g["rate_rps"] == x]
             y = _f(at["achieved_rps"].iloc[0]) if not at.empty else None
             off = _f(at["offered_rps"].iloc[0]) if not at.empty else None
-            ax.plot([off if off is not None else x], [y if y is not None else 0.0], "x", color=color, markersize=12, markeredgewidth=2.5)
-            ax.annotate(f"saturated {x:g} rps", (off if off is not None else x, y or 0.0), textcoords="offset points",
-                        xytext=(6, -14 - 10 * (i % 3)), fontsize=7, color=color)
+            ax.plot(
+                [off if off is not None else x],
+                [y if y is not None else 0.0],
+                "x",
+                color=color,
+                markersize=12,
+                markeredgewidth=2.5,
+            )
+            ax.annotate(
+                f"saturated {x:g} rps",
+                (off if off is not None else x, y or 0.0),
+                textcoords="offset points",
+                xytext=(6, -14 - 10 * (i % 3)),
+                fontsize=7,
+                color=color,
+            )
     ax.plot([0, top * 1.05], [0, top * 1.05], color="grey", linewidth=0.8, alpha=0.6, label="achieved = offered")
     ax.set_xlabel("offered requests/s")
     ax.set_ylabel("requests/s (wall)")

@@ -76,13 +76,18 @@ def _inline(text: str) -> str:
             out.append(f"<code>{html.escape(part)}</code>")
             continue
         bold = part.split("**")
-        out.append("".join(f"<strong>{html.escape(s)}</strong>" if j % 2 else html.escape(s) for j, s in enumerate(bold)))
+        out.append(
+            "".join(f"<strong>{html.escape(s)}</strong>" if j % 2 else html.escape(s) for j, s in enumerate(bold))
+        )
     return "".join(out)
 
 
 def to_html(blocks: list[Block], title: str) -> str:
-    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>"]
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
+    ]
     for b in blocks:
         if b.kind.startswith("h"):
             out.append(f"<{b.kind}>{_inline(b.text)}</{b.kind}>")
@@ -91,7 +96,11 @@ def to_html(blocks: list[Block], title: str) -> str:
         elif b.kind == "list":
             out.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in b.items) + "</ul>")
         elif b.kind == "table" and b.table is not None:
-            out.append(b.table.to_html(index=False, escape=True, border=0, na_rep="–") if not b.table.empty else "<p>(no rows)</p>")
+            out.append(
+                b.table.to_html(index=False, escape=True, border=0, na_rep="–")
+                if not b.table.empty
+                else "<p>(no rows)</p>"
+            )
         elif b.kind == "img" and b.image is not None:
             data = base64.b64encode(b.image.read_bytes()).decode("ascii")
             out.append(f'<figure><img alt="{html.escape(b.text)}" src="data:image/png;base64,{data}"></figure>')

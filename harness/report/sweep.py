@@ -14,9 +14,9 @@ from typing import Any
 
 import pandas as pd
 
-from harness.report.load import RunData
 from harness.common.stats import isnum, ratio_interval
 from harness.detect.saturation import Judgement, PaysAt, Rule, judge_rate, pays_at, saturation_point, stops_paying
+from harness.report.load import RunData
 
 
 def _rule(run: RunData) -> Rule:
@@ -75,24 +75,44 @@ def rate_sweep_table(runs: list[RunData], verdict: pd.DataFrame) -> pd.DataFrame
                 lat = _median(p["e2e_from_schedule_p50_s"]) if "e2e_from_schedule_p50_s" in p else None
                 gp = _median(p["goodput_rps"]) if "goodput_rps" in p else None
                 row: dict[str, Any] = {
-                    "run": run.run_id, "config": name, "algorithm": (cfgs.get(name) or {}).get("algorithm"),
-                    "rate_rps": float(rate), "load": str(p["load"].iloc[0]), "repetitions": len(p_all), "judged_on": len(p),
-                    "offered_rps": _median(p["offered_rps"]), "achieved_rps": _median(p["achieved_rps"]),
-                    "completion_ratio": j.completion_ratio, "late_share": j.late_share,
-                    "goodput_rps": gp, "slo_met_share": j.goodput_ratio, "e2e_from_schedule_p50_s": lat,
-                    "saturated": j.saturated, "saturated_why": j.why,
+                    "run": run.run_id,
+                    "config": name,
+                    "algorithm": (cfgs.get(name) or {}).get("algorithm"),
+                    "rate_rps": float(rate),
+                    "load": str(p["load"].iloc[0]),
+                    "repetitions": len(p_all),
+                    "judged_on": len(p),
+                    "offered_rps": _median(p["offered_rps"]),
+                    "achieved_rps": _median(p["achieved_rps"]),
+                    "completion_ratio": j.completion_ratio,
+                    "late_share": j.late_share,
+                    "goodput_rps": gp,
+                    "slo_met_share": j.goodput_ratio,
+                    "e2e_from_schedule_p50_s": lat,
+                    "saturated": j.saturated,
+                    "saturated_why": j.why,
                     "contaminated_phases": int(p_all["contaminated"].sum()) if "contaminated" in p_all else 0,
-                    "baseline": base_name, "latency_vs_baseline": None, "goodput_vs_baseline": None, "pays": None,
+                    "baseline": base_name,
+                    "latency_vs_baseline": None,
+                    "goodput_vs_baseline": None,
+                    "pays": None,
                 }
                 if base_name is not None:
                     b = _clean(rp[(rp["config"] == base_name) & (rp["rate_rps"] == rate)])
                     if not b.empty:
                         # paired by repetition (the same schedule and prompts; interleaved: the same block)
-                        mine_lat, base_lat = _by_rep(p, "e2e_from_schedule_p50_s"), _by_rep(b, "e2e_from_schedule_p50_s")
-                        lat_ratio, _, _ = ratio_interval([mine_lat[r] / base_lat[r] for r in mine_lat if base_lat.get(r)])
+                        mine_lat, base_lat = (
+                            _by_rep(p, "e2e_from_schedule_p50_s"),
+                            _by_rep(b, "e2e_from_schedule_p50_s"),
+                        )
+                        lat_ratio, _, _ = ratio_interval(
+                            [mine_lat[r] / base_lat[r] for r in mine_lat if base_lat.get(r)]
+                        )
                         base_gp = _median(b["goodput_rps"]) if "goodput_rps" in b else None
                         pa = pays_at(float(rate), lat_ratio, gp, base_gp)
-                        row.update(latency_vs_baseline=pa.latency_ratio, goodput_vs_baseline=pa.goodput_ratio, pays=pa.pays)
+                        row.update(
+                            latency_vs_baseline=pa.latency_ratio, goodput_vs_baseline=pa.goodput_ratio, pays=pa.pays
+                        )
                 rows.append(row)
     return pd.DataFrame(rows)
 
@@ -102,34 +122,61 @@ def saturation_table(sweep: pd.DataFrame, break_even: pd.DataFrame) -> pd.DataFr
     if sweep.empty:
         return pd.DataFrame()
     for (run, name), grp in sweep.groupby(["run", "config"], sort=False):
-        pts = [(float(r["rate_rps"]), Judgement(bool(r["saturated"]), r["saturated_why"] or "", None, None, None)) for _, r in grp.iterrows()]
+        pts = [
+            (float(r["rate_rps"]), Judgement(bool(r["saturated"]), r["saturated_why"] or "", None, None, None))
+            for _, r in grp.iterrows()
+        ]
         sp = saturation_point(pts)
         rates = sorted(float(x) for x in grp["rate_rps"])
         if sp.kind == "saturated":
-            text = (f"{_r(sp.saturation_rps)} rps ({sp.why})" + (f"; sustains {_r(sp.sustained_rps)} rps" if sp.sustained_rps is not None
-                                                                  else "; already at the lowest rate"))
+            text = f"{_r(sp.saturation_rps)} rps ({sp.why})" + (
+                f"; sustains {_r(sp.sustained_rps)} rps"
+                if sp.sustained_rps is not None
+                else "; already at the lowest rate"
+            )
         elif sp.kind == "not reached":
             text = f"not reached: sustains ≥ {_r(sp.sustained_rps)} rps (highest rate measured)"
         else:
             text = "–"
         row: dict[str, Any] = {
-            "run": run, "config": name, "algorithm": grp["algorithm"].iloc[0], "rates_measured": ", ".join(_r(x) for x in rates),
-            "saturation_kind": sp.kind, "saturation_rps": sp.saturation_rps, "sustained_rps": sp.sustained_rps,
-            "decided_by": sp.why, "saturation": text,
-            "pays_kind": None, "pays_up_to_rps": None, "first_not_paying_rps": None, "stops_paying": None,
+            "run": run,
+            "config": name,
+            "algorithm": grp["algorithm"].iloc[0],
+            "rates_measured": ", ".join(_r(x) for x in rates),
+            "saturation_kind": sp.kind,
+            "saturation_rps": sp.saturation_rps,
+            "sustained_rps": sp.sustained_rps,
+            "decided_by": sp.why,
+            "saturation": text,
+            "pays_kind": None,
+            "pays_up_to_rps": None,
+            "first_not_paying_rps": None,
+            "stops_paying": None,
             "break_even_streams": None,
         }
         paid = grp[grp["pays"].notna()] if "pays" in grp else grp.iloc[0:0]
         if grp["algorithm"].iloc[0] not in (None, "none") and not paid.empty:
-            pays = [PaysAt(float(r["rate_rps"]), bool(r["pays"]), _f(r["latency_vs_baseline"]), _f(r["goodput_vs_baseline"]))
-                    for _, r in paid.iterrows()]
+            pays = [
+                PaysAt(
+                    float(r["rate_rps"]), bool(r["pays"]), _f(r["latency_vs_baseline"]), _f(r["goodput_vs_baseline"])
+                )
+                for _, r in paid.iterrows()
+            ]
             kind, up_to, first_not = stops_paying(pays)
-            ev = ", ".join(f"{_r(p.rate_rps)}: latency {_x(p.latency_ratio)}" + (f", goodput {_x(p.goodput_ratio)}" if p.goodput_ratio is not None else "")
-                           for p in pays)
-            head = {"crosses": f"pays up to {_r(up_to)} rps, not at {_r(first_not)}", "always": f"pays at every rate (up to {_r(up_to)} rps)",
-                    "never": "never: no rate where it beats the baseline",
-                    "mixed": f"mixed: highest rate it pays at {_r(up_to)} rps"}.get(kind, "–")
-            row.update(pays_kind=kind, pays_up_to_rps=up_to, first_not_paying_rps=first_not, stops_paying=f"{head} ({ev})")
+            ev = ", ".join(
+                f"{_r(p.rate_rps)}: latency {_x(p.latency_ratio)}"
+                + (f", goodput {_x(p.goodput_ratio)}" if p.goodput_ratio is not None else "")
+                for p in pays
+            )
+            head = {
+                "crosses": f"pays up to {_r(up_to)} rps, not at {_r(first_not)}",
+                "always": f"pays at every rate (up to {_r(up_to)} rps)",
+                "never": "never: no rate where it beats the baseline",
+                "mixed": f"mixed: highest rate it pays at {_r(up_to)} rps",
+            }.get(kind, "–")
+            row.update(
+                pays_kind=kind, pays_up_to_rps=up_to, first_not_paying_rps=first_not, stops_paying=f"{head} ({ev})"
+            )
         row["break_even_streams"] = _break_even(break_even, str(run), str(name), grp["algorithm"].iloc[0])
         rows.append(row)
     return pd.DataFrame(rows)
@@ -162,4 +209,3 @@ def _x(v: Any) -> str:
     if not isnum(v):
         return "–"
     return "∞" if math.isinf(float(v)) else f"{float(v):.2f}×"
-

@@ -11,10 +11,9 @@ from typing import Any
 import pandas as pd
 
 from engines.types import EngineCounters, acceptance_figures
-
-from harness.report.load import RunData
-from harness.config.schema import load_label
 from harness.common.stats import ratio_interval, shown_difference
+from harness.config.schema import load_label
+from harness.report.load import RunData
 
 
 def _median(values: Any) -> float | None:
@@ -70,7 +69,11 @@ def verdict_table(runs: list[RunData]) -> pd.DataFrame:
             p_closed = ph[ph["config"] == name] if not ph.empty else ph
             pa = ap[ap["config"] == name] if not ap.empty else ap
             # pooled figures (acceptance, CPU, agreement, records, failures) over every measured phase, open loop included
-            p = pd.concat([x for x in (p_closed, pa) if not x.empty], ignore_index=True) if not (p_closed.empty and pa.empty) else p_closed
+            p = (
+                pd.concat([x for x in (p_closed, pa) if not x.empty], ignore_index=True)
+                if not (p_closed.empty and pa.empty)
+                else p_closed
+            )
             r = rq[(rq["config"] == name) & (rq["phase"].isin(("measure", "arrivals")))] if not rq.empty else rq
             cap = run.capacity.get(name, {})
             row: dict[str, Any] = {
@@ -95,13 +98,17 @@ def verdict_table(runs: list[RunData]) -> pd.DataFrame:
                 row[f"arrival_total_tps_{key}"] = _median(pk["total_tps"]) if not pk.empty else None
                 row[f"late_{key}"] = _sum(pk["late"]) if not pk.empty and "late" in pk else None
                 row[f"scheduled_{key}"] = _sum(pk["scheduled"]) if not pk.empty and "scheduled" in pk else None
-                delays = pd.Series(pk["max_send_delay_s"] if not pk.empty and "max_send_delay_s" in pk else [], dtype="float64").dropna()
+                delays = pd.Series(
+                    pk["max_send_delay_s"] if not pk.empty and "max_send_delay_s" in pk else [], dtype="float64"
+                ).dropna()
                 row[f"max_send_delay_s_{key}"] = float(delays.max()) if len(delays) else None
             if not p.empty:
                 drafted = _sum(c.get("draft_tokens") for c in p["counters"])
                 accepted = _sum(c.get("accepted_tokens") for c in p["counters"])
                 steps = _sum(c.get("verify_steps") for c in p["counters"])
-                pooled = acceptance_figures(EngineCounters(draft_tokens=drafted, accepted_tokens=accepted, verify_steps=steps))
+                pooled = acceptance_figures(
+                    EngineCounters(draft_tokens=drafted, accepted_tokens=accepted, verify_steps=steps)
+                )
                 row["acceptance"], row["mean_accept_len"] = pooled["acceptance"], pooled["mean_accept_len"]
                 row["drafted_tokens"] = drafted
                 client = _sum(p["client_draft_tokens"]) if "client_draft_tokens" in p else None
@@ -110,9 +117,23 @@ def verdict_table(runs: list[RunData]) -> pd.DataFrame:
                 row["harness_cores"] = _median([c.get("harness_cores") for c in p["cpu"]])
                 row["other_cores_max"] = float(max(c.get("other_cores", 0.0) for c in p["cpu"]))
             else:
-                row.update(acceptance=None, mean_accept_len=None, drafted_tokens=None, client_drafted_tokens=None,
-                           contaminated_phases=0, harness_cores=None, other_cores_max=None)
-            row["engine_agreement"] = engine_agreement(p, int((meta.get("spec") or {}).get("max_tokens") or run.scenario.get("measurement", {}).get("max_tokens") or 0))
+                row.update(
+                    acceptance=None,
+                    mean_accept_len=None,
+                    drafted_tokens=None,
+                    client_drafted_tokens=None,
+                    contaminated_phases=0,
+                    harness_cores=None,
+                    other_cores_max=None,
+                )
+            row["engine_agreement"] = engine_agreement(
+                p,
+                int(
+                    (meta.get("spec") or {}).get("max_tokens")
+                    or run.scenario.get("measurement", {}).get("max_tokens")
+                    or 0
+                ),
+            )
             row["soak"] = soak_verdict(meta.get("soak"))
             row["records_expected"], row["records_missing"] = _missing_records(p, r)
             row["requests_ok"] = int((r["status"] == "ok").sum()) if not r.empty else 0
@@ -135,19 +156,39 @@ def verdict_table(runs: list[RunData]) -> pd.DataFrame:
             meta = cfgs.get(row["config"]) or {}
             named = (meta.get("spec") or {}).get("baseline")
             model = target_model(run, row["config"])
-            base = bases.get(named) if named else next((x for x in bases.values() if model is not None and target_model(run, x["config"]) == model), None)
+            base = (
+                bases.get(named)
+                if named
+                else next(
+                    (x for x in bases.values() if model is not None and target_model(run, x["config"]) == model), None
+                )
+            )
             row["baseline"] = base["config"] if base else None
             # each ratio from the pairs (repetition r of the configuration and of its baseline: in the interleaved
             # design, the same block, seconds apart): their geometric mean and its interval; the ratio of the
             # medians only where no repetition pairs up
             solo_ratios = _rep_ratios(solo_by_rep(rq, row["config"]), solo_by_rep(rq, base["config"])) if base else []
             centre, row["solo_speedup_ci_low"], row["solo_speedup_ci_high"] = ratio_interval(solo_ratios)
-            row["solo_speedup"] = centre if centre is not None else _ratio(row["solo_decode_tps"], base["solo_decode_tps"]) if base else None
+            row["solo_speedup"] = (
+                centre
+                if centre is not None
+                else _ratio(row["solo_decode_tps"], base["solo_decode_tps"])
+                if base
+                else None
+            )
             row["solo_speedup_reps"] = len(solo_ratios)
             for n in counts:
-                ratios = _rep_ratios(_tps_by_rep(ph, row["config"], n), _tps_by_rep(ph, base["config"], n)) if base else []
+                ratios = (
+                    _rep_ratios(_tps_by_rep(ph, row["config"], n), _tps_by_rep(ph, base["config"], n)) if base else []
+                )
                 centre, row[f"speedup_{n}_ci_low"], row[f"speedup_{n}_ci_high"] = ratio_interval(ratios)
-                row[f"speedup_{n}"] = centre if centre is not None else _ratio(row.get(f"total_tps_{n}"), base.get(f"total_tps_{n}")) if base else None
+                row[f"speedup_{n}"] = (
+                    centre
+                    if centre is not None
+                    else _ratio(row.get(f"total_tps_{n}"), base.get(f"total_tps_{n}"))
+                    if base
+                    else None
+                )
                 row[f"speedup_{n}_reps"] = len(ratios)
             row["memory_vs_baseline"] = _ratio(row["memory_mib"], base["memory_mib"]) if base else None
         rows.extend(run_rows)
@@ -169,7 +210,9 @@ def engine_agreement(p: pd.DataFrame, max_tokens: int) -> str:
     if "client_draft_tokens" in p:
         pairs.append(("drafted", _sum(c.get("draft_tokens") for c in p["counters"]), _sum(p["client_draft_tokens"])))
     if "client_accepted_tokens" in p:
-        pairs.append(("accepted", _sum(c.get("accepted_tokens") for c in p["counters"]), _sum(p["client_accepted_tokens"])))
+        pairs.append(
+            ("accepted", _sum(c.get("accepted_tokens") for c in p["counters"]), _sum(p["client_accepted_tokens"]))
+        )
     checked, bad = 0, []
     for what, engine, client in pairs:
         if engine is None or client is None:
@@ -201,7 +244,9 @@ def _missing_records(p: pd.DataFrame, r: pd.DataFrame) -> tuple[int, int]:
     expected = int(pd.Series(p["requests"], dtype="float64").fillna(0).sum())
     if "attempt" in p and not r.empty and "attempt" in r:
         have = r["attempt"].value_counts()
-        missing = sum(max(0, int(n) - int(have.get(a, 0))) for a, n in zip(p["attempt"], p["requests"]) if isinstance(a, str))
+        missing = sum(
+            max(0, int(n) - int(have.get(a, 0))) for a, n in zip(p["attempt"], p["requests"]) if isinstance(a, str)
+        )
     else:
         missing = max(0, expected - len(r))
     return expected, int(missing)
@@ -230,7 +275,7 @@ def solo_by_rep(rq: pd.DataFrame, config: str) -> dict[int, float]:
 
 def _rep_ratios(a: dict[int, float], b: dict[int, float]) -> list[float]:
     """Per-repetition ratios a/b over the repetitions both have (repetition r of both is paired)."""
-    return [a[r] / b[r] for r in sorted(a) if r in b and b[r]]
+    return [a[r] / b[r] for r in sorted(a) if b.get(r)]
 
 
 def _add(a: float | None, b: float | None) -> float | None:
@@ -254,12 +299,16 @@ def display_table(df: pd.DataFrame, counts: list[int], multi_run: bool) -> pd.Da
             out["engine"] = df["engine"]
     out["configuration"] = [f"{c} [synthetic]" if s else c for c, s in zip(df["config"], df["synthetic"])]
     out["algorithm"] = df["algorithm"]
-    loads = [c[len("achieved_rps_"):] for c in df.columns if c.startswith("achieved_rps_")]  # open-loop phases, in order
+    loads = [
+        c[len("achieved_rps_") :] for c in df.columns if c.startswith("achieved_rps_")
+    ]  # open-loop phases, in order
     itself = [c == b for c, b in zip(df["config"], df.get("baseline", [None] * len(df)))]  # a baseline's own row
     if counts or not loads:  # a run of open-loop phases only has no solo figure
         out["solo decode t/s"] = df["solo_decode_tps"].map(_fmt1)
-        out["solo vs baseline [95% CI]"] = ["(baseline)" if me else _fmtci(v, lo, hi)
-                                            for me, v, lo, hi in zip(itself, df["solo_speedup"], df["solo_speedup_ci_low"], df["solo_speedup_ci_high"])]
+        out["solo vs baseline [95% CI]"] = [
+            "(baseline)" if me else _fmtci(v, lo, hi)
+            for me, v, lo, hi in zip(itself, df["solo_speedup"], df["solo_speedup_ci_low"], df["solo_speedup_ci_high"])
+        ]
     for n in counts:
         out[f"total t/s @{n}"] = df[f"total_tps_{n}"].map(_fmt1)
         out[f"@{n} vs baseline [95% CI]"] = [
@@ -268,24 +317,36 @@ def display_table(df: pd.DataFrame, counts: list[int], multi_run: bool) -> pd.Da
         ]
     for key in loads:
         label = load_label(key)
-        out[f"offered / achieved rps {label}"] = [f"{_fmt2(o)} / {_fmt2(a)}" for o, a in zip(df[f"offered_rps_{key}"], df[f"achieved_rps_{key}"])]
+        out[f"offered / achieved rps {label}"] = [
+            f"{_fmt2(o)} / {_fmt2(a)}" for o, a in zip(df[f"offered_rps_{key}"], df[f"achieved_rps_{key}"])
+        ]
         out[f"goodput rps {label}"] = df[f"goodput_rps_{key}"].map(_fmt2)
-        out[f"late {label}"] = [_late(n, of, d) for n, of, d in zip(df[f"late_{key}"], df[f"scheduled_{key}"], df[f"max_send_delay_s_{key}"])]
+        out[f"late {label}"] = [
+            _late(n, of, d)
+            for n, of, d in zip(df[f"late_{key}"], df[f"scheduled_{key}"], df[f"max_send_delay_s_{key}"])
+        ]
     out["acceptance"] = df["acceptance"].map(_fmt2)
     out["mean length"] = df["mean_accept_len"].map(_fmt2)
     out["ctx/slot"] = df["ctx_per_slot"].map(_fmt0)
     out["ctx total"] = df["ctx_total"].map(_fmt0)
     if "servable_ctx_per_slot" in df and df["servable_ctx_per_slot"].map(_present).any():
         # under the scenario's memory budget (the memory table), marked ✓ when the fill check proved it
-        out["servable ctx/slot (budget)"] = [_fmt0(v) + (" ✓" if f == "ok" else " ✗" if f in ("failed", "engine_failed") else "")
-                                             for v, f in zip(df["servable_ctx_per_slot"], df.get("fill_check", [None] * len(df)))]
+        out["servable ctx/slot (budget)"] = [
+            _fmt0(v) + (" ✓" if f == "ok" else " ✗" if f in ("failed", "engine_failed") else "")
+            for v, f in zip(df["servable_ctx_per_slot"], df.get("fill_check", [None] * len(df)))
+        ]
     out["slots"] = df["slots"].map(_fmt0)
     out["memory MiB"] = df["memory_mib"].map(_fmt0)
-    out["failures"] = [_failures(ok, failed, f) for ok, failed, f in zip(df["requests_ok"], df["requests_failed"], df["failure"])]
+    out["failures"] = [
+        _failures(ok, failed, f) for ok, failed, f in zip(df["requests_ok"], df["requests_failed"], df["failure"])
+    ]
     if "engine_agreement" in df:
         out["engine agreement"] = df["engine_agreement"].fillna("–")
     if "records_missing" in df and (df["records_missing"].fillna(0) > 0).any():
-        out["request records read"] = [f"✗ {int(e - m)} of {int(e)}" if m else "all" for e, m in zip(df["records_expected"], df["records_missing"].fillna(0))]
+        out["request records read"] = [
+            f"✗ {int(e - m)} of {int(e)}" if m else "all"
+            for e, m in zip(df["records_expected"], df["records_missing"].fillna(0))
+        ]
     if "soak" in df and df["soak"].map(lambda v: isinstance(v, str) and v != "").any():
         out["soak"] = df["soak"].map(lambda v: v if isinstance(v, str) and v else "–")
     return out

@@ -18,8 +18,14 @@ from harness.run.progress import Progress
 from harness.session.engine import EngineSession, RunContext
 
 
-def soak_campaign(ctx: RunContext, state: RunState, progress: Progress, failures: NotifyingWriter, failed: list[str],
-                  after_soak: Callable[[Configuration, EngineSession], None]) -> tuple[list[str], str | None]:
+def soak_campaign(
+    ctx: RunContext,
+    state: RunState,
+    progress: Progress,
+    failures: NotifyingWriter,
+    failed: list[str],
+    after_soak: Callable[[Configuration, EngineSession], None],
+) -> tuple[list[str], str | None]:
     """Each configuration's soak; returns the configurations whose soak failed, and why the run was stopped (if it was).
 
     Default: one engine process per configuration for its whole soak, then the measurement phases
@@ -42,8 +48,13 @@ def soak_campaign(ctx: RunContext, state: RunState, progress: Progress, failures
         if v.get("action") in ("stop_config", "stop_run") and v.get("config") in detectors:
             stopped.setdefault(v["config"], f"{v.get('kind')}: {v.get('message')}")
     stop_run = next((f"{v.get('config')}: {v.get('kind')}" for v in earlier if v.get("action") == "stop_run"), None)
-    state.manifest["soak"] = {"duration_s": soak.duration_s, "configurations": [c.name for c in cfgs],
-                              "design": "interleaved slices, engine restarted per slice" if soak.slice_s else "one engine per configuration for its whole soak"}
+    state.manifest["soak"] = {
+        "duration_s": soak.duration_s,
+        "configurations": [c.name for c in cfgs],
+        "design": "interleaved slices, engine restarted per slice"
+        if soak.slice_s
+        else "one engine per configuration for its whole soak",
+    }
     state.write()
     while stop_run is None:
         todo = [c for c in cfgs if soak.duration_s - elapsed.get(c.name, 0.0) > 1.0 and c.name not in stopped]
@@ -54,8 +65,10 @@ def soak_campaign(ctx: RunContext, state: RunState, progress: Progress, failures
             length = min(slice_len, remaining)
             n_slices += 1
             slice_id = f"{safe_name(cfg.name)}-s{n_slices:03d}"
-            console.print(f"[bold]{cfg.name}[/]: soak {slice_id}, {length:,.0f} s from t={elapsed.get(cfg.name, 0.0):,.0f} s ({soak.load_kind()}"
-                          + (", one engine for the whole soak)" if not soak.slice_s else ", engine restarted per slice)"))
+            console.print(
+                f"[bold]{cfg.name}[/]: soak {slice_id}, {length:,.0f} s from t={elapsed.get(cfg.name, 0.0):,.0f} s ({soak.load_kind()}"
+                + (", one engine for the whole soak)" if not soak.slice_s else ", engine restarted per slice)")
+            )
             state.set_config_status(cfg.name, status="soaking")
             session = ctx.session(cfg, "soak", ports[cfg.name])
             try:
@@ -64,7 +77,9 @@ def soak_campaign(ctx: RunContext, state: RunState, progress: Progress, failures
                 result = SoakSlice(ctx, cfg, session, slice_id, length, before, history, detectors[cfg.name]).run()
                 elapsed[cfg.name] = before + max(result.elapsed_s, 1.0)
                 # a soak a verdict stopped will not use the rest of its time
-                progress.soak_done_s += soak.duration_s - before if result.outcome.stop or result.gave_up else result.elapsed_s
+                progress.soak_done_s += (
+                    soak.duration_s - before if result.outcome.stop or result.gave_up else result.elapsed_s
+                )
                 if result.outcome.stop is not None:
                     stopped[cfg.name] = result.outcome.why or "a verdict"
                     if result.outcome.stop == "run":
@@ -77,7 +92,15 @@ def soak_campaign(ctx: RunContext, state: RunState, progress: Progress, failures
                     after_soak(cfg, session)
             except EngineError as exc:
                 console.print(f"  [red]soak failed to start ({type(exc).__name__}): {exc}[/]")
-                failures.write({"config": cfg.name, "stage": "soak", "kind": type(exc).__name__, "message": str(exc), "unix_s": time.time()})
+                failures.write(
+                    {
+                        "config": cfg.name,
+                        "stage": "soak",
+                        "kind": type(exc).__name__,
+                        "message": str(exc),
+                        "unix_s": time.time(),
+                    }
+                )
                 stopped[cfg.name] = f"the engine did not start: {exc}"
             finally:
                 session.stop()
@@ -87,7 +110,9 @@ def soak_campaign(ctx: RunContext, state: RunState, progress: Progress, failures
                 break
     if soak.slice_s and stop_run is None:
         for cfg in cfgs:  # interleaved: the bracket after every configuration has finished its slices
-            if cfg.name not in stopped and not any(r.get("config") == cfg.name for r in read_jsonl(run_dir / AFTER_SOAK)):
+            if cfg.name not in stopped and not any(
+                r.get("config") == cfg.name for r in read_jsonl(run_dir / AFTER_SOAK)
+            ):
                 session = ctx.session(cfg, "after-soak")
                 try:
                     session.start()
@@ -101,11 +126,16 @@ def soak_campaign(ctx: RunContext, state: RunState, progress: Progress, failures
     soak_failed = []
     for cfg in cfgs:
         bad = [v for v in verdicts if v["config"] == cfg.name and verdict_fails(v)]
-        summary = {"status": "failed" if bad or cfg.name in stopped else "ok", "soak_s": round(elapsed.get(cfg.name, 0.0), 1),
-                   "stopped_by": stopped.get(cfg.name)}
+        summary = {
+            "status": "failed" if bad or cfg.name in stopped else "ok",
+            "soak_s": round(elapsed.get(cfg.name, 0.0), 1),
+            "stopped_by": stopped.get(cfg.name),
+        }
         if bad:
             first = bad[0]
-            summary["first_failure"] = {k: first.get(k) for k in ("kind", "metric", "message", "t_unix", "engine_uptime_s", "action")}
+            summary["first_failure"] = {
+                k: first.get(k) for k in ("kind", "metric", "message", "t_unix", "engine_uptime_s", "action")
+            }
         if summary["status"] == "failed":
             soak_failed.append(cfg.name)
         state.manifest["configurations"][cfg.name]["soak"] = summary

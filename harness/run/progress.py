@@ -49,15 +49,28 @@ class Progress:
         if self._phases_done_here:
             pace = (self.elapsed_s() - self.soak_done_s) / (self._phases_done_here * per_phase_plan)
             measure_left *= min(10.0, max(0.1, pace))
-        return max(0.0, measure_left + p["ramp_s"] + p["fill_check_s"] + max(0.0, p["soak_s"] - self.soak_done_s) + p["after_soak_s"])
+        return max(
+            0.0,
+            measure_left
+            + p["ramp_s"]
+            + p["fill_check_s"]
+            + max(0.0, p["soak_s"] - self.soak_done_s)
+            + p["after_soak_s"],
+        )
 
     def line(self, where: str) -> str:
-        return (f"  [{where}] {describe_duration(self.elapsed_s())} elapsed, about {describe_duration(self.left_s())} left "
-                f"({self.phases_done}/{self.phases_total} phases)")
+        return (
+            f"  [{where}] {describe_duration(self.elapsed_s())} elapsed, about {describe_duration(self.left_s())} left "
+            f"({self.phases_done}/{self.phases_total} phases)"
+        )
 
     def record(self) -> dict[str, Any]:
         """The estimate against what happened, for the manifest (``estimate``)."""
         actual = self.elapsed_s()
         planned = self.planned["total_s"]
-        return {"planned_s": round(planned, 1), "actual_s": round(actual, 1),
-                "error": round(actual / planned - 1.0, 3) if planned > 0 else None, "parts_planned_s": self.planned}
+        return {
+            "planned_s": round(planned, 1),
+            "actual_s": round(actual, 1),
+            "error": round(actual / planned - 1.0, 3) if planned > 0 else None,
+            "parts_planned_s": self.planned,
+        }

@@ -132,7 +132,9 @@ class Runner:
             soak_failed: list[str] = []
             stopped_run: str | None = None
             if self.sc.soak is not None:
-                soak_failed, stopped_run = soak_campaign(self.ctx, state, self.progress, self.out.failures, failed, self._after_soak)
+                soak_failed, stopped_run = soak_campaign(
+                    self.ctx, state, self.progress, self.out.failures, failed, self._after_soak
+                )
             status = "completed" if not failed and not soak_failed else "completed_with_failures"
             reasons = []
             if failed:
@@ -145,11 +147,16 @@ class Runner:
             (run_dir / RESERVE).unlink(missing_ok=True)
             return RunResult(run_dir, status, failed, soak_failed)
         except RunInterrupted as exc:
-            state.finish("interrupted", f"{exc.signame} received; records written before it are kept, requests in flight recorded as 'interrupted'",
-                         self.progress)
+            state.finish(
+                "interrupted",
+                f"{exc.signame} received; records written before it are kept, requests in flight recorded as 'interrupted'",
+                self.progress,
+            )
             raise
         except BaseException as exc:
-            state.finish("failed", str(exc) if isinstance(exc, ResultsError) else f"{type(exc).__name__}: {exc}", self.progress)
+            state.finish(
+                "failed", str(exc) if isinstance(exc, ResultsError) else f"{type(exc).__name__}: {exc}", self.progress
+            )
             raise
         finally:
             self.out.close()
@@ -159,7 +166,9 @@ class Runner:
 
     def _after_soak(self, cfg: Configuration, session: EngineSession) -> None:
         """The measurement phases again on the soaked engine: the report's before/after (machine drift and engine aging)."""
-        self.console.print(f"  {cfg.name}: the measurement phases again after the soak (engine up {session.uptime_s() or 0:,.0f} s)")
+        self.console.print(
+            f"  {cfg.name}: the measurement phases again after the soak (engine up {session.uptime_s() or 0:,.0f} s)"
+        )
         out = NotifyingWriter(JsonlWriter(self.ctx.run_dir / AFTER_SOAK), None)
         try:
             self._measure(cfg, session, out, phase="after_soak", warmup=False)
@@ -208,19 +217,25 @@ class Runner:
                 if cfg.name in failed or self.state.phases_done(cfg, rep):
                     continue
 
-                def body(session: EngineSession, _where: dict[str, str], cfg: Configuration = cfg, rep: int = rep) -> None:
+                def body(
+                    session: EngineSession, _where: dict[str, str], cfg: Configuration = cfg, rep: int = rep
+                ) -> None:
                     self._measure(cfg, session, self.out.phases, reps=[rep])
 
                 if not self._with_engine(cfg, f"block{rep}", body):
                     failed.append(cfg.name)
 
-    def _with_engine(self, cfg: Configuration, log_stage: str | None, body: Callable[[EngineSession, dict[str, str]], None]) -> bool:
+    def _with_engine(
+        self, cfg: Configuration, log_stage: str | None, body: Callable[[EngineSession, dict[str, str]], None]
+    ) -> bool:
         """Start ``cfg``'s engine (ready, speculation checked, capacity recorded), run ``body(session, where)``, stop
         the engine. False when the engine failed: a failure record says at which stage (``where["stage"]``)."""
         name = safe_name(cfg.name)
         session = self.ctx.session(cfg, log_stage)
-        self.console.print(f"[bold]{cfg.name}[/] ({cfg.algorithm}{', synthetic' if cfg.is_synthetic else ''}): starting {self.engine_cls.name}"
-                           + (f" ({log_stage})" if log_stage else ""))
+        self.console.print(
+            f"[bold]{cfg.name}[/] ({cfg.algorithm}{', synthetic' if cfg.is_synthetic else ''}): starting {self.engine_cls.name}"
+            + (f" ({log_stage})" if log_stage else "")
+        )
         self.state.set_config_status(cfg.name, status="starting", command=session.display_command())
         where = {"stage": "start"}
         try:
@@ -232,7 +247,8 @@ class Runner:
             self.obs.on_capacity(cfg.name, cap_record)
             self.console.print(
                 f"  ready in {ready_s:.1f} s: {capacity.slots} slots x {capacity.ctx_per_slot} ctx, "
-                f"KV {capacity.target.kv_mib} MiB" + (f", draft KV {capacity.draft.kv_mib} MiB" if capacity.draft else "")
+                f"KV {capacity.target.kv_mib} MiB"
+                + (f", draft KV {capacity.draft.kv_mib} MiB" if capacity.draft else "")
             )
             self.state.set_config_status(cfg.name, status="measuring", pid=session.pid)
             where["stage"] = "measure"
@@ -243,8 +259,16 @@ class Runner:
             stage = where["stage"]
             if stage == "start" and session.starts and session.ready_s is not None:
                 stage = "speculation"  # ready, but the speculation asked for is not active
-            self.out.failures.write({"config": cfg.name, "stage": stage, "kind": kind, "message": str(exc), "unix_s": time.time(),
-                                     "log": str(session.log_path)})
+            self.out.failures.write(
+                {
+                    "config": cfg.name,
+                    "stage": stage,
+                    "kind": kind,
+                    "message": str(exc),
+                    "unix_s": time.time(),
+                    "log": str(session.log_path),
+                }
+            )
             self.state.set_config_status(cfg.name, status="failed", failure_kind=kind, failure=str(exc))
             self.console.print(f"  [red]configuration failed ({kind}): {exc}[/]")
             return False
@@ -253,8 +277,15 @@ class Runner:
             self.state.manifest["configurations"][cfg.name]["engine_exit"] = code
             self.state.write()
 
-    def _measure(self, cfg: Configuration, session: EngineSession, out: NotifyingWriter, phase: str = "measure", warmup: bool = True,
-                 reps: list[int] | None = None) -> None:
+    def _measure(
+        self,
+        cfg: Configuration,
+        session: EngineSession,
+        out: NotifyingWriter,
+        phase: str = "measure",
+        warmup: bool = True,
+        reps: list[int] | None = None,
+    ) -> None:
         """The phases of ``reps`` (default: every repetition) at every stream count (or open-loop rate), on ``session``'s
         engine, after a warm-up.
 
@@ -263,20 +294,28 @@ class Runner:
         phase (``measurement.arrival``) also has the same schedule in every configuration (harness/load/arrivals.py)."""
         m = self.sc.measurement
         if m.warmup_requests and warmup:
-            self.phases.run(cfg, session, PhaseSpec("warmup", streams=1, repetition=0, requests_per_stream=m.warmup_requests), None)
+            self.phases.run(
+                cfg, session, PhaseSpec("warmup", streams=1, repetition=0, requests_per_stream=m.warmup_requests), None
+            )
         # the adaptive sweep (measurement.arrival.saturation.stop_after): per repetition, the judgements of its rates so far
         judged: dict[int, list[Judgement]] = {}
         for load in m.phase_loads():
             for rep in reps or range(1, m.repetitions + 1):
-                if (phase == "measure" and isinstance(load, str) and m.arrival is not None
-                        and stop_sweep(judged.get(rep, []), m.arrival.saturation.stop_after)):
+                if (
+                    phase == "measure"
+                    and isinstance(load, str)
+                    and m.arrival is not None
+                    and stop_sweep(judged.get(rep, []), m.arrival.saturation.stop_after)
+                ):
                     # done for this run: recorded in the manifest, so neither the catch-up nor a resume measures it
                     self.state.done_phases.add((cfg.name, load, rep))
                     skipped = self.state.manifest["configurations"][cfg.name].setdefault("sweep_skipped", [])
                     if [load, rep] not in skipped:
                         skipped.append([load, rep])
                         self.state.write()
-                    self.console.print(f"  {load_label(load)} rep {rep}: skipped, past saturation (saturation.stop_after {m.arrival.saturation.stop_after})")
+                    self.console.print(
+                        f"  {load_label(load)} rep {rep}: skipped, past saturation (saturation.stop_after {m.arrival.saturation.stop_after})"
+                    )
                     continue
                 if phase == "measure" and (cfg.name, load, rep) in self.state.done_phases:
                     continue
@@ -287,7 +326,9 @@ class Runner:
                     judged.setdefault(rep, []).append(judge(rec, Rule.of(m.arrival.saturation)))
                 else:
                     offset = prompt_offset(m.requests_per_stream, m.streams, m.repetitions, load, rep)
-                    rec = self.phases.run(cfg, session, PhaseSpec(phase, load, rep, m.requests_per_stream, offset), out).record
+                    rec = self.phases.run(
+                        cfg, session, PhaseSpec(phase, load, rep, m.requests_per_stream, offset), out
+                    ).record
                 if phase == "measure":
                     self.state.done_phases.add((cfg.name, load, rep))
                     self.progress.phase_done()
@@ -298,7 +339,11 @@ class Runner:
                 acc = rec.get("acceptance")
                 self.console.print(
                     f"  {'after soak: ' if phase == 'after_soak' else ''}{streams:>3} stream{'s' if streams > 1 else ' '} rep {rep}: {rec['total_tps']:.1f} t/s total"
-                    + (f", solo decode {rec['median_decode_tps']:.1f} t/s" if streams == 1 and rec['median_decode_tps'] else "")
+                    + (
+                        f", solo decode {rec['median_decode_tps']:.1f} t/s"
+                        if streams == 1 and rec["median_decode_tps"]
+                        else ""
+                    )
                     + (f", acceptance {acc:.2f}" if acc is not None else "")
                     + f", errors {rec['errors']}, other CPU {rec['cpu']['other_cores']:.3f} cores"
                     + (" [yellow](contaminated)[/]" if rec["contaminated"] else "")
@@ -309,24 +354,40 @@ class Runner:
         """After a measured phase: where the run is and how long it has left."""
         if phase != "measure":
             return
-        block = f"block {rep}/{self.sc.measurement.repetitions} · " if self.sc.measurement.design == "interleaved" else ""
+        block = (
+            f"block {rep}/{self.sc.measurement.repetitions} · " if self.sc.measurement.design == "interleaved" else ""
+        )
         what = load_label(load) if isinstance(load, str) else f"{load} stream{'s' if load > 1 else ''}"
         self.console.print(self.progress.line(f"{block}{cfg.name} · {what} rep {rep}"), highlight=False)
 
-    def _arrival_phase(self, cfg: Configuration, session: EngineSession, out: NotifyingWriter | None, key: str,
-                       rep: int, phase: str = "measure") -> dict[str, Any]:
+    def _arrival_phase(
+        self,
+        cfg: Configuration,
+        session: EngineSession,
+        out: NotifyingWriter | None,
+        key: str,
+        rep: int,
+        phase: str = "measure",
+    ) -> dict[str, Any]:
         """One open-loop phase: phase ``arrivals`` of ``key`` (a rate, or the stage list), repetition ``rep``; after a
         soak (``phase`` after_soak) the same schedule and prompts again, as phase ``after_soak``."""
         m = self.sc.measurement
         assert m.arrival is not None
         sched = schedule(m.arrival, key, rep)
-        spec = PhaseSpec("after_soak" if phase == "after_soak" else "arrivals", m.arrival.max_in_flight, rep, len(sched),
-                         arrival_prompt_offset(m.arrival, m.repetitions, key, rep), arrival=(key, sched))
+        spec = PhaseSpec(
+            "after_soak" if phase == "after_soak" else "arrivals",
+            m.arrival.max_in_flight,
+            rep,
+            len(sched),
+            arrival_prompt_offset(m.arrival, m.repetitions, key, rep),
+            arrival=(key, sched),
+        )
         rec = self.phases.run(cfg, session, spec, out).record
         gp = rec.get("goodput_rps")
         self.console.print(
             f"  {'after soak: ' if phase == 'after_soak' else ''}{load_label(key)} rep {rep}: offered {rec['offered_rps'] or 0:.2f} rps, achieved {rec['achieved_rps'] or 0:.2f}"
-            + (f", goodput {gp:.2f}" if gp is not None else "") + f", late {rec['late']}/{rec['scheduled']}"
+            + (f", goodput {gp:.2f}" if gp is not None else "")
+            + f", late {rec['late']}/{rec['scheduled']}"
             + (f" (max delay {rec['max_send_delay_s']:.2f} s)" if rec["late"] else "")
             + f", {rec['total_tps']:.1f} t/s total, errors {rec['errors']}, other CPU {rec['cpu']['other_cores']:.3f} cores"
             + (" [yellow](contaminated)[/]" if rec["contaminated"] else "")
@@ -350,9 +411,17 @@ class Runner:
             self.console.print(f"  [yellow]fill check skipped: {cap_file}: {exc}[/]")
             return
         srv = self.sc.server
-        rec = fill_check(self.engine_cls, launch_spec(self.loaded, cfg, free_port()), cap, self.sc.report.memory_budget_mib,
-                         run_dir / "logs" / f"{name}.fill.server.log", srv.start_timeout_s, srv.request_timeout_s, srv.stop_grace_s,
-                         say=self.console.print)
+        rec = fill_check(
+            self.engine_cls,
+            launch_spec(self.loaded, cfg, free_port()),
+            cap,
+            self.sc.report.memory_budget_mib,
+            run_dir / "logs" / f"{name}.fill.server.log",
+            srv.start_timeout_s,
+            srv.request_timeout_s,
+            srv.stop_grace_s,
+            say=self.console.print,
+        )
         self.out.fill_checks.write(rec)
         self.state.fill_done.add(cfg.name)
         self.state.manifest["configurations"][cfg.name]["fill_check"] = rec["status"]

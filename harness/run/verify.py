@@ -31,17 +31,16 @@ from scipy import stats
 
 from engines import engine_class
 from harness import __version__
-from harness.soak.canary import first_difference as token_difference
 from harness.common.errors import EngineError, ScenarioError
-from harness.load.greedy import Answer, GreedyClient
-from harness.prompts import PromptError, load_prompts
-from harness.records.files import MANIFEST, JsonlWriter, write_json_atomic
-from harness.records.files import VERIFY, VERIFY_DIST, read_manifest
-from harness.run.manifest import machine_info, new_run_dir
-from harness.session.engine import launch_spec
 from harness.common.net import free_port
 from harness.config.loader import LoadedScenario
 from harness.config.schema import Configuration, safe_name
+from harness.load.greedy import Answer, GreedyClient
+from harness.prompts import PromptError, load_prompts
+from harness.records.files import MANIFEST, VERIFY, VERIFY_DIST, JsonlWriter, read_manifest, write_json_atomic
+from harness.run.manifest import machine_info, new_run_dir
+from harness.session.engine import launch_spec
+from harness.soak.canary import first_difference as token_difference
 
 
 @dataclass
@@ -78,11 +77,23 @@ def chi_square(ref: Counter[Any], got: Counter[Any]) -> dict[str, Any]:
     if len(keep) < 2:
         return {"categories": len(keep), "statistic": None, "dof": 0, "p_value": None}
     res = stats.chi2_contingency(keep, correction=False)
-    return {"categories": len(keep), "statistic": float(res.statistic), "dof": int(res.dof), "p_value": float(res.pvalue)}
+    return {
+        "categories": len(keep),
+        "statistic": float(res.statistic),
+        "dof": int(res.dof),
+        "p_value": float(res.pvalue),
+    }
 
 
 class Verifier:
-    def __init__(self, loaded: LoadedScenario, results_root: Path, opts: VerifyOptions, console: Console | None = None, into: Path | None = None):
+    def __init__(
+        self,
+        loaded: LoadedScenario,
+        results_root: Path,
+        opts: VerifyOptions,
+        console: Console | None = None,
+        into: Path | None = None,
+    ):
         self.loaded = loaded
         self.sc = loaded.scenario
         self.opts = opts
@@ -105,7 +116,9 @@ class Verifier:
         wanted = set(opts.configurations)
         self.configs = [c for c in self.sc.configurations if c.speculative and (not wanted or c.name in wanted)]
         if wanted - {c.name for c in self.sc.configurations}:
-            raise ScenarioError(f"--config: no configuration named {', '.join(sorted(wanted - {c.name for c in self.sc.configurations}))}")
+            raise ScenarioError(
+                f"--config: no configuration named {', '.join(sorted(wanted - {c.name for c in self.sc.configurations}))}"
+            )
 
     def run(self) -> tuple[Path, bool]:
         """Run the comparison; returns (run folder, every non-synthetic configuration identical)."""
@@ -116,14 +129,32 @@ class Verifier:
             run_dir = new_run_dir(self.results_root, f"verify-{self.sc.name}")
             (run_dir / "scenario.yaml").write_text(self.loaded.text, encoding="utf-8")
             (run_dir / "logs").mkdir()
-            manifest = {"specsoak_version": __version__, "kind": "verify", "run_id": run_dir.name, "scenario": self.sc.name,
-                        "scenario_file": str(self.loaded.path), "scenario_parsed": self.sc.model_dump(mode="json"),
-                        "engine": self.sc.server.engine, "engine_version": self.engine_cls.installed_version(),
-                        "machine": machine_info(), "started_unix": time.time(), "status": "running", "configurations": {}}
-        manifest["verify"] = {"started_unix": time.time(), "streams": self.streams, "prompts": [p.id for p in self.prompts],
-                              "max_tokens": self.max_tokens, "seed": self.seed, "status": "running"}
+            manifest = {
+                "specsoak_version": __version__,
+                "kind": "verify",
+                "run_id": run_dir.name,
+                "scenario": self.sc.name,
+                "scenario_file": str(self.loaded.path),
+                "scenario_parsed": self.sc.model_dump(mode="json"),
+                "engine": self.sc.server.engine,
+                "engine_version": self.engine_cls.installed_version(),
+                "machine": machine_info(),
+                "started_unix": time.time(),
+                "status": "running",
+                "configurations": {},
+            }
+        manifest["verify"] = {
+            "started_unix": time.time(),
+            "streams": self.streams,
+            "prompts": [p.id for p in self.prompts],
+            "max_tokens": self.max_tokens,
+            "seed": self.seed,
+            "status": "running",
+        }
         write_json_atomic(run_dir / MANIFEST, manifest)
-        self.console.print(f"specsoak verify: {run_dir} ({len(self.prompts)} prompts, 1 and {self.streams} streams, {self.max_tokens} tokens)")
+        self.console.print(
+            f"specsoak verify: {run_dir} ({len(self.prompts)} prompts, 1 and {self.streams} streams, {self.max_tokens} tokens)"
+        )
         out = JsonlWriter(run_dir / VERIFY)
         dist = JsonlWriter(run_dir / VERIFY_DIST)
         all_same = True
@@ -148,21 +179,42 @@ class Verifier:
                 ref1 = base["answers"][1]
                 if cfg.is_synthetic:
                     for pr in self.prompts:
-                        out.write(self._row(cfg, 1, f"{b.name}@1", pr.id, None, None, "skipped", None, None,
-                                            note="synthetic acceptance: output is not valid model output"))
+                        out.write(
+                            self._row(
+                                cfg,
+                                1,
+                                f"{b.name}@1",
+                                pr.id,
+                                None,
+                                None,
+                                "skipped",
+                                None,
+                                None,
+                                note="synthetic acceptance: output is not valid model output",
+                            )
+                        )
                     self.console.print(f"  {cfg.name}: synthetic, skipped (never counted as lossless)")
                     continue
                 got = self._answers(cfg, run_dir)
                 if "error" in got:
                     all_same = False
                     for pr in self.prompts:
-                        out.write(self._row(cfg, 1, f"{b.name}@1", pr.id, None, None, "none", None, None, note=got["error"]))
+                        out.write(
+                            self._row(cfg, 1, f"{b.name}@1", pr.id, None, None, "none", None, None, note=got["error"])
+                        )
                     continue
                 for n in sorted({1, self.streams}):
                     same = self._compare(out, cfg, n, got["answers"][n], ref1, f"{b.name}@1")
                     all_same = all_same and same
                 if self.streams != 1:
-                    self._compare(out, cfg, self.streams, got["answers"][self.streams], base["answers"][self.streams], f"{b.name}@{self.streams}")
+                    self._compare(
+                        out,
+                        cfg,
+                        self.streams,
+                        got["answers"][self.streams],
+                        base["answers"][self.streams],
+                        f"{b.name}@{self.streams}",
+                    )
                 if self.opts.samples > 0:
                     dist.write(self._distribution(cfg, base["samples"], got["samples"]))
             manifest["verify"].update(status="completed", stopped_unix=time.time(), all_identical=all_same)
@@ -190,17 +242,27 @@ class Verifier:
             engine.check_speculation()
             client = GreedyClient(engine)
             timeout = self.sc.server.request_timeout_s
-            answers: dict[int, list[Answer]] = {1: [client.answer(p, self.max_tokens, 0.0, self.seed, timeout) for p in self.prompts]}
+            answers: dict[int, list[Answer]] = {
+                1: [client.answer(p, self.max_tokens, 0.0, self.seed, timeout) for p in self.prompts]
+            }
             if self.streams != 1:
-                jobs = [(p, f"{p.id}" if i < len(self.prompts) else f"{p.id}#{i // len(self.prompts)}")
-                        for i, p in enumerate(self.prompts * -(-self.streams // len(self.prompts)))]
+                jobs = [
+                    (p, f"{p.id}" if i < len(self.prompts) else f"{p.id}#{i // len(self.prompts)}")
+                    for i, p in enumerate(self.prompts * -(-self.streams // len(self.prompts)))
+                ]
                 with ThreadPoolExecutor(max_workers=self.streams) as pool:
-                    answers[self.streams] = list(pool.map(lambda j: client.answer(j[0], self.max_tokens, 0.0, self.seed, timeout, j[1]), jobs))
+                    answers[self.streams] = list(
+                        pool.map(lambda j: client.answer(j[0], self.max_tokens, 0.0, self.seed, timeout, j[1]), jobs)
+                    )
             samples: list[Answer] = []
             if self.opts.samples > 0:
                 offset = 0 if not cfg.speculative else 1_000_003  # the two samples must be independent draws
-                samples = [client.answer(self.prompts[0], self.opts.sample_tokens, self.opts.temperature, self.seed + offset + i, timeout)
-                           for i in range(self.opts.samples)]
+                samples = [
+                    client.answer(
+                        self.prompts[0], self.opts.sample_tokens, self.opts.temperature, self.seed + offset + i, timeout
+                    )
+                    for i in range(self.opts.samples)
+                ]
             return {"answers": answers, "samples": samples}
         except EngineError as exc:
             self.console.print(f"  [red]{cfg.name}: {type(exc).__name__}: {exc}[/]")
@@ -210,7 +272,9 @@ class Verifier:
         finally:
             engine.stop(self.sc.server.stop_grace_s)
 
-    def _compare(self, out: JsonlWriter, cfg: Configuration, n: int, got: list[Answer], ref: list[Answer], ref_name: str) -> bool:
+    def _compare(
+        self, out: JsonlWriter, cfg: Configuration, n: int, got: list[Answer], ref: list[Answer], ref_name: str
+    ) -> bool:
         by_id = {a.prompt_id: a for a in ref}
         same_all = True
         diverged = errors = 0
@@ -228,25 +292,56 @@ class Verifier:
             diverged += not same
             same_all = same_all and same
             out.write(self._row(cfg, n, ref_name, a.prompt_id, same, idx, method, a, r))
-        self.console.print(f"  {cfg.name} @{n} vs {ref_name}: {len(got) - diverged - errors}/{len(got)} identical"
-                           + (f", {errors} without an answer to compare" if errors else ""))
+        self.console.print(
+            f"  {cfg.name} @{n} vs {ref_name}: {len(got) - diverged - errors}/{len(got)} identical"
+            + (f", {errors} without an answer to compare" if errors else "")
+        )
         return same_all
 
-    def _row(self, cfg: Configuration, n: int, ref_name: str, pid: str, same: bool | None, idx: int | None, method: str,
-             got: Answer | None, ref: Answer | None, note: str | None = None) -> dict[str, Any]:
-        row: dict[str, Any] = {"config": cfg.name, "algorithm": cfg.algorithm, "synthetic": cfg.is_synthetic, "k": cfg.k,
-                               "streams": n, "reference": ref_name, "prompt_id": pid, "method": method, "identical": same,
-                               "first_diff_token": idx, "temperature": 0.0, "seed": self.seed, "max_tokens": self.max_tokens,
-                               "note": note}
+    def _row(
+        self,
+        cfg: Configuration,
+        n: int,
+        ref_name: str,
+        pid: str,
+        same: bool | None,
+        idx: int | None,
+        method: str,
+        got: Answer | None,
+        ref: Answer | None,
+        note: str | None = None,
+    ) -> dict[str, Any]:
+        row: dict[str, Any] = {
+            "config": cfg.name,
+            "algorithm": cfg.algorithm,
+            "synthetic": cfg.is_synthetic,
+            "k": cfg.k,
+            "streams": n,
+            "reference": ref_name,
+            "prompt_id": pid,
+            "method": method,
+            "identical": same,
+            "first_diff_token": idx,
+            "temperature": 0.0,
+            "seed": self.seed,
+            "max_tokens": self.max_tokens,
+            "note": note,
+        }
         if got is not None:
-            row.update(draft_tokens=got.draft_tokens, accepted_tokens=got.accepted_tokens,
-                       out_tokens=len(got.tokens) if got.tokens is not None else None, out_text=got.text)
+            row.update(
+                draft_tokens=got.draft_tokens,
+                accepted_tokens=got.accepted_tokens,
+                out_tokens=len(got.tokens) if got.tokens is not None else None,
+                out_text=got.text,
+            )
         if ref is not None:
             row.update(ref_tokens=len(ref.tokens) if ref.tokens is not None else None)
         if same is False and idx is not None and got is not None and ref is not None:
             if method == "tokens" and got.tokens is not None and ref.tokens is not None:
-                row.update(ref_token_id=ref.tokens[idx] if idx < len(ref.tokens) else None,
-                           out_token_id=got.tokens[idx] if idx < len(got.tokens) else None)
+                row.update(
+                    ref_token_id=ref.tokens[idx] if idx < len(ref.tokens) else None,
+                    out_token_id=got.tokens[idx] if idx < len(got.tokens) else None,
+                )
             row.update(ref_text=ref.text)
         return row
 
@@ -262,9 +357,24 @@ class Verifier:
         ref_c, got_c = cats(base), cats(got)
         res = chi_square(ref_c, got_c)
         p = res["p_value"]
-        verdict = ("no test: all samples in one category" if p is None else
-                   f"distributions differ (p = {p:.3g} < 0.01)" if p < 0.01 else f"no difference detected (p = {p:.3g})")
-        return {"config": cfg.name, "algorithm": cfg.algorithm, "synthetic": cfg.is_synthetic, "temperature": self.opts.temperature,
-                "samples": min(sum(ref_c.values()), sum(got_c.values())), "samples_baseline": sum(ref_c.values()),
-                "samples_config": sum(got_c.values()), "what": "first two generated tokens", "prompt_id": self.prompts[0].id,
-                **res, "verdict": verdict, "counts": {"baseline": dict(ref_c.most_common(20)), "config": dict(got_c.most_common(20))}}
+        verdict = (
+            "no test: all samples in one category"
+            if p is None
+            else f"distributions differ (p = {p:.3g} < 0.01)"
+            if p < 0.01
+            else f"no difference detected (p = {p:.3g})"
+        )
+        return {
+            "config": cfg.name,
+            "algorithm": cfg.algorithm,
+            "synthetic": cfg.is_synthetic,
+            "temperature": self.opts.temperature,
+            "samples": min(sum(ref_c.values()), sum(got_c.values())),
+            "samples_baseline": sum(ref_c.values()),
+            "samples_config": sum(got_c.values()),
+            "what": "first two generated tokens",
+            "prompt_id": self.prompts[0].id,
+            **res,
+            "verdict": verdict,
+            "counts": {"baseline": dict(ref_c.most_common(20)), "config": dict(got_c.most_common(20))},
+        }

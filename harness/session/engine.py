@@ -19,15 +19,14 @@ from typing import Any
 from rich.console import Console
 
 from engines.base import Engine
-
-from engines.types import Capacity, LaunchSpec
 from engines.errors import EngineCrashed
-from harness.load.client import RequestParams
-from harness.probe.gpu import GpuMeter, process_tree
-from harness.session.observers import Observers
+from engines.types import Capacity, LaunchSpec
 from harness.common.net import free_port
 from harness.config.loader import LoadedScenario
 from harness.config.schema import Configuration, Scenario, safe_name
+from harness.load.client import RequestParams
+from harness.probe.gpu import GpuMeter, process_tree
+from harness.session.observers import Observers
 
 
 def launch_spec(loaded: LoadedScenario, cfg: Configuration, port: int) -> LaunchSpec:
@@ -54,7 +53,9 @@ def launch_spec(loaded: LoadedScenario, cfg: Configuration, port: int) -> Launch
         attach_url=srv.url,
         metrics_url=srv.metrics_url,
         log_max_mib=loaded.scenario.report.engine_log_max_mib,
-        attach_log=(Path(srv.log_file) if Path(srv.log_file).is_absolute() else loaded.path.parent / srv.log_file) if srv.log_file else None,
+        attach_log=(Path(srv.log_file) if Path(srv.log_file).is_absolute() else loaded.path.parent / srv.log_file)
+        if srv.log_file
+        else None,
     )
 
 
@@ -117,10 +118,19 @@ class EngineSession:
         srv = self.ctx.sc.server
         self.engine.start()
         self.started_unix = time.time()
-        if self.attached:  # its uptime is its process's age where the process is on this machine, else time since attaching
+        if (
+            self.attached
+        ):  # its uptime is its process's age where the process is on this machine, else time since attaching
             self.started_unix = _process_started(self.engine.pid) or self.started_unix
         self.starts += 1
-        self.ctx.obs.on_config_start(self.cfg.name, self.cfg.algorithm, self.cfg.is_synthetic, self.engine.name, self.engine.base_url, self.engine.pid)
+        self.ctx.obs.on_config_start(
+            self.cfg.name,
+            self.cfg.algorithm,
+            self.cfg.is_synthetic,
+            self.engine.name,
+            self.engine.base_url,
+            self.engine.pid,
+        )
         try:
             self.ready_s = self.engine.wait_ready(srv.start_timeout_s)
             self.engine.check_speculation()

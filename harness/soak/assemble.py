@@ -32,18 +32,39 @@ def window_delta(before: EngineCounters | None, after: EngineCounters | None) ->
     return delta
 
 
-def live_window(*, config: str, slice_id: str, t0: float, t1: float, delta: EngineCounters | None, memory: dict[str, float | None],
-                probe_latencies_s: Sequence[float], users: int | None, engine_pid: int | None, engine_uptime_s: float | None,
-                engine_restart: bool, harness_rss_mib: float, machine_memory_available_mib: float, gpu: dict[str, Any],
-                cpu: CpuUse | None, cpu_engine_restarted: bool, contamination_cores: float) -> dict[str, Any]:
+def live_window(
+    *,
+    config: str,
+    slice_id: str,
+    t0: float,
+    t1: float,
+    delta: EngineCounters | None,
+    memory: dict[str, float | None],
+    probe_latencies_s: Sequence[float],
+    users: int | None,
+    engine_pid: int | None,
+    engine_uptime_s: float | None,
+    engine_restart: bool,
+    harness_rss_mib: float,
+    machine_memory_available_mib: float,
+    gpu: dict[str, Any],
+    cpu: CpuUse | None,
+    cpu_engine_restarted: bool,
+    contamination_cores: float,
+) -> dict[str, Any]:
     """The window's figures as they stood at its end ``t1`` (step 1). ``memory``: harness/soak/figures.py
     ``memory_figures``; ``users``: the closed-loop users throughout (None: they changed, or open loop); ``gpu``: the
     GPU sample; ``cpu``: the window's CPU split (None without a meter), ``cpu_engine_restarted`` when its engine
     process is not the one the meter started on."""
     acc = acceptance_figures(delta) if delta is not None else {"acceptance": None, "mean_accept_len": None}
     win: dict[str, Any] = {
-        "config": config, "slice": slice_id, "t_start_unix": t0, "t_end_unix": t1, "t_unix": (t0 + t1) / 2,
-        "acceptance": acc["acceptance"], "mean_accept_len": acc["mean_accept_len"],
+        "config": config,
+        "slice": slice_id,
+        "t_start_unix": t0,
+        "t_end_unix": t1,
+        "t_unix": (t0 + t1) / 2,
+        "acceptance": acc["acceptance"],
+        "mean_accept_len": acc["mean_accept_len"],
         "counters": delta.to_dict() if delta is not None else None,
         **memory,
         "probe_max_s": max(probe_latencies_s) if probe_latencies_s else None,
@@ -68,9 +89,17 @@ def live_window(*, config: str, slice_id: str, t0: float, t1: float, delta: Engi
     return win
 
 
-def settle_window(win: dict[str, Any], ended: Sequence[dict[str, Any]], streaming: Sequence[dict[str, Any]],
-                  previous: dict[str, Any] | None, counters: EngineCounters | None, traffic: dict[str, Any], open_loop: bool,
-                  outstanding_end: int | None = None, slice_windows: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+def settle_window(
+    win: dict[str, Any],
+    ended: Sequence[dict[str, Any]],
+    streaming: Sequence[dict[str, Any]],
+    previous: dict[str, Any] | None,
+    counters: EngineCounters | None,
+    traffic: dict[str, Any],
+    open_loop: bool,
+    outstanding_end: int | None = None,
+    slice_windows: Sequence[dict[str, Any]] = (),
+) -> dict[str, Any]:
     """The window's request figures (step 2), added to ``win`` (returned). ``ended``: the records it takes (those that
     ended in it, or after an earlier window was judged); ``streaming``: the records not yet ended (they may have
     streamed in it); ``previous``: the configuration's last judged window (None: the first); ``counters``: the
@@ -79,10 +108,22 @@ def settle_window(win: dict[str, Any], ended: Sequence[dict[str, Any]], streamin
     backlog held still."""
     chunks = stall_figures(ended, [])
     win["max_chunk_gap_s"], win["itl_p99_s"] = chunks["max_chunk_gap_s"], chunks["itl_p99_s"]
-    win.update(work_done(previous, ended, counters, restarted=bool(win.get("engine_restart")) or previous is None
-                         or previous.get("engine_pid") != win.get("engine_pid")))
-    win.update(window_figures(ended, [*ended, *streaming], win["t_start_unix"], win["t_end_unix"], open_loop, win.get("users")))
-    win["count_sd"]["acceptance"] = acceptance_sd(win.get("acceptance"), (win.get("counters") or {}).get("draft_tokens"))
+    win.update(
+        work_done(
+            previous,
+            ended,
+            counters,
+            restarted=bool(win.get("engine_restart"))
+            or previous is None
+            or previous.get("engine_pid") != win.get("engine_pid"),
+        )
+    )
+    win.update(
+        window_figures(ended, [*ended, *streaming], win["t_start_unix"], win["t_end_unix"], open_loop, win.get("users"))
+    )
+    win["count_sd"]["acceptance"] = acceptance_sd(
+        win.get("acceptance"), (win.get("counters") or {}).get("draft_tokens")
+    )
     win.update(traffic)
     if open_loop:
         win["outstanding_end"] = outstanding_end
@@ -90,8 +131,14 @@ def settle_window(win: dict[str, Any], ended: Sequence[dict[str, Any]], streamin
     return win
 
 
-def judged_window(win: dict[str, Any], judged: bool, not_judged_why: str | None, detectors: dict[str, Any],
-                  memory: tuple[float | None, float | None], gpu: tuple[float | None, float | None]) -> SoakWindow:
+def judged_window(
+    win: dict[str, Any],
+    judged: bool,
+    not_judged_why: str | None,
+    detectors: dict[str, Any],
+    memory: tuple[float | None, float | None],
+    gpu: tuple[float | None, float | None],
+) -> SoakWindow:
     """The window once judged (step 3): the change detector's judgement and state per watched metric, and the
     memory forecasts ((headroom s, slope MiB/h) of the engine's memory and of the GPUs')."""
     win["judged"], win["not_judged_why"] = judged, not_judged_why

@@ -68,12 +68,16 @@ class Difference:
         return asdict(self)
 
 
-def first_difference(ref_tokens: Sequence[int] | None, ref_text: str, tokens: Sequence[int] | None, text: str) -> tuple[bool, int | None, str]:
+def first_difference(
+    ref_tokens: Sequence[int] | None, ref_text: str, tokens: Sequence[int] | None, text: str
+) -> tuple[bool, int | None, str]:
     """(identical, first differing index, method): token ids when both answers have them, else characters.
     An answer that is a prefix of the other differs where the shorter one ends."""
     a: Sequence[Any]
     b: Sequence[Any]
-    a, b, method = (ref_tokens, tokens, "tokens") if ref_tokens is not None and tokens is not None else (ref_text, text, "text")
+    a, b, method = (
+        (ref_tokens, tokens, "tokens") if ref_tokens is not None and tokens is not None else (ref_text, text, "text")
+    )
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
             return False, i, method
@@ -110,13 +114,31 @@ class CanaryAnswer:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CanaryAnswer:
         def diff(x: Any) -> Difference | None:
-            return Difference(bool(x["identical"]), x.get("first_diff"), str(x["method"]), str(x["reference"])) if isinstance(x, dict) else None
+            return (
+                Difference(bool(x["identical"]), x.get("first_diff"), str(x["method"]), str(x["reference"]))
+                if isinstance(x, dict)
+                else None
+            )
 
         toks = d.get("tokens")
-        return cls(float(d["t_unix"]), str(d["config"]), str(d.get("slice") or ""), int(d.get("round") or 0), str(d["prompt_id"]),
-                   str(d.get("status") or "error"), str(d.get("text") or ""), tuple(int(t) for t in toks) if isinstance(toks, list) else None,
-                   d.get("error"), d.get("elapsed_s"), d.get("engine_pid"), d.get("engine_uptime_s"), d.get("draft_tokens"),
-                   d.get("accepted_tokens"), diff(d.get("vs_first")), diff(d.get("vs_baseline")))
+        return cls(
+            float(d["t_unix"]),
+            str(d["config"]),
+            str(d.get("slice") or ""),
+            int(d.get("round") or 0),
+            str(d["prompt_id"]),
+            str(d.get("status") or "error"),
+            str(d.get("text") or ""),
+            tuple(int(t) for t in toks) if isinstance(toks, list) else None,
+            d.get("error"),
+            d.get("elapsed_s"),
+            d.get("engine_pid"),
+            d.get("engine_uptime_s"),
+            d.get("draft_tokens"),
+            d.get("accepted_tokens"),
+            diff(d.get("vs_first")),
+            diff(d.get("vs_baseline")),
+        )
 
 
 def first_answers(records: Iterable[dict[str, Any]], config: str) -> dict[str, CanaryAnswer]:
@@ -129,6 +151,7 @@ def first_answers(records: Iterable[dict[str, Any]], config: str) -> dict[str, C
 
 
 # ---- the rule -------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -197,17 +220,25 @@ class Judge:
         for key in sorted(rounds, key=lambda k: min(a.t_unix for a in rounds[k])):
             self.judge(rounds[key], firsts, {})
 
-    def judge(self, answers: Sequence[CanaryAnswer], firsts: dict[str, CanaryAnswer],
-              baseline: dict[str, CanaryAnswer]) -> Divergence | None:
+    def judge(
+        self, answers: Sequence[CanaryAnswer], firsts: dict[str, CanaryAnswer], baseline: dict[str, CanaryAnswer]
+    ) -> Divergence | None:
         """One round's answers: update the streaks and return the first divergence the rule calls (None: none)."""
         found: Divergence | None = None
-        for ref_name, refs, pick in (("first", firsts, lambda a: a.vs_first), ("baseline", baseline, lambda a: a.vs_baseline)):
+        for ref_name, refs, pick in (
+            ("first", firsts, lambda a: a.vs_first),
+            ("baseline", baseline, lambda a: a.vs_baseline),
+        ):
             differing = []
             for a in answers:
                 d: Difference | None = pick(a)
                 if a.status != "ok" or d is None:
                     continue  # an error or no reference yet: the streak stands, neither broken nor lengthened
-                if ref_name == "baseline" and not self.rule.baseline_strict and not _agreed_at_first(firsts.get(a.prompt_id)):
+                if (
+                    ref_name == "baseline"
+                    and not self.rule.baseline_strict
+                    and not _agreed_at_first(firsts.get(a.prompt_id))
+                ):
                     continue  # it differed from the baseline from the start: the first answers are its reference
                 key = (d.reference if ref_name == "baseline" else "first", a.prompt_id)
                 if d.identical:
@@ -218,18 +249,37 @@ class Judge:
             if found is not None or not differing:
                 continue
             too_many = len(differing) > self.rule.max_differing
-            worst = max(differing, key=lambda x: self.streak[(x[1].reference if ref_name == "baseline" else "first", x[0].prompt_id)])
+            worst = max(
+                differing,
+                key=lambda x: self.streak[(x[1].reference if ref_name == "baseline" else "first", x[0].prompt_id)],
+            )
             a, d = worst
             n = self.streak[(d.reference if ref_name == "baseline" else "first", a.prompt_id)]
             if not too_many and n < self.rule.confirm_rounds:
                 continue
             ref = refs.get(a.prompt_id)
-            one, many = (("its first answer", "their first answers") if ref_name == "first"
-                         else (f"the baseline {d.reference}'s answer", f"the baseline {d.reference}'s answers"))
-            why = (f"{len(differing)} of {len(answers)} canary answers differ from {many} in one round (at most {self.rule.max_differing} allowed)"
-                   if too_many else f"{a.prompt_id} differs from {one} in {n} consecutive rounds")
-            found = Divergence(d.reference, why, a.prompt_id, d.first_diff, d.method, a.text, ref.text if ref else "",
-                               ref.round if ref else 0, n, [x[0].prompt_id for x in differing])
+            one, many = (
+                ("its first answer", "their first answers")
+                if ref_name == "first"
+                else (f"the baseline {d.reference}'s answer", f"the baseline {d.reference}'s answers")
+            )
+            why = (
+                f"{len(differing)} of {len(answers)} canary answers differ from {many} in one round (at most {self.rule.max_differing} allowed)"
+                if too_many
+                else f"{a.prompt_id} differs from {one} in {n} consecutive rounds"
+            )
+            found = Divergence(
+                d.reference,
+                why,
+                a.prompt_id,
+                d.first_diff,
+                d.method,
+                a.text,
+                ref.text if ref else "",
+                ref.round if ref else 0,
+                n,
+                [x[0].prompt_id for x in differing],
+            )
         return found
 
 
@@ -244,7 +294,9 @@ def answer_asker(engine: Engine, max_tokens: int, seed: int, timeout_s: float) -
     return lambda p: client.answer(p, max_tokens, 0.0, seed, timeout_s)
 
 
-def compare(got: CanaryAnswer, firsts: dict[str, CanaryAnswer], baseline: dict[str, CanaryAnswer], baseline_name: str | None) -> CanaryAnswer:
+def compare(
+    got: CanaryAnswer, firsts: dict[str, CanaryAnswer], baseline: dict[str, CanaryAnswer], baseline_name: str | None
+) -> CanaryAnswer:
     """``got`` with its differences from its first answer and the baseline's (None where there is no reference)."""
     if got.status != "ok":
         return got
@@ -266,8 +318,18 @@ class Canary:
     ``poll(now)`` starts a round when one is due and returns the divergence of a round that has finished (None:
     nothing to say). The first round of a slice is ``first_round()``, synchronous, before the traffic starts."""
 
-    def __init__(self, run_dir: Path, config: str, slice_id: str, prompts: Sequence[Prompt], ask: Asker, every_s: float, rule: Rule,
-                 baseline: str | None, engine_info: Callable[[], tuple[int | None, float | None]]):
+    def __init__(
+        self,
+        run_dir: Path,
+        config: str,
+        slice_id: str,
+        prompts: Sequence[Prompt],
+        ask: Asker,
+        every_s: float,
+        rule: Rule,
+        baseline: str | None,
+        engine_info: Callable[[], tuple[int | None, float | None]],
+    ):
         self.run_dir = run_dir
         self.config = config
         self.slice_id = slice_id
@@ -281,7 +343,10 @@ class Canary:
         self.baseline = first_answers(recorded, baseline) if baseline is not None else {}
         self.judge = Judge(rule)
         self.judge.replay(recorded, config)
-        self.round = max((int(r.get("round") or 0) for r in recorded if r.get("config") == config and r.get("slice") == slice_id), default=0)
+        self.round = max(
+            (int(r.get("round") or 0) for r in recorded if r.get("config") == config and r.get("slice") == slice_id),
+            default=0,
+        )
         self.writer = JsonlWriter(run_dir / CANARY)
         self.next_due = 0.0  # monotonic
         self._thread: threading.Thread | None = None
@@ -299,8 +364,24 @@ class Canary:
             ans = self.ask(p)
             elapsed = time.perf_counter() - t0
             pid, up = self.engine_info()
-            out.append(CanaryAnswer(time.time(), self.config, self.slice_id, self.round, p.id, "error" if ans.error else "ok", ans.text,
-                                    ans.tokens, ans.error, round(elapsed, 4), pid, up, ans.draft_tokens, ans.accepted_tokens))
+            out.append(
+                CanaryAnswer(
+                    time.time(),
+                    self.config,
+                    self.slice_id,
+                    self.round,
+                    p.id,
+                    "error" if ans.error else "ok",
+                    ans.text,
+                    ans.tokens,
+                    ans.error,
+                    round(elapsed, 4),
+                    pid,
+                    up,
+                    ans.draft_tokens,
+                    ans.accepted_tokens,
+                )
+            )
         return out
 
     def _finish(self, answers: list[CanaryAnswer]) -> Divergence | None:
@@ -312,7 +393,9 @@ class Canary:
                 self.firsts[a.prompt_id] = a
             c = compare(a, self.firsts, self.baseline, self.baseline_name)
             if first:
-                self.firsts[a.prompt_id] = c  # the first answer to this prompt is its reference, with how it compared with the baseline
+                self.firsts[a.prompt_id] = (
+                    c  # the first answer to this prompt is its reference, with how it compared with the baseline
+                )
             judged.append(c)
         for a in judged:
             self.writer.write(a.to_dict())
@@ -349,8 +432,21 @@ class Canary:
         """The last round in figures (the exporter's gauges): answers, errors, and how many differ from each reference
         (None: no reference yet)."""
         rows = round_summaries([a.to_dict() for a in self.answers])
-        s = rows[-1] if rows else {"config": self.config, "slice": self.slice_id, "round": self.round, "t_unix": time.time(), "answers": 0,
-                                   "errors": 0, "differing_first": None, "differing_baseline": None, "error": None}
+        s = (
+            rows[-1]
+            if rows
+            else {
+                "config": self.config,
+                "slice": self.slice_id,
+                "round": self.round,
+                "t_unix": time.time(),
+                "answers": 0,
+                "errors": 0,
+                "differing_first": None,
+                "differing_baseline": None,
+                "error": None,
+            }
+        )
         return {**s, "baseline": self.baseline_name, "diverged": self.last is not None}
 
     def close(self, wait_s: float = 0.0) -> None:
@@ -364,6 +460,7 @@ class Canary:
 
 # ---- the soak's side ----------------------------------------------------------------------------------------
 
+
 def canary_enabled(sc: Scenario) -> bool:
     """Whether the scenario's soak runs the canary: as set, else when it soaks a speculative configuration."""
     if sc.soak is None:
@@ -376,8 +473,11 @@ def rule_of(sc: Scenario, engine: str) -> Rule:
     """The engine's default rule, with the scenario's ``confirm_rounds`` / ``max_differing`` where it sets them."""
     assert sc.soak is not None
     base, c = default_rule(engine), sc.soak.canary
-    return Rule(c.confirm_rounds if c.confirm_rounds is not None else base.confirm_rounds,
-                c.max_differing if c.max_differing is not None else base.max_differing, base.baseline_strict)
+    return Rule(
+        c.confirm_rounds if c.confirm_rounds is not None else base.confirm_rounds,
+        c.max_differing if c.max_differing is not None else base.max_differing,
+        base.baseline_strict,
+    )
 
 
 def for_slice(ctx: RunContext, cfg: Configuration, session: EngineSession, slice_id: str) -> Canary | None:
@@ -394,8 +494,17 @@ def for_slice(ctx: RunContext, cfg: Configuration, session: EngineSession, slice
     def ask(p: Prompt) -> Any:
         return answer_asker(session.engine, c.max_tokens, c.seed, timeout)(p)  # the engine of the moment (restarts)
 
-    return Canary(ctx.run_dir, cfg.name, slice_id, canary_prompts(c.prompts), ask, c.every_s, rule_of(sc, sc.server.engine),
-                  baseline, lambda: (session.pid, session.uptime_s()))
+    return Canary(
+        ctx.run_dir,
+        cfg.name,
+        slice_id,
+        canary_prompts(c.prompts),
+        ask,
+        c.every_s,
+        rule_of(sc, sc.server.engine),
+        baseline,
+        lambda: (session.pid, session.uptime_s()),
+    )
 
 
 def round_summaries(records: Iterable[dict[str, Any]], verdicts: Iterable[dict[str, Any]] = ()) -> list[dict[str, Any]]:
@@ -418,10 +527,21 @@ def round_summaries(records: Iterable[dict[str, Any]], verdicts: Iterable[dict[s
             return sum(not d.identical for d in diffs) if diffs else None
 
         base = next((a.vs_baseline.reference for a in ans if a.vs_baseline is not None), None)
-        out.append({"config": config, "slice": slice_id, "round": rnd, "t_unix": t, "answers": len(ans), "errors": sum(a.status != "ok" for a in ans),
-                    "differing_first": differing(lambda a: a.vs_first), "differing_baseline": differing(lambda a: a.vs_baseline),
-                    "baseline": base, "diverged": div_t.get(config, float("inf")) <= t + 1.0,
-                    "error": next((a.error for a in ans if a.error), None)})
+        out.append(
+            {
+                "config": config,
+                "slice": slice_id,
+                "round": rnd,
+                "t_unix": t,
+                "answers": len(ans),
+                "errors": sum(a.status != "ok" for a in ans),
+                "differing_first": differing(lambda a: a.vs_first),
+                "differing_baseline": differing(lambda a: a.vs_baseline),
+                "baseline": base,
+                "diverged": div_t.get(config, float("inf")) <= t + 1.0,
+                "error": next((a.error for a in ans if a.error), None),
+            }
+        )
     return sorted(out, key=lambda s: s["t_unix"])
 
 
@@ -441,14 +561,18 @@ def canary_cell(records: Sequence[dict[str, Any]], verdicts: Sequence[dict[str, 
         unit = "token" if ev.get("method") == "tokens" else "character"
         ref = "its first answer" if ev.get("reference") == "first" else f"baseline {ev.get('reference')}"
         up = div.get("engine_uptime_s")
-        parts.append(f"✗ divergence: {ev.get('prompt_id')} vs {ref} at {unit} {ev.get('first_diff')}"
-                     + (f", engine uptime {float(up) / 3600:.2f} h" if up is not None else ""))
+        parts.append(
+            f"✗ divergence: {ev.get('prompt_id')} vs {ref} at {unit} {ev.get('first_diff')}"
+            + (f", engine uptime {float(up) / 3600:.2f} h" if up is not None else "")
+        )
     else:
         parts.append("✓" if ok else "✗ no answer")
     for label, pick in (("first", lambda a: a.vs_first), ("baseline", lambda a: a.vs_baseline)):
         diffs = [d for a in ok if (d := pick(a)) is not None]
         if diffs:
-            parts.append(f"{sum(not d.identical for d in diffs)}/{len(diffs)} differ from {'first answers' if label == 'first' else diffs[0].reference}")
+            parts.append(
+                f"{sum(not d.identical for d in diffs)}/{len(diffs)} differ from {'first answers' if label == 'first' else diffs[0].reference}"
+            )
     parts.append(f"{rounds} round{'s' if rounds != 1 else ''}")
     if errors:
         first_err = next(a.error for a in mine if a.status != "ok")

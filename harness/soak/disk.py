@@ -105,18 +105,27 @@ def disk_warnings(sc: Scenario, results: Path) -> list[str]:
     need = est.total_bytes + (int(sc.soak.watchdog.disk_min_free_mib * MIB) if sc.soak is not None else 0)
     if free is None or need <= free:
         return []
-    return [f"the run folder may need {est.total_bytes / MIB:,.0f} MiB ({est.requests:,} request records "
-            f"{est.records_bytes / MIB:,.0f} MiB, soak windows {est.windows_bytes / MIB:,.0f} MiB, {est.engine_logs} engine logs "
-            f"{est.engine_logs_bytes / MIB:,.0f} MiB, each at most {sc.report.engine_log_max_mib:g} MiB)" + (f" plus the soak's {sc.soak.watchdog.disk_min_free_mib:g} MiB "
-            "of free space kept" if sc.soak is not None else "") + f", and {results} has {free / MIB:,.0f} MiB free: the soak would "
-            "stop with a 'disk' verdict; free space, lower report.engine_log_max_mib, or use --results on a larger disk"]
+    return [
+        f"the run folder may need {est.total_bytes / MIB:,.0f} MiB ({est.requests:,} request records "
+        f"{est.records_bytes / MIB:,.0f} MiB, soak windows {est.windows_bytes / MIB:,.0f} MiB, {est.engine_logs} engine logs "
+        f"{est.engine_logs_bytes / MIB:,.0f} MiB, each at most {sc.report.engine_log_max_mib:g} MiB)"
+        + (
+            f" plus the soak's {sc.soak.watchdog.disk_min_free_mib:g} MiB of free space kept"
+            if sc.soak is not None
+            else ""
+        )
+        + f", and {results} has {free / MIB:,.0f} MiB free: the soak would "
+        "stop with a 'disk' verdict; free space, lower report.engine_log_max_mib, or use --results on a larger disk"
+    ]
 
 
 def describe_estimate(sc: Scenario) -> str:
     est = folder_estimate(sc)
-    return (f"run folder about {est.total_bytes / MIB:,.0f} MiB ({est.requests:,} request records {est.records_bytes / MIB:,.0f} MiB, "
-            f"soak windows {est.windows_bytes / MIB:,.0f} MiB, {est.engine_logs} engine logs {est.engine_logs_bytes / MIB:,.0f} MiB, "
-            f"each at most {sc.report.engine_log_max_mib:g} MiB: report.engine_log_max_mib)")
+    return (
+        f"run folder about {est.total_bytes / MIB:,.0f} MiB ({est.requests:,} request records {est.records_bytes / MIB:,.0f} MiB, "
+        f"soak windows {est.windows_bytes / MIB:,.0f} MiB, {est.engine_logs} engine logs {est.engine_logs_bytes / MIB:,.0f} MiB, "
+        f"each at most {sc.report.engine_log_max_mib:g} MiB: report.engine_log_max_mib)"
+    )
 
 
 class DiskWatch:
@@ -135,20 +144,30 @@ class DiskWatch:
         if free is None:
             return None
         last, self.last = self.last, (now, free)
-        rate = (last[1] - free) / (now - last[0]) if last is not None and now > last[0] else 0.0  # bytes/s the disk fills
-        evidence = {"free_mib": round(free / MIB, 1), "min_free_mib": self.min_free / MIB, "fill_mib_per_s": round(rate / MIB, 3),
-                    "total_mib": round(shutil.disk_usage(self.run_dir).total / MIB, 1) if self.run_dir.exists() else None}
+        rate = (
+            (last[1] - free) / (now - last[0]) if last is not None and now > last[0] else 0.0
+        )  # bytes/s the disk fills
+        evidence = {
+            "free_mib": round(free / MIB, 1),
+            "min_free_mib": self.min_free / MIB,
+            "fill_mib_per_s": round(rate / MIB, 3),
+            "total_mib": round(shutil.disk_usage(self.run_dir).total / MIB, 1) if self.run_dir.exists() else None,
+        }
         if self.warned:
             self.warned = free < self.min_free * 2  # said again once the disk had room and runs short anew
             return None
         self.warned = True
         if free < self.min_free:
-            return (f"the results disk has {free / MIB:,.0f} MiB free, below soak.watchdog.disk_min_free_mib "
-                    f"({self.min_free / MIB:,.0f} MiB)"), evidence
+            return (
+                f"the results disk has {free / MIB:,.0f} MiB free, below soak.watchdog.disk_min_free_mib "
+                f"({self.min_free / MIB:,.0f} MiB)"
+            ), evidence
         horizon_s = FORECAST_WINDOWS * self.window_s
         if rate > 0 and (free - self.min_free) / rate < horizon_s:
-            return (f"the results disk fills at {rate / MIB:,.2f} MiB/s: its {free / MIB:,.0f} MiB free fall below "
-                    f"{self.min_free / MIB:,.0f} MiB within {(free - self.min_free) / rate:,.0f} s (two windows)"), evidence
+            return (
+                f"the results disk fills at {rate / MIB:,.2f} MiB/s: its {free / MIB:,.0f} MiB free fall below "
+                f"{self.min_free / MIB:,.0f} MiB within {(free - self.min_free) / rate:,.0f} s (two windows)"
+            ), evidence
         self.warned = False
         return None
 
@@ -158,8 +177,10 @@ def engine_log_notes(run_dir: Path, run_id: str) -> list[str]:
     out = []
     for s in summarise_logs(run_dir):
         if s.dropped_bytes > 0:
-            out.append(f"**Engine log** (run {run_id}): {s.dropped_bytes / MIB:,.1f} MiB dropped from {s.log} "
-                       f"(of {s.written_bytes / MIB:,.1f} MiB written; kept: its start-up section, the newest output in "
-                       f"{s.segments} gzip segment{'s' if s.segments != 1 else ''}, {s.kept_bytes / MIB:,.1f} MiB on disk; "
-                       "report.engine_log_max_mib).")
+            out.append(
+                f"**Engine log** (run {run_id}): {s.dropped_bytes / MIB:,.1f} MiB dropped from {s.log} "
+                f"(of {s.written_bytes / MIB:,.1f} MiB written; kept: its start-up section, the newest output in "
+                f"{s.segments} gzip segment{'s' if s.segments != 1 else ''}, {s.kept_bytes / MIB:,.1f} MiB on disk; "
+                "report.engine_log_max_mib)."
+            )
     return out

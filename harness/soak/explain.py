@@ -95,16 +95,21 @@ def series_value(window: dict[str, Any], metric: str) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and np.isfinite(v) else None
 
 
-def explain(windows: Sequence[dict[str, Any]], onset_unix: float, metric: str, reference_windows: int = 10,
-            now_windows: int = 3) -> Explanation:
+def explain(
+    windows: Sequence[dict[str, Any]], onset_unix: float, metric: str, reference_windows: int = 10, now_windows: int = 3
+) -> Explanation:
     """Every series in SERIES with values on both sides of ``onset_unix``: its reference (median of up to
     ``reference_windows`` windows of the onset's engine before it, after the engine's first window unless that is
     all there is) and its value
     from the onset on (median of up to ``now_windows``), and whether that is a move."""
     after = [w for w in windows if float(w.get("t_end_unix") or w.get("t_unix") or 0) > onset_unix]
     pid = after[0].get("engine_pid") if after else None
-    before = [w for w in windows if float(w.get("t_end_unix") or w.get("t_unix") or 0) <= onset_unix
-              and (pid is None or w.get("engine_pid") == pid)]
+    before = [
+        w
+        for w in windows
+        if float(w.get("t_end_unix") or w.get("t_unix") or 0) <= onset_unix
+        and (pid is None or w.get("engine_pid") == pid)
+    ]
     warm = [w for w in before if not w.get("engine_restart")]
     before = (warm or before)[-reference_windows:]  # the engine's first window only when there is nothing else
     after = after[:now_windows]
@@ -116,8 +121,11 @@ def explain(windows: Sequence[dict[str, Any]], onset_unix: float, metric: str, r
             continue
         ref, now = float(np.median(ref_vals)), float(np.median(now_vals))
         diff = abs(now - ref)
-        moved = ((spec.absolute is not None and diff >= spec.absolute and (spec.relative is None or diff >= spec.relative * abs(ref)))
-                 or (spec.absolute is None and spec.relative is not None and diff >= spec.relative * abs(ref) and diff > 0))
+        moved = (
+            spec.absolute is not None
+            and diff >= spec.absolute
+            and (spec.relative is None or diff >= spec.relative * abs(ref))
+        ) or (spec.absolute is None and spec.relative is not None and diff >= spec.relative * abs(ref) and diff > 0)
         moves.append(Move(name, spec.label, ref, now, bool(moved)))
     return Explanation(metric, tuple(moves))
 

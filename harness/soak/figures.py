@@ -56,8 +56,13 @@ def stall_to_flag(window: Mapping[str, Any] | SoakWindow, floor_s: float, flagge
 def engine_view(delta: EngineCounters | None) -> dict[str, float | None]:
     """The engine's own view of load in a window, from the /metrics delta (gauges as at the window's end)."""
     if delta is None:
-        return {"requests_running": None, "requests_waiting": None, "kv_usage": None, "preemptions": None,
-                "prefix_hit_rate": None}
+        return {
+            "requests_running": None,
+            "requests_waiting": None,
+            "kv_usage": None,
+            "preemptions": None,
+            "prefix_hit_rate": None,
+        }
     return {
         "requests_running": delta.requests_processing,
         "requests_waiting": delta.requests_deferred,
@@ -98,8 +103,9 @@ class CacheOutlook:
     runs_out_s: float | None  # at that slope, seconds until available memory is gone (only when it does not fit)
 
 
-def cache_outlook(points: Sequence[tuple[float, float]], cap_mib: float | None, available_mib: float,
-                  margin: float = 0.1) -> CacheOutlook | None:
+def cache_outlook(
+    points: Sequence[tuple[float, float]], cap_mib: float | None, available_mib: float, margin: float = 0.1
+) -> CacheOutlook | None:
     """The prompt cache's outlook from (t_unix, size MiB) points: growth toward a cap that fits in the memory still
     available (less ``margin`` of it) is by design; a cap that does not fit runs out of memory at the cache's growth
     rate (Theil-Sen over the points, None with fewer than 3)."""
@@ -132,8 +138,9 @@ def stall_trend(windows: Sequence[dict[str, Any]]) -> tuple[float | None, float 
     return worst, float(res.slope)
 
 
-def work_done(prev: dict[str, Any] | None, records: Sequence[dict[str, Any]], counters: EngineCounters | None,
-              restarted: bool) -> dict[str, float]:
+def work_done(
+    prev: dict[str, Any] | None, records: Sequence[dict[str, Any]], counters: EngineCounters | None, restarted: bool
+) -> dict[str, float]:
     """Requests and output tokens the engine has served since it started: its own cumulative counters where it has
     them, else the harness's count carried from the previous window (reset when the engine restarted)."""
     ok = [r for r in records if r.get("status") == "ok"]

@@ -44,31 +44,36 @@ import numpy as np
 import psutil
 
 from engines.types import EngineCounters
-from harness.soak import canary as canary_mod
-from harness.detect.changepoint import ChangeDetector, DetectorSettings
-from harness.probe.cpu import CpuMeter
-from harness.probe.memory import rss_bytes, tree_memory, tree_rss_bytes
-from harness.soak.disk import DiskWatch
 from harness.common.errors import EngineError
-from harness.soak.explain import explain
+from harness.config.policy import FAILURE_KINDS
+from harness.config.schema import Configuration, Soak, Watchdog
+from harness.detect.changepoint import ChangeDetector, DetectorSettings
 from harness.load.locust_proc import LocustProcess
 from harness.load.pacing import window_traffic
 from harness.load.schedule import soak_offsets
 from harness.load.shapes import users_at
+from harness.probe.cpu import CpuMeter
+from harness.probe.memory import rss_bytes, tree_memory, tree_rss_bytes
 from harness.prompts.lengths import soak_prompts
 from harness.records.files import SLICES, SOAK_DIR, VERDICTS, WINDOWS, JsonlWriter, read_jsonl
-from harness.config.policy import FAILURE_KINDS
-from harness.config.schema import Configuration, Soak, Watchdog
 from harness.records.types import Verdict
 from harness.session.engine import EngineSession, RunContext
+from harness.soak import canary as canary_mod
 from harness.soak.assemble import judged_window, live_window, settle_window, window_delta
+from harness.soak.disk import DiskWatch
+from harness.soak.explain import explain
 from harness.soak.figures import longest_stall, memory_figures
 from harness.soak.tail import LogFollower, RecordTail
 from harness.soak.watchdog import WatchState, headroom, judge
 from harness.soak.windows import end_unix, outstanding, take_ended
 
 OBSERVED_FAILURES = (*FAILURE_KINDS, "error_rate", "no_load", "stall", "disk")
-EXPLAINED = ("collapse", "stall", "divergence", "memory")  # verdicts whose evidence lists the series that moved with them
+EXPLAINED = (
+    "collapse",
+    "stall",
+    "divergence",
+    "memory",
+)  # verdicts whose evidence lists the series that moved with them
 # a window is judged this many windows after it closes: the requests that streamed in it have ended by then
 # (a record is written when its request ends), so its throughput counts their tokens (harness/soak/windows.py)
 SETTLE_WINDOWS = 1
@@ -84,7 +89,9 @@ class SliceResult:
 
 
 def detector_settings(wd: Watchdog) -> DetectorSettings:
-    return DetectorSettings(warmup_windows=wd.warmup_windows, reference_windows=wd.reference_windows, confirm_windows=wd.confirm_windows)
+    return DetectorSettings(
+        warmup_windows=wd.warmup_windows, reference_windows=wd.reference_windows, confirm_windows=wd.confirm_windows
+    )
 
 
 def replay_detector(wd: Watchdog, windows: list[dict[str, Any]]) -> ChangeDetector:
@@ -128,8 +135,17 @@ class SliceOutcome:
 class SoakSlice:
     """``slice_s`` of Locust load against a session the caller started; the watchdog acts on what it sees."""
 
-    def __init__(self, ctx: RunContext, cfg: Configuration, session: EngineSession, slice_id: str, slice_s: float, offset_s: float,
-                 history: dict[str, list[dict[str, Any]]], detector: ChangeDetector):
+    def __init__(
+        self,
+        ctx: RunContext,
+        cfg: Configuration,
+        session: EngineSession,
+        slice_id: str,
+        slice_s: float,
+        offset_s: float,
+        history: dict[str, list[dict[str, Any]]],
+        detector: ChangeDetector,
+    ):
         self.ctx = ctx
         self.cfg = cfg
         self.session = session
@@ -145,18 +161,29 @@ class SoakSlice:
         self.verdict_count = 0
         self.outcome = SliceOutcome()
         # what the watchdog's rules remember (harness/soak/watchdog.py); a drift is named once per soak, resumed or not
-        self.state = WatchState(drift_flagged={v["metric"] for v in read_jsonl(self.run_dir / VERDICTS)
-                                               if v.get("config") == cfg.name and v.get("kind") == "drift"})
-        self.disk = DiskWatch(self.run_dir, self.wd)  # the results disk's free space, once a window (harness/soak/disk.py)
+        self.state = WatchState(
+            drift_flagged={
+                v["metric"]
+                for v in read_jsonl(self.run_dir / VERDICTS)
+                if v.get("config") == cfg.name and v.get("kind") == "drift"
+            }
+        )
+        self.disk = DiskWatch(
+            self.run_dir, self.wd
+        )  # the results disk's free space, once a window (harness/soak/disk.py)
         self.log_follower = LogFollower()
         self.cache_seen: Any = None  # the prompt cache as the engine last logged it
-        self.probe_latencies: list[float] = []  # health probes of the open window, seconds (a timeout counts as its limit)
+        self.probe_latencies: list[
+            float
+        ] = []  # health probes of the open window, seconds (a timeout counts as its limit)
         self.tail = RecordTail()
         self.records_seen = 0
         self.window: list[dict[str, Any]] = []
         # closed windows (and the engine counters at their end) waiting SETTLE_WINDOWS for their requests to end
         self.pending: list[tuple[dict[str, Any], EngineCounters | None]] = []
-        self.unassigned: list[dict[str, Any]] = []  # records not yet given to a window (by end time), or still streaming
+        self.unassigned: list[
+            dict[str, Any]
+        ] = []  # records not yet given to a window (by end time), or still streaming
         self.ends: list[float] = []  # end times of the slice's records, ascending (the open-loop backlog)
         self.slice_windows: list[dict[str, Any]] = []  # this slice's judged windows (the backlog's history)
         self.window_t0 = 0.0
@@ -170,17 +197,26 @@ class SoakSlice:
         self.cpu_meter: CpuMeter | None = None
         # open loop: the slice's schedule (soak seconds) and the unix time its offset_s went out (the pacing user's start)
         self.arrival = self.soak.arrival.model_dump() if self.soak.arrival is not None else None
-        self.schedule = (soak_offsets(self.arrival, offset_s, offset_s + slice_s, self.soak.duration_s)
-                         if self.arrival is not None else np.zeros(0))
+        self.schedule = (
+            soak_offsets(self.arrival, offset_s, offset_s + slice_s, self.soak.duration_s)
+            if self.arrival is not None
+            else np.zeros(0)
+        )
         self.pacing_t0: float | None = None
         self.canary: canary_mod.Canary | None = None
 
     # ---- verdicts --------------------------------------------------------------------
-    def verdict(self, kind: str, message: str, evidence: dict[str, Any], metric: str | None = None, action: str | None = None) -> str:
+    def verdict(
+        self, kind: str, message: str, evidence: dict[str, Any], metric: str | None = None, action: str | None = None
+    ) -> str:
         """Write a verdict, tell the observers, and return the action to take (the scenario's, unless given)."""
         action = action or self.wd.action(kind)
         if kind in EXPLAINED:
-            onset = float(evidence.get("onset_unix") or (self.history.get(self.cfg.name) or [{}])[-1].get("t_start_unix") or time.time())
+            onset = float(
+                evidence.get("onset_unix")
+                or (self.history.get(self.cfg.name) or [{}])[-1].get("t_start_unix")
+                or time.time()
+            )
             why = explain(self.history.get(self.cfg.name, []), onset, metric or kind)
             evidence = {**evidence, "explanation": why.to_dict()}
             message = f"{message}; {why.text()}"
@@ -188,7 +224,18 @@ class SoakSlice:
             action = "stop_config"  # an attached server is not specsoak's to restart: its soak ends, the verdict stays
             message = f"attached server: {message}"
         now = time.time()
-        rec = Verdict(now, self.cfg.name, self.slice_id, kind, metric, message, evidence, action, self.session.uptime_s(now), self.session.pid)
+        rec = Verdict(
+            now,
+            self.cfg.name,
+            self.slice_id,
+            kind,
+            metric,
+            message,
+            evidence,
+            action,
+            self.session.uptime_s(now),
+            self.session.pid,
+        )
         self.verdicts.write(rec.to_dict())
         self.verdict_count += 1
         # the observers (the exporter, openmetrics replay) read records by key: they get the JSON objects
@@ -197,10 +244,15 @@ class SoakSlice:
             self.ctx.obs.on_failure(rec.failure().to_dict())
         up = rec.engine_uptime_s
         colour = "red" if kind in FAILURE_KINDS else "yellow"
-        self.ctx.console.print(f"  [{colour}]watchdog: {kind}{f' ({metric})' if metric else ''} at engine uptime "
-                               f"{_hours(up)}: {message} -> {action}[/]", highlight=False)
+        self.ctx.console.print(
+            f"  [{colour}]watchdog: {kind}{f' ({metric})' if metric else ''} at engine uptime "
+            f"{_hours(up)}: {message} -> {action}[/]",
+            highlight=False,
+        )
         if action in ("stop_config", "stop_run") and self.outcome.stop is None:
-            self.outcome = SliceOutcome("config" if action == "stop_config" else "run", f"{kind}{f' ({metric})' if metric else ''}: {message}")
+            self.outcome = SliceOutcome(
+                "config" if action == "stop_config" else "run", f"{kind}{f' ({metric})' if metric else ''}: {message}"
+            )
         return action
 
     def _canary_round(self, div: canary_mod.Divergence | None) -> None:
@@ -209,7 +261,10 @@ class SoakSlice:
         summary = self.canary.summary()
         self.ctx.obs.on_canary(summary)
         if summary["errors"]:
-            self.ctx.console.print(f"  [yellow]canary: {summary['errors']} of {summary['answers']} answers failed: {summary['error']}[/]", highlight=False)
+            self.ctx.console.print(
+                f"  [yellow]canary: {summary['errors']} of {summary['answers']} answers failed: {summary['error']}[/]",
+                highlight=False,
+            )
         if div is not None:
             at = f"{'token' if div.method == 'tokens' else 'character'} {div.first_diff}"
             self.verdict("divergence", f"{div.why} (first difference at {at})", div.evidence())
@@ -221,7 +276,12 @@ class SoakSlice:
         while True:
             if self.restarts >= self.wd.max_restarts:
                 self.session.stop(0 if kill else None)
-                self.verdict("gave_up", f"{self.restarts} restarts already; the configuration's soak ends", {"restarts": self.restarts}, action="stop_config")
+                self.verdict(
+                    "gave_up",
+                    f"{self.restarts} restarts already; the configuration's soak ends",
+                    {"restarts": self.restarts},
+                    action="stop_config",
+                )
                 return False
             self.restarts += 1
             try:
@@ -248,17 +308,36 @@ class SoakSlice:
     def run(self) -> SliceResult:
         slices = JsonlWriter(self.run_dir / SLICES)
         t_start = time.time()
-        slices.write({"event": "start", "slice": self.slice_id, "config": self.cfg.name, "t_unix": t_start, "offset_s": self.offset_s,
-                      "slice_s": self.slice_s, "engine_pid": self.session.pid, "engine_started_unix": self.session.started_unix})
-        self.engine_restarted = True  # warm-up: a new engine, or the first windows of a resumed soak (the first window says so)
+        slices.write(
+            {
+                "event": "start",
+                "slice": self.slice_id,
+                "config": self.cfg.name,
+                "t_unix": t_start,
+                "offset_s": self.offset_s,
+                "slice_s": self.slice_s,
+                "engine_pid": self.session.pid,
+                "engine_started_unix": self.session.started_unix,
+            }
+        )
+        self.engine_restarted = (
+            True  # warm-up: a new engine, or the first windows of a resumed soak (the first window says so)
+        )
         key = self.session.engine.spec.api_key
-        locust = LocustProcess(self._locust_config(), self.run_dir / SOAK_DIR, self.run_dir / "logs", self.soak.workers,
-                               secret_env={"SPECSOAK_LOCUST_API_KEY": key} if key else None)
+        locust = LocustProcess(
+            self._locust_config(),
+            self.run_dir / SOAK_DIR,
+            self.run_dir / "logs",
+            self.soak.workers,
+            secret_env={"SPECSOAK_LOCUST_API_KEY": key} if key else None,
+        )
         gave_up = False
         t_load = self.t_load = time.time()
         try:
             self.canary = canary_mod.for_slice(self.ctx, self.cfg, self.session, self.slice_id)
-            if self.canary is not None:  # its first round before the traffic (the reference is the engine's answer alone) and the first window
+            if (
+                self.canary is not None
+            ):  # its first round before the traffic (the reference is the engine's answer alone) and the first window
                 self._canary_round(self.canary.first_round())
             self.window_t0 = time.time()
             self.window_counters = self._scrape()
@@ -274,8 +353,11 @@ class SoakSlice:
                     engine = self.session.engine
                     code = engine.proc.returncode if engine.proc else None
                     reason = engine.failure_reason(engine.read_log()) or "no reason in its log"
-                    what = (f"the server at {engine.base_url} is gone (process {engine.pid} ended)" if self.session.attached
-                            else f"engine exited (code {code}): {reason}")
+                    what = (
+                        f"the server at {engine.base_url} is gone (process {engine.pid} ended)"
+                        if self.session.attached
+                        else f"engine exited (code {code}): {reason}"
+                    )
                     action = self.verdict("crash", what, {"exit_code": code, "pid": engine.pid})
                     if action != "restart" or not self._restart("crash"):
                         gave_up = action == "restart"
@@ -288,8 +370,15 @@ class SoakSlice:
                     last_ok = time.monotonic()
                 elif time.monotonic() - last_ok >= self.wd.hang_s:
                     status = _proc_status(self.session.pid)
-                    action = self.verdict("hang", f"no answer for {time.monotonic() - last_ok:.0f} s (process {status})",
-                                          {"silent_s": round(time.monotonic() - last_ok, 1), "process_status": status, "pid": self.session.pid})
+                    action = self.verdict(
+                        "hang",
+                        f"no answer for {time.monotonic() - last_ok:.0f} s (process {status})",
+                        {
+                            "silent_s": round(time.monotonic() - last_ok, 1),
+                            "process_status": status,
+                            "pid": self.session.pid,
+                        },
+                    )
                     if action != "restart" or not self._restart("hang"):
                         gave_up = action == "restart"
                         break
@@ -309,13 +398,27 @@ class SoakSlice:
                 # the load itself failed (Locust crashed, or its user raised before recording anything)
                 logs = sorted((self.run_dir / "logs").glob(f"locust-{self.slice_id}-*.log"))
                 tail = logs[0].read_text(errors="replace").strip().splitlines()[-3:] if logs else []
-                self.verdict("no_load", f"Locust sent no request in {time.time() - t_load:.0f} s (exit {locust.returncode()})",
-                             {"locust_exit": locust.returncode(), "log_tail": tail})
+                self.verdict(
+                    "no_load",
+                    f"Locust sent no request in {time.time() - t_load:.0f} s (exit {locust.returncode()})",
+                    {"locust_exit": locust.returncode(), "log_tail": tail},
+                )
             elapsed = time.time() - t_load  # soak time is load time, not engine start-up
             stats = locust.stats_total()
-            slices.write({"event": "end", "slice": self.slice_id, "config": self.cfg.name, "t_unix": time.time(), "elapsed_s": elapsed,
-                          "restarts": self.restarts, "locust_stats": stats, "record_files": [p.name for p in locust.record_files()],
-                          "stopped_by": self.outcome.why, "engine_uptime_s": self.session.uptime_s()})
+            slices.write(
+                {
+                    "event": "end",
+                    "slice": self.slice_id,
+                    "config": self.cfg.name,
+                    "t_unix": time.time(),
+                    "elapsed_s": elapsed,
+                    "restarts": self.restarts,
+                    "locust_stats": stats,
+                    "record_files": [p.name for p in locust.record_files()],
+                    "stopped_by": self.outcome.why,
+                    "engine_uptime_s": self.session.uptime_s(),
+                }
+            )
             slices.close()
             self.verdicts.close()
             self.windows.close()
@@ -349,8 +452,12 @@ class SoakSlice:
 
         sc = self.ctx.sc
         prompts = load_prompts(self.soak.prompts or "builtin:soak", self.ctx.loaded.path.parent)
-        if self.soak.lengths is not None:  # prompts at drawn lengths: built once per run and target (harness/prompts/lengths.py)
-            prompts = soak_prompts(self.run_dir, self.cfg.model or sc.server.model, self.soak, prompts, self.session.engine)
+        if (
+            self.soak.lengths is not None
+        ):  # prompts at drawn lengths: built once per run and target (harness/prompts/lengths.py)
+            prompts = soak_prompts(
+                self.run_dir, self.cfg.model or sc.server.model, self.soak, prompts, self.session.engine
+            )
         trace = []
         if self.soak.shape.trace:
             path = Path(self.soak.shape.trace)
@@ -362,8 +469,15 @@ class SoakSlice:
             "chat_path": engine.chat_path,
             "engine": engine.name,
             "extras": engine.request_extras(),
-            "params": {"max_tokens": self.soak.max_tokens or sc.measurement.max_tokens, "temperature": params.temperature,
-                       "seed": params.seed, "ignore_eos": True, "timeout_s": params.timeout_s, "stall_s": self.soak.stall_s, "keep_text": True},
+            "params": {
+                "max_tokens": self.soak.max_tokens or sc.measurement.max_tokens,
+                "temperature": params.temperature,
+                "seed": params.seed,
+                "ignore_eos": True,
+                "timeout_s": params.timeout_s,
+                "stall_s": self.soak.stall_s,
+                "keep_text": True,
+            },
             "prompts": [p.to_dict() for p in prompts],
             "prompt_reuse": self.soak.prompt_reuse,
             "prompt_start": self._prompt_start(prompts),
@@ -439,16 +553,29 @@ class SoakSlice:
         harness_rss = (rss_bytes(os.getpid()) or 0) + sum(tree_rss_bytes(p) for p in self.locust_pids)
         available = psutil.virtual_memory().available
         gpu = self.ctx.gpu_sample(pid)
-        cpu = self.cpu_meter.stop() if self.cpu_meter is not None else None  # then at once the next window's meter, below
+        cpu = (
+            self.cpu_meter.stop() if self.cpu_meter is not None else None
+        )  # then at once the next window's meter, below
         win = live_window(
-            config=self.cfg.name, slice_id=self.slice_id, t0=self.window_t0, t1=now, delta=window_delta(self.window_counters, counters),
-            memory=memory, probe_latencies_s=self.probe_latencies,
+            config=self.cfg.name,
+            slice_id=self.slice_id,
+            t0=self.window_t0,
+            t1=now,
+            delta=window_delta(self.window_counters, counters),
+            memory=memory,
+            probe_latencies_s=self.probe_latencies,
             # the load level: Locust users (None: it changed inside the window); open loop: no users, the rate's level
             users=(users_start if users_start == users_end else None) if self.arrival is None else None,
-            engine_pid=pid, engine_uptime_s=self.session.uptime_s(now), engine_restart=self.engine_restarted,
-            harness_rss_mib=harness_rss / 2**20, machine_memory_available_mib=available / 2**20, gpu=gpu,
-            cpu=cpu, cpu_engine_restarted=self.cpu_meter is not None and pid != self.cpu_meter.engine_pid,
-            contamination_cores=self.ctx.sc.measurement.contamination_cores)
+            engine_pid=pid,
+            engine_uptime_s=self.session.uptime_s(now),
+            engine_restart=self.engine_restarted,
+            harness_rss_mib=harness_rss / 2**20,
+            machine_memory_available_mib=available / 2**20,
+            gpu=gpu,
+            cpu=cpu,
+            cpu_engine_restarted=self.cpu_meter is not None and pid != self.cpu_meter.engine_pid,
+            contamination_cores=self.ctx.sc.measurement.contamination_cores,
+        )
         self.engine_restarted = False
         if self.cpu_meter is not None:
             self.cpu_meter = CpuMeter(pid, client_pids=self.locust_pids).start()
@@ -463,7 +590,9 @@ class SoakSlice:
             win, counters = self.pending.pop(0)
             self._judge(self._request_figures(win, counters, last=final and not self.pending))
 
-    def _request_figures(self, win: dict[str, Any], counters: EngineCounters | None, last: bool = False) -> dict[str, Any]:
+    def _request_figures(
+        self, win: dict[str, Any], counters: EngineCounters | None, last: bool = False
+    ) -> dict[str, Any]:
         """The window's request figures (harness/soak/assemble.py ``settle_window``): the requests that ended in it (a record
         that arrived after its window was judged joins the next; the slice's last window takes all left), the tokens
         streamed inside it, the work done since the engine started (``counters``: its totals at the window's end)."""
@@ -474,8 +603,17 @@ class SoakSlice:
         if self.arrival is not None:
             soak_t1 = min(self._soak_time(t1), self.offset_s + self.slice_s)
             backlog = outstanding(self.schedule, self.offset_s, soak_t1, self.ends, t1)
-        return settle_window(win, ended, self.unassigned, previous, counters, self._traffic(ended, t0, t1), self.arrival is not None,
-                             backlog, self.slice_windows)
+        return settle_window(
+            win,
+            ended,
+            self.unassigned,
+            previous,
+            counters,
+            self._traffic(ended, t0, t1),
+            self.arrival is not None,
+            backlog,
+            self.slice_windows,
+        )
 
     def _judge(self, win: dict[str, Any]) -> None:
         """Feed the detector, write the window, give the verdicts of the watchdog's rules (harness/soak/watchdog.py)."""
@@ -484,8 +622,14 @@ class SoakSlice:
         events = self.detector.update(win)
         judged, why = self.detector.judged()
         history = self.history.get(self.cfg.name, [])
-        window = judged_window(win, judged, why, {m: asdict(st) for m, st in self.detector.state().items()},
-                               headroom(history, win, self.wd), headroom(history, win, self.wd, gpu=True))
+        window = judged_window(
+            win,
+            judged,
+            why,
+            {m: asdict(st) for m, st in self.detector.state().items()},
+            headroom(history, win, self.wd),
+            headroom(history, win, self.wd, gpu=True),
+        )
         record = window.to_dict()
         self.windows.write(record)
         self.ctx.obs.on_window(record)  # the observers read windows by key (harness/metrics/exporter.py)
@@ -493,7 +637,9 @@ class SoakSlice:
         self.slice_windows.append(record)
         self._status_line(record, window.t_end_unix)
         disk_short = self.disk.check(window.t_end_unix)
-        for f in judge(window, self.history[self.cfg.name], self.wd, self.state, events, disk_short, self.arrival is not None):
+        for f in judge(
+            window, self.history[self.cfg.name], self.wd, self.state, events, disk_short, self.arrival is not None
+        ):
             self.verdict(f.kind, f.message, f.evidence, metric=f.metric, action=f.action)
 
     def _cache_state(self) -> Any:
@@ -516,8 +662,11 @@ class SoakSlice:
             + (f", engine RSS {win['engine_rss_mib']:.0f} MiB" if win["engine_rss_mib"] else "")
             + (f" (prompt cache {win['prompt_cache_mib']:.0f} MiB)" if win.get("prompt_cache_mib") else "")
             + (f", longest stall {stall:.1f} s" if (stall := longest_stall(win)) is not None and stall >= 1.0 else "")
-            + (f", offered {win['offered_rps']:.2f} rps, achieved {win['achieved_rps']:.2f}, late {win['late']}"
-               if win.get("offered_rps") is not None else "")
+            + (
+                f", offered {win['offered_rps']:.2f} rps, achieved {win['achieved_rps']:.2f}, late {win['late']}"
+                if win.get("offered_rps") is not None
+                else ""
+            )
             + (f", goodput {win['goodput_rps']:.2f} rps" if win.get("goodput_rps") is not None else "")
             + (f" [dim](not judged: {win['not_judged_why']})[/]" if not win["judged"] else ""),
             highlight=False,

@@ -24,11 +24,39 @@ from harness.soak.windows import load_key
 
 RSS_TREND_AFTER_S = 600.0  # the slow RSS trend ignores the engine's first 10 minutes (warm-up growth is not a leak)
 # the figures of a window that verdict evidence carries (not the detector state nor the CPU detail)
-BRIEF_KEYS = ("t_start_unix", "t_end_unix", "requests", "errors", "output_tps", "decode_tps", "ttft_p95_s", "error_ratio",
-              "acceptance", "engine_rss_mib", "engine_memory_mib", "engine_anon_mib", "prompt_cache_mib", "users", "engine_uptime_s",
-              "contaminated", "achieved_rps", "goodput_rps", "offered_rps", "late", "load_level", "max_chunk_gap_s", "probe_max_s",
-              "requests_waiting", "kv_usage", "prefix_hit_rate", "engine_requests_done", "engine_output_tokens_done", "outstanding_end",
-              "draining", "load_settled")
+BRIEF_KEYS = (
+    "t_start_unix",
+    "t_end_unix",
+    "requests",
+    "errors",
+    "output_tps",
+    "decode_tps",
+    "ttft_p95_s",
+    "error_ratio",
+    "acceptance",
+    "engine_rss_mib",
+    "engine_memory_mib",
+    "engine_anon_mib",
+    "prompt_cache_mib",
+    "users",
+    "engine_uptime_s",
+    "contaminated",
+    "achieved_rps",
+    "goodput_rps",
+    "offered_rps",
+    "late",
+    "load_level",
+    "max_chunk_gap_s",
+    "probe_max_s",
+    "requests_waiting",
+    "kv_usage",
+    "prefix_hit_rate",
+    "engine_requests_done",
+    "engine_output_tokens_done",
+    "outstanding_end",
+    "draining",
+    "load_settled",
+)
 
 Window = Mapping[str, Any]  # a window as written (windows.jsonl): the history the rules look back over
 
@@ -75,15 +103,20 @@ def available_mib(win: SoakWindow | Window, memory_limit_mib: float | None) -> f
     return available
 
 
-def headroom(history: Sequence[Window], win: SoakWindow | Window, wd: Watchdog, gpu: bool = False) -> tuple[float | None, float | None]:
+def headroom(
+    history: Sequence[Window], win: SoakWindow | Window, wd: Watchdog, gpu: bool = False
+) -> tuple[float | None, float | None]:
     """(seconds until available memory runs out at the engine's memory slope over the last memory_fit_s, that slope
     in MiB/h), this engine process only; (None, slope) when it does not grow, (None, None) before there is a forecast.
     ``gpu``: the GPUs' used memory against their free memory instead (None without NVML). ``history``: the
     configuration's earlier windows; ``win`` is the one being judged."""
     pid, t_unix = win.get("engine_pid"), float(win.get("t_unix"))
     key = "gpu_used_mib" if gpu else "engine_memory_mib"
-    pts = [(float(w["t_unix"]), float(w[key])) for w in history
-           if w.get("engine_pid") == pid and w.get(key) is not None and w["t_unix"] >= t_unix - wd.memory_fit_s]
+    pts = [
+        (float(w["t_unix"]), float(w[key]))
+        for w in history
+        if w.get("engine_pid") == pid and w.get(key) is not None and w["t_unix"] >= t_unix - wd.memory_fit_s
+    ]
     if win.get(key) is not None:
         pts.append((t_unix, float(win.get(key))))
     if len(pts) < 3:
@@ -95,20 +128,37 @@ def headroom(history: Sequence[Window], win: SoakWindow | Window, wd: Watchdog, 
         available = float(total) - float(used)
     else:
         available = available_mib(win, wd.memory_limit_mib)
-    fc = memory_forecast([p[0] for p in pts], [p[1] for p in pts], available, min_span_s=min(600.0, wd.memory_fit_s / 2))
+    fc = memory_forecast(
+        [p[0] for p in pts], [p[1] for p in pts], available, min_span_s=min(600.0, wd.memory_fit_s / 2)
+    )
     return (fc.headroom_s, fc.slope_mib_per_h) if fc is not None else (None, None)
 
 
 def change_finding(ev: ChangeEvent, history: Sequence[Window], wd: Watchdog, open_loop: bool) -> Finding:
     """The change detector's event as a ``collapse`` or ``recovered`` verdict. ``history`` ends with the window judged."""
-    evidence = {**ev.to_dict(), "windows": [brief(w) for w in history[-(wd.confirm_windows + 2):]]}
+    evidence = {**ev.to_dict(), "windows": [brief(w) for w in history[-(wd.confirm_windows + 2) :]]}
     change = f"{ev.relative_change:+.0%}" if ev.metric != "error_ratio" else f"{ev.relative_change:+.2f}"
     if ev.kind == "collapse":
-        at = f"{ev.level} users" if not open_loop else f"load level {ev.level} (about {LEVEL_STEP ** (ev.level or 0):.3g} rps)"
-        return Finding("collapse", f"{ev.metric} {change} against its reference {ev.reference:.3g} at {at} "
-                       f"(now {ev.value:.3g}), since {time.strftime('%H:%M:%S', time.localtime(ev.onset_unix))}", evidence, metric=ev.metric)
-    return Finding("recovered", f"{ev.metric} back near its reference after {(ev.episode_end_unix or 0) - (ev.episode_start_unix or 0):.0f} s "
-                   f"(worst {ev.size:+.2g})", evidence, metric=ev.metric, action="record")
+        at = (
+            f"{ev.level} users"
+            if not open_loop
+            else f"load level {ev.level} (about {LEVEL_STEP ** (ev.level or 0):.3g} rps)"
+        )
+        return Finding(
+            "collapse",
+            f"{ev.metric} {change} against its reference {ev.reference:.3g} at {at} "
+            f"(now {ev.value:.3g}), since {time.strftime('%H:%M:%S', time.localtime(ev.onset_unix))}",
+            evidence,
+            metric=ev.metric,
+        )
+    return Finding(
+        "recovered",
+        f"{ev.metric} back near its reference after {(ev.episode_end_unix or 0) - (ev.episode_start_unix or 0):.0f} s "
+        f"(worst {ev.size:+.2g})",
+        evidence,
+        metric=ev.metric,
+        action="record",
+    )
 
 
 def stall_rule(win: SoakWindow, wd: Watchdog, state: WatchState) -> Finding | None:
@@ -122,9 +172,13 @@ def stall_rule(win: SoakWindow, wd: Watchdog, state: WatchState) -> Finding | No
         return None
     state.stall_flagged_s = stall
     gap = win.max_chunk_gap_s
-    return Finding("stall", f"the engine did not answer its health probe for {stall:.1f} s (floor {wd.stall_warn_s:g} s)"
-                   + (f"; longest gap between two chunks of a stream {gap:.1f} s" if isinstance(gap, int | float) else ""),
-                   {"window": brief(win), "longest_stall_s": stall, "onset_unix": win.t_start_unix}, metric="longest_stall_s")
+    return Finding(
+        "stall",
+        f"the engine did not answer its health probe for {stall:.1f} s (floor {wd.stall_warn_s:g} s)"
+        + (f"; longest gap between two chunks of a stream {gap:.1f} s" if isinstance(gap, int | float) else ""),
+        {"window": brief(win), "longest_stall_s": stall, "onset_unix": win.t_start_unix},
+        metric="longest_stall_s",
+    )
 
 
 def cache_rules(win: SoakWindow, history: Sequence[Window], wd: Watchdog, state: WatchState) -> list[Finding]:
@@ -132,8 +186,13 @@ def cache_rules(win: SoakWindow, history: Sequence[Window], wd: Watchdog, state:
     is a ``cache_cap`` warning once per engine, and a ``memory`` verdict when its growth will use up the memory left.
     ``history`` ends with the window judged."""
     pid = win.engine_pid
-    pts = [(w["t_unix"], w["prompt_cache_mib"]) for w in history
-           if w.get("engine_pid") == pid and w.get("prompt_cache_mib") is not None and w["t_unix"] >= win.t_unix - wd.memory_fit_s]
+    pts = [
+        (w["t_unix"], w["prompt_cache_mib"])
+        for w in history
+        if w.get("engine_pid") == pid
+        and w.get("prompt_cache_mib") is not None
+        and w["t_unix"] >= win.t_unix - wd.memory_fit_s
+    ]
     cap = win.prompt_cache_cap_mib
     if not pts:
         return []
@@ -144,17 +203,34 @@ def cache_rules(win: SoakWindow, history: Sequence[Window], wd: Watchdog, state:
     found = []
     if state.cache_warned_pid != pid:
         state.cache_warned_pid = pid
-        found.append(Finding("cache_cap", f"the engine's prompt cache may grow to {'no limit' if cap is None or cap < 0 else f'{cap:,.0f} MiB'} "
-                             f"({out.size_mib:,.0f} MiB now) but only {available:,.0f} MiB is available", {"window": brief(win),
-                             "cap_mib": cap, "size_mib": out.size_mib, "available_mib": available}, metric="prompt_cache_mib", action="record"))
+        found.append(
+            Finding(
+                "cache_cap",
+                f"the engine's prompt cache may grow to {'no limit' if cap is None or cap < 0 else f'{cap:,.0f} MiB'} "
+                f"({out.size_mib:,.0f} MiB now) but only {available:,.0f} MiB is available",
+                {"window": brief(win), "cap_mib": cap, "size_mib": out.size_mib, "available_mib": available},
+                metric="prompt_cache_mib",
+                action="record",
+            )
+        )
     if out.runs_out_s is not None and out.runs_out_s < wd.memory_horizon_s and state.memory_warned_pid != pid:
         state.memory_warned_pid = pid
-        found.append(Finding("memory", f"the prompt cache grows {out.slope_mib_per_h:,.0f} MiB/h toward a cap that does not fit: "
-                             f"available memory ({available:,.0f} MiB) runs out in {out.runs_out_s / 60:.0f} min",
-                             # the growth's onset: the end of the first window of the fit (what it grew from)
-                             {"window": brief(win), "headroom_s": out.runs_out_s, "cap_mib": cap, "size_mib": out.size_mib,
-                              "onset_unix": next(w["t_end_unix"] for w in history if w["t_unix"] == pts[0][0])},
-                             metric="prompt_cache_mib"))
+        found.append(
+            Finding(
+                "memory",
+                f"the prompt cache grows {out.slope_mib_per_h:,.0f} MiB/h toward a cap that does not fit: "
+                f"available memory ({available:,.0f} MiB) runs out in {out.runs_out_s / 60:.0f} min",
+                # the growth's onset: the end of the first window of the fit (what it grew from)
+                {
+                    "window": brief(win),
+                    "headroom_s": out.runs_out_s,
+                    "cap_mib": cap,
+                    "size_mib": out.size_mib,
+                    "onset_unix": next(w["t_end_unix"] for w in history if w["t_unix"] == pts[0][0]),
+                },
+                metric="prompt_cache_mib",
+            )
+        )
     return found
 
 
@@ -163,17 +239,33 @@ def memory_rules(win: SoakWindow, wd: Watchdog, state: WatchState) -> list[Findi
     says available memory or GPU memory runs out within ``memory_horizon_s``."""
     found = []
     pid = win.engine_pid
-    if win.memory_headroom_s is not None and win.memory_headroom_s < wd.memory_horizon_s and state.memory_warned_pid != pid:
+    if (
+        win.memory_headroom_s is not None
+        and win.memory_headroom_s < wd.memory_horizon_s
+        and state.memory_warned_pid != pid
+    ):
         state.memory_warned_pid = pid
-        found.append(Finding("memory", f"at the engine's memory slope ({win.memory_slope_mib_per_h or 0:+,.0f} MiB/h, prompt cache left out), "
-                             f"available memory ({available_mib(win, wd.memory_limit_mib):,.0f} MiB) runs out in {win.memory_headroom_s / 60:.0f} min",
-                             {"window": brief(win), "headroom_s": win.memory_headroom_s}, metric="engine_memory_mib"))
+        found.append(
+            Finding(
+                "memory",
+                f"at the engine's memory slope ({win.memory_slope_mib_per_h or 0:+,.0f} MiB/h, prompt cache left out), "
+                f"available memory ({available_mib(win, wd.memory_limit_mib):,.0f} MiB) runs out in {win.memory_headroom_s / 60:.0f} min",
+                {"window": brief(win), "headroom_s": win.memory_headroom_s},
+                metric="engine_memory_mib",
+            )
+        )
     if win.gpu_headroom_s is not None and win.gpu_headroom_s < wd.memory_horizon_s and state.gpu_warned_pid != pid:
         state.gpu_warned_pid = pid
         free = (win.gpu_total_mib or 0.0) - (win.gpu_used_mib or 0.0)
-        found.append(Finding("memory", f"at the GPU memory slope ({win.gpu_slope_mib_per_h or 0:,.0f} MiB/h), GPU memory "
-                             f"({free:,.0f} MiB free) runs out in {win.gpu_headroom_s / 60:.0f} min",
-                             {"window": brief(win), "headroom_s": win.gpu_headroom_s}, metric="gpu_used_mib"))
+        found.append(
+            Finding(
+                "memory",
+                f"at the GPU memory slope ({win.gpu_slope_mib_per_h or 0:,.0f} MiB/h), GPU memory "
+                f"({free:,.0f} MiB free) runs out in {win.gpu_headroom_s / 60:.0f} min",
+                {"window": brief(win), "headroom_s": win.gpu_headroom_s},
+                metric="gpu_used_mib",
+            )
+        )
     return found
 
 
@@ -188,7 +280,9 @@ def error_rate_rule(win: SoakWindow, wd: Watchdog) -> Finding | None:
     """An ``error_rate`` verdict when at least ``min_requests`` ended in the window and their failed share reached
     ``error_rate``."""
     if win.requests >= wd.min_requests and win.errors / win.requests >= wd.error_rate:
-        return Finding("error_rate", f"{win.errors} of {win.requests} requests failed in the last window", {"window": brief(win)})
+        return Finding(
+            "error_rate", f"{win.errors} of {win.requests} requests failed in the last window", {"window": brief(win)}
+        )
     return None
 
 
@@ -205,7 +299,7 @@ def drift_points(wins: Sequence[Window], metric: str) -> list[tuple[float, float
                 out.append((w["t_unix"], w[metric], None))
             continue
         level = load_key(w)
-        if ("load_level" in w or "users" in w) and level is None or w.get("load_settled") is False:
+        if (("load_level" in w or "users" in w) and level is None) or w.get("load_settled") is False:
             continue
         out.append((w["t_unix"], w[metric], level))
     return out
@@ -223,17 +317,38 @@ def drift_rules(history: Sequence[Window], wd: Watchdog, state: WatchState) -> l
         pts = drift_points(history, metric)
         if len(pts) < wd.drift_min_windows:
             continue
-        tr = trend(metric, [p[0] for p in pts], [p[1] for p in pts], bad, wd.drift_alpha, wd.drift_min_change, [p[2] for p in pts])
+        tr = trend(
+            metric,
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            bad,
+            wd.drift_alpha,
+            wd.drift_min_change,
+            [p[2] for p in pts],
+        )
         if tr is not None and tr.drifting:
             state.drift_flagged.add(metric)
-            found.append(Finding("drift", f"{metric} {'rises' if bad > 0 else 'falls'} {abs(tr.relative_change):.0%} over the soak "
-                                 f"(Theil-Sen {tr.slope_per_hour:+.3g}/h, CI [{tr.slope_low_per_hour:+.3g}, {tr.slope_high_per_hour:+.3g}], p={tr.p_value:.2g})",
-                                 tr.to_dict(), metric=metric))
+            found.append(
+                Finding(
+                    "drift",
+                    f"{metric} {'rises' if bad > 0 else 'falls'} {abs(tr.relative_change):.0%} over the soak "
+                    f"(Theil-Sen {tr.slope_per_hour:+.3g}/h, CI [{tr.slope_low_per_hour:+.3g}, {tr.slope_high_per_hour:+.3g}], p={tr.p_value:.2g})",
+                    tr.to_dict(),
+                    metric=metric,
+                )
+            )
     return found
 
 
-def judge(win: SoakWindow, history: Sequence[Window], wd: Watchdog, state: WatchState, events: Sequence[ChangeEvent],
-          disk_short: tuple[str, dict[str, Any]] | None, open_loop: bool) -> list[Finding]:
+def judge(
+    win: SoakWindow,
+    history: Sequence[Window],
+    wd: Watchdog,
+    state: WatchState,
+    events: Sequence[ChangeEvent],
+    disk_short: tuple[str, dict[str, Any]] | None,
+    open_loop: bool,
+) -> list[Finding]:
     """Every verdict a judged window gives, in order. ``history``: the configuration's windows, ending with this one
     as written; ``events``: the change detector's for it; ``disk_short``: the disk check's for it."""
     found: list[Finding] = [change_finding(ev, history, wd, open_loop) for ev in events]

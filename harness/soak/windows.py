@@ -54,7 +54,9 @@ def end_unix(rec: dict[str, Any]) -> float:
     return float(rec.get("start_unix_s") or 0.0) + float(rec.get("e2e_s") or 0.0)
 
 
-def take_ended(unassigned: Sequence[dict[str, Any]], t1: float, last: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def take_ended(
+    unassigned: Sequence[dict[str, Any]], t1: float, last: bool = False
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(the records a window ending at ``t1`` takes: those that ended before ``t1``, including any that arrived after
     an earlier window was judged; the rest). ``last``: the slice's last window takes them all."""
     ended = [r for r in unassigned if last or end_unix(r) < t1]
@@ -77,8 +79,14 @@ def streamed(recs: Sequence[dict[str, Any]], t0: float, t1: float) -> tuple[floa
     return tokens, n
 
 
-def window_figures(ended: Sequence[dict[str, Any]], overlapping: Sequence[dict[str, Any]], t0: float, t1: float,
-                   open_loop: bool, users: int | None) -> dict[str, Any]:
+def window_figures(
+    ended: Sequence[dict[str, Any]],
+    overlapping: Sequence[dict[str, Any]],
+    t0: float,
+    t1: float,
+    open_loop: bool,
+    users: int | None,
+) -> dict[str, Any]:
     """The window's request figures. ``ended``: the records that ended in ``[t0, t1)``; ``overlapping``: every record
     that may have streamed in it (a superset is fine). ``users``: the closed-loop users (the edge model's size)."""
     ok = [r for r in ended if r.get("status") == "ok"]
@@ -92,8 +100,11 @@ def window_figures(ended: Sequence[dict[str, Any]], overlapping: Sequence[dict[s
     decode = [float(r["decode_tps"]) for r in ok if r.get("decode_tps")]
     ttft = [float(r["ttft_s"]) for r in ok if r.get("ttft_s") is not None]
     out: dict[str, Any] = {
-        "requests": len(ended), "errors": errors, "error_kinds": dict(kinds),
-        "output_tokens": int(round(tokens)), "streaming_requests": streaming,
+        "requests": len(ended),
+        "errors": errors,
+        "error_kinds": dict(kinds),
+        "output_tokens": int(round(tokens)),
+        "streaming_requests": streaming,
         # nothing streamed is an output rate of 0, not "no value": a collapse to zero shows
         "output_tps": tokens / seconds if seconds > 0 else None,
         "decode_tps": float(np.median(decode)) if decode else None,
@@ -103,8 +114,15 @@ def window_figures(ended: Sequence[dict[str, Any]], overlapping: Sequence[dict[s
     out["count_sd"] = {
         "output_tps": throughput_sd(out["output_tps"], len(ok), open_loop, users),
         "decode_tps": median_sd(decode),
-        "ttft_p95_s": ttft_sd(ttft, [float(r["e2e_s"]) - float(r["ttft_s"]) for r in ok if r.get("e2e_s") is not None
-                                      and r.get("ttft_s") is not None], open_loop),
+        "ttft_p95_s": ttft_sd(
+            ttft,
+            [
+                float(r["e2e_s"]) - float(r["ttft_s"])
+                for r in ok
+                if r.get("e2e_s") is not None and r.get("ttft_s") is not None
+            ],
+            open_loop,
+        ),
         "error_ratio": share_sd(errors, len(ended)),
     }
     return out
@@ -165,7 +183,9 @@ def acceptance_sd(acceptance: float | None, drafted: int | None) -> float | None
     return math.sqrt(max(a * (1 - a), 0.25 / drafted) / drafted)
 
 
-def outstanding(schedule_s: np.ndarray, slice_start_s: float, soak_t_s: float, ends_unix: list[float], t_unix: float) -> int:
+def outstanding(
+    schedule_s: np.ndarray, slice_start_s: float, soak_t_s: float, ends_unix: list[float], t_unix: float
+) -> int:
     """Open loop: requests the slice's schedule sent in ``[slice_start_s, soak_t_s)`` (soak seconds) that had not
     ended by ``t_unix``, in the sender's queue or the engine's (``ends_unix``: the slice's records' end times, ascending)."""
     sent = int(np.count_nonzero((schedule_s >= slice_start_s) & (schedule_s < soak_t_s)))
@@ -195,8 +215,10 @@ def load_state(previous: Sequence[dict[str, Any]], win: dict[str, Any]) -> dict[
     # a reference, whatever the backlog says
     drained = end <= int(win.get("scheduled") or 0) + 2 * math.sqrt(int(win.get("scheduled") or 0)) + 1
     after_drain = any(w.get("draining") for w in span)  # a drain's last windows look still by chance: wait it out
-    return {"draining": falling,
-            "load_settled": same and drained and not after_drain and not falling and not rising and not win.get("late")}
+    return {
+        "draining": falling,
+        "load_settled": same and drained and not after_drain and not falling and not rising and not win.get("late"),
+    }
 
 
 def load_key(win: Mapping[str, Any]) -> Any:

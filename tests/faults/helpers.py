@@ -20,31 +20,63 @@ from tests.integration.conftest import SMOLLM2
 SHORT_JSONL = '{"id": "short", "messages": [{"role": "user", "content": "Count from one to twenty."}]}\n'
 
 
-def scenario(tmp_path: Path, server: dict[str, Any] | None = None, measurement: dict[str, Any] | None = None,
-             configs: list[dict[str, Any]] | None = None) -> Path:
+def scenario(
+    tmp_path: Path,
+    server: dict[str, Any] | None = None,
+    measurement: dict[str, Any] | None = None,
+    configs: list[dict[str, Any]] | None = None,
+) -> Path:
     (tmp_path / "short.jsonl").write_text(SHORT_JSONL)
     data = {
         "name": "faults",
-        "server": {"model": SMOLLM2, "ctx_size": 1024, "parallel": 2, "threads": 2, "stop_grace_s": 3, **(server or {})},
+        "server": {
+            "model": SMOLLM2,
+            "ctx_size": 1024,
+            "parallel": 2,
+            "threads": 2,
+            "stop_grace_s": 3,
+            **(server or {}),
+        },
         "configurations": configs or [{"name": "baseline", "algorithm": "none"}],
-        "measurement": {"prompts": "short.jsonl", "max_tokens": 16, "streams": [1], "requests_per_stream": 1,
-                        "repetitions": 1, "warmup_requests": 0, **(measurement or {})},
+        "measurement": {
+            "prompts": "short.jsonl",
+            "max_tokens": 16,
+            "streams": [1],
+            "requests_per_stream": 1,
+            "repetitions": 1,
+            "warmup_requests": 0,
+            **(measurement or {}),
+        },
     }
     path = tmp_path / "faults.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
 
-def cli(*args: str, timeout: float = 300, env: dict[str, str] | None = None, umask: int | None = None) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, timeout: float = 300, env: dict[str, str] | None = None, umask: int | None = None
+) -> subprocess.CompletedProcess[str]:
     full = {**os.environ, "COLUMNS": "200", **(env or {})}
-    pre = (lambda: os.umask(umask)) if umask is not None else None  # noqa: E731
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=timeout,
-                          env=full, preexec_fn=pre)  # noqa: PLW1509
+    pre = (lambda: os.umask(umask)) if umask is not None else None
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full,
+        preexec_fn=pre,
+    )
 
 
 def start_cli(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "harness.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=dict(os.environ, COLUMNS="200"), start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ, COLUMNS="200"),
+        start_new_session=True,
+    )
 
 
 def wait_for(cond: Callable[[], Any], timeout: float, what: str, proc: subprocess.Popen[str] | None = None) -> Any:
@@ -54,7 +86,9 @@ def wait_for(cond: Callable[[], Any], timeout: float, what: str, proc: subproces
         if got:
             return got
         if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"harness exited ({proc.returncode}) while waiting for {what}:\n{proc.stdout.read() if proc.stdout else ''}")
+            raise AssertionError(
+                f"harness exited ({proc.returncode}) while waiting for {what}:\n{proc.stdout.read() if proc.stdout else ''}"
+            )
         time.sleep(0.2)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 

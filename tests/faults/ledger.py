@@ -15,7 +15,7 @@ import json
 import sys
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +112,7 @@ def save(path: Path, rows: list[dict[str, Any]]) -> None:
 
 def merge(old: list[dict[str, Any]], new: list[Fault]) -> list[dict[str, Any]]:
     """The latest result per (area, fault); rows of tests not run this time are kept as they were."""
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d")
     fresh = {(r.area, r.fault): {**asdict(r), "date": stamp} for r in new}
     ran = {r.test for r in new}
     kept = [r for r in old if (r["area"], r["fault"]) not in fresh and r.get("test") not in ran]

@@ -155,7 +155,7 @@ class FaultProxy:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
-        server = site._server  # noqa: SLF001 - the only way to learn the ephemeral port
+        server = site._server
         assert server is not None and server.sockets
         self.port = int(server.sockets[0].getsockname()[1])
 
@@ -172,7 +172,7 @@ class FaultProxy:
         assert self._closing is not None
         try:
             await asyncio.wait_for(self._closing.wait(), seconds)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
@@ -189,7 +189,9 @@ class FaultProxy:
             return web.Response(status=500)  # never sent: the connection is gone
         if fault.startswith("http_"):
             status = int(fault[5:])
-            message = {429: "too many requests", 503: "Loading model", 502: "bad gateway", 500: "internal error"}[status]
+            message = {429: "too many requests", 503: "Loading model", 502: "bad gateway", 500: "internal error"}[
+                status
+            ]
             return web.json_response({"error": {"code": status, "message": f"fault proxy: {message}"}}, status=status)
         if fault == "slow_headers":
             await self._sleep(self.slow_s)
@@ -205,41 +207,49 @@ class FaultProxy:
         return {k: v for k, v in request.headers.items() if k in keep}
 
     async def _forward_plain(self, request: web.Request, body: bytes) -> web.Response:
-        async with aiohttp.ClientSession() as session:
-            async with session.request(request.method, self.upstream + request.path_qs, data=body or None,
-                                       headers=self._upstream_headers(request)) as up:
-                data = await up.read()
-                return web.Response(status=up.status, body=data, content_type=up.content_type)
+        async with (
+            aiohttp.ClientSession() as session,
+            session.request(
+                request.method,
+                self.upstream + request.path_qs,
+                data=body or None,
+                headers=self._upstream_headers(request),
+            ) as up,
+        ):
+            data = await up.read()
+            return web.Response(status=up.status, body=data, content_type=up.content_type)
 
     async def _forward_corrupted(self, request: web.Request, body: bytes) -> web.Response:
-        async with aiohttp.ClientSession() as session:
-            async with session.post(self.upstream + request.path_qs, data=body, headers=self._upstream_headers(request)) as up:
-                data = await up.read()
-                if up.status != 200:
-                    return web.Response(status=up.status, body=data, content_type=up.content_type)
+        async with aiohttp.ClientSession() as session, session.post(
+            self.upstream + request.path_qs, data=body, headers=self._upstream_headers(request)
+        ) as up:
+            data = await up.read()
+            if up.status != 200:
+                return web.Response(status=up.status, body=data, content_type=up.content_type)
         self.corrupted += 1
         return web.json_response(corrupt_answer(json.loads(data)))
 
     async def _forward_stream(self, request: web.Request, body: bytes, fault: str) -> web.StreamResponse:
         timeout = aiohttp.ClientTimeout(total=300)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            async with session.post(self.upstream + request.path_qs, data=body, headers=self._upstream_headers(request)) as up:
-                if up.status != 200:
-                    return web.Response(status=up.status, body=await up.read(), content_type=up.content_type)
-                resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})
-                await resp.prepare(request)
-                sent_text = 0
-                async for line in up.content:
-                    text = _is_text_chunk(line)
-                    if text and sent_text == KEEP_CHUNKS and fault in ("truncate", "stall", "reset_mid", "malformed"):
-                        return await self._spoil(request, resp, fault)
-                    await resp.write(line)
-                    if text:
-                        sent_text += 1
-                        if fault == "duplicate" and sent_text == 2:
-                            await resp.write(b"\n" + line)
-                await resp.write_eof()
-                return resp
+        async with aiohttp.ClientSession(timeout=timeout) as session, session.post(
+            self.upstream + request.path_qs, data=body, headers=self._upstream_headers(request)
+        ) as up:
+            if up.status != 200:
+                return web.Response(status=up.status, body=await up.read(), content_type=up.content_type)
+            resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            sent_text = 0
+            async for line in up.content:
+                text = _is_text_chunk(line)
+                if text and sent_text == KEEP_CHUNKS and fault in ("truncate", "stall", "reset_mid", "malformed"):
+                    return await self._spoil(request, resp, fault)
+                await resp.write(line)
+                if text:
+                    sent_text += 1
+                    if fault == "duplicate" and sent_text == 2:
+                        await resp.write(b"\n" + line)
+            await resp.write_eof()
+            return resp
 
     async def _spoil(self, request: web.Request, resp: web.StreamResponse, fault: str) -> web.StreamResponse:
         if fault == "truncate":

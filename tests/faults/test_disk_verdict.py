@@ -33,15 +33,27 @@ def _free(path: Path) -> int:
     return st.f_bavail * st.f_frsize
 
 
-def test_a_filling_results_disk_stops_the_soak_with_a_disk_verdict_before_it_is_full(tmp_path: Path, fs_32m: Path) -> None:
+def test_a_filling_results_disk_stops_the_soak_with_a_disk_verdict_before_it_is_full(
+    tmp_path: Path, fs_32m: Path
+) -> None:
     data = {
         "name": "disk",
         "server": {"model": SMOLLM2, "ctx_size": 1024, "parallel": 1, "threads": 2, "stop_grace_s": 3},
         "configurations": [{"name": "baseline", "algorithm": "none"}],
-        "measurement": {"prompts": "builtin:repeat", "max_tokens": 4, "streams": [1], "requests_per_stream": 1,
-                        "repetitions": 1, "warmup_requests": 0},
-        "soak": {"duration_s": 600, "shape": {"kind": "steady", "users": 1}, "max_tokens": 8,
-                 "watchdog": {"window_s": 3, "disk_min_free_mib": MIN_FREE_MIB, "actions": {"collapse": "record"}}},
+        "measurement": {
+            "prompts": "builtin:repeat",
+            "max_tokens": 4,
+            "streams": [1],
+            "requests_per_stream": 1,
+            "repetitions": 1,
+            "warmup_requests": 0,
+        },
+        "soak": {
+            "duration_s": 600,
+            "shape": {"kind": "steady", "users": 1},
+            "max_tokens": 8,
+            "watchdog": {"window_s": 3, "disk_min_free_mib": MIN_FREE_MIB, "actions": {"collapse": "record"}},
+        },
         "report": {"engine_log_max_mib": 1},
     }
     path = tmp_path / "disk.yaml"
@@ -61,7 +73,9 @@ def test_a_filling_results_disk_stops_the_soak_with_a_disk_verdict_before_it_is_
 
     filler = threading.Thread(target=fill)
     try:
-        run = wait_for(lambda: next(results.glob("*-disk"), None) if results.exists() else None, 60, "the run folder", proc)
+        run = wait_for(
+            lambda: next(results.glob("*-disk"), None) if results.exists() else None, 60, "the run folder", proc
+        )
         wait_for(lambda: (run / "soak_slices.jsonl").exists(), 240, "the soak to start", proc)
         filler.start()
         out = finish(proc, 300)

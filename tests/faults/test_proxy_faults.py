@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from engines.types import LaunchSpec
 from engines.llamacpp import LlamaCpp
+from engines.types import LaunchSpec
+from harness.common.net import free_port
 from harness.load.client import ERROR_KINDS, RequestParams, run_streams
 from harness.prompts import Prompt
 from harness.records.files import read_jsonl
-from harness.common.net import free_port
 from tests.faults.ledger import FaultLog
 from tests.faults.proxy import FAULTS, FaultProxy, expected_kind
 from tests.integration.conftest import SMOLLM2, start
@@ -43,19 +43,39 @@ def _how(fault: str) -> str:
     return f"fault proxy `{fault}` (tests/faults/proxy.py)"
 
 
-def test_each_proxy_fault_is_a_failed_record_of_its_kind_through_run_streams(engine: LlamaCpp, fault_log: FaultLog) -> None:
-    rows = {f: fault_log.inject("request", f"{f} (client)", _how(f), f"record error_kind={expected_kind(f)}" if expected_kind(f) else "ok record, TTFT includes the delay")
-            for f in SCHEDULE if f != "pass"}
+def test_each_proxy_fault_is_a_failed_record_of_its_kind_through_run_streams(
+    engine: LlamaCpp, fault_log: FaultLog
+) -> None:
+    rows = {
+        f: fault_log.inject(
+            "request",
+            f"{f} (client)",
+            _how(f),
+            f"record error_kind={expected_kind(f)}" if expected_kind(f) else "ok record, TTFT includes the delay",
+        )
+        for f in SCHEDULE
+        if f != "pass"
+    }
     prompts = SHORT
     # 2 shared cores: a clean request may wait seconds for its first token, so the stall timeout is generous
     params = RequestParams(max_tokens=MAX_TOKENS, stall_s=20.0, timeout_s=120.0)
     seen = []
     with FaultProxy(engine.base_url, SCHEDULE, slow_s=60.0) as proxy:
-        via_proxy = LlamaCpp(LaunchSpec(model=engine.spec.model, port=engine.spec.port, request_base_url=proxy.url), engine.log_path)
+        via_proxy = LlamaCpp(
+            LaunchSpec(model=engine.spec.model, port=engine.spec.port, request_base_url=proxy.url), engine.log_path
+        )
         t0 = time.perf_counter()
         records = asyncio.run(
-            run_streams(via_proxy, prompts, params, 1, len(SCHEDULE), {"config": "p", "phase": "measure", "streams": 1, "repetition": 1},
-                        seen.append, (time.time(), time.perf_counter_ns()))
+            run_streams(
+                via_proxy,
+                prompts,
+                params,
+                1,
+                len(SCHEDULE),
+                {"config": "p", "phase": "measure", "streams": 1, "repetition": 1},
+                seen.append,
+                (time.time(), time.perf_counter_ns()),
+            )
         )
         wall = time.perf_counter() - t0
         applied = list(proxy.seen)
@@ -77,24 +97,50 @@ def test_each_proxy_fault_is_a_failed_record_of_its_kind_through_run_streams(eng
     assert wall < 400 and engine.alive()
     for fault, row in rows.items():
         rec = by_fault[fault]
-        row.done(f"{rec.status}, error_kind={rec.error_kind}" + (f", TTFT {rec.ttft_s:.2f} s" if rec.status == "ok" else ""), samples_lost=len(SCHEDULE) - len(records))
+        row.done(
+            f"{rec.status}, error_kind={rec.error_kind}" + (f", TTFT {rec.ttft_s:.2f} s" if rec.status == "ok" else ""),
+            samples_lost=len(SCHEDULE) - len(records),
+        )
 
 
-def test_each_proxy_fault_is_a_failed_record_of_its_kind_in_a_real_run(tmp_path: Path, engine: LlamaCpp, fault_log: FaultLog) -> None:
+def test_each_proxy_fault_is_a_failed_record_of_its_kind_in_a_real_run(
+    tmp_path: Path, engine: LlamaCpp, fault_log: FaultLog
+) -> None:
     """`specsoak run` with requests sent through the proxy (server.request_base_url): faults are data, the run completes."""
     faults = [f for f in SCHEDULE if f != "slow_headers_ok"]
-    rows = {f: fault_log.inject("request", f"{f} (specsoak run)", _how(f) + " via `server.request_base_url`",
-                                f"record error_kind={expected_kind(f, stall_is_timeout=True)}, run completes")
-            for f in faults if f != "pass"}
+    rows = {
+        f: fault_log.inject(
+            "request",
+            f"{f} (specsoak run)",
+            _how(f) + " via `server.request_base_url`",
+            f"record error_kind={expected_kind(f, stall_is_timeout=True)}, run completes",
+        )
+        for f in faults
+        if f != "pass"
+    }
     engine_port = free_port()
     with FaultProxy(f"http://127.0.0.1:{engine_port}", faults, slow_s=60.0) as proxy:
         data = {
             "name": "faults",
-            "server": {"model": SMOLLM2, "ctx_size": 1024, "parallel": 2, "threads": 2, "stop_grace_s": 3,
-                       "port": engine_port, "request_base_url": proxy.url, "request_timeout_s": 25},
+            "server": {
+                "model": SMOLLM2,
+                "ctx_size": 1024,
+                "parallel": 2,
+                "threads": 2,
+                "stop_grace_s": 3,
+                "port": engine_port,
+                "request_base_url": proxy.url,
+                "request_timeout_s": 25,
+            },
             "configurations": [{"name": "baseline", "algorithm": "none"}],
-            "measurement": {"prompts": "short.jsonl", "max_tokens": MAX_TOKENS, "streams": [1],
-                            "requests_per_stream": len(faults), "repetitions": 1, "warmup_requests": 0},
+            "measurement": {
+                "prompts": "short.jsonl",
+                "max_tokens": MAX_TOKENS,
+                "streams": [1],
+                "requests_per_stream": len(faults),
+                "repetitions": 1,
+                "warmup_requests": 0,
+            },
         }
         (tmp_path / "short.jsonl").write_text(SHORT_JSONL)
         scenario = tmp_path / "faults.yaml"
@@ -119,6 +165,9 @@ def test_each_proxy_fault_is_a_failed_record_of_its_kind_in_a_real_run(tmp_path:
     for fault, rec in zip(faults, records):
         if fault in rows:
             # the one run completed counts once
-            rows[fault].done(f"{rec['status']}, error_kind={rec['error_kind']}; run completed, exit 0", runs_completed=int(first),
-                             samples_lost=len(faults) - len(records))
+            rows[fault].done(
+                f"{rec['status']}, error_kind={rec['error_kind']}; run completed, exit 0",
+                runs_completed=int(first),
+                samples_lost=len(faults) - len(records),
+            )
             first = False

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from engines import ENGINES
 from engines.base import Engine
 from engines.types import Capacity, EngineCounters, RequestSpecStats, acceptance_figures, counters_delta
-from harness.load.client import ERROR_KINDS, StreamParser, classify_http
 from harness.common.errors import ResultsError, ScrapeError
+from harness.load.client import ERROR_KINDS, StreamParser, classify_http
 from harness.load.shapes import load_trace
 from harness.prompts import PromptError, load_prompts
 from harness.records.files import ReadLog, RequestRecord, read_jsonl
@@ -50,51 +50,142 @@ def _files(*globs: str) -> list[Path]:
 
 
 def _sse(chunks: list[dict[str, Any]], done: bool = True) -> bytes:
-    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + (b"data: [DONE]\n\n" if done else b"")
+    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + (
+        b"data: [DONE]\n\n" if done else b""
+    )
 
 
 FINAL_CHUNKS: list[dict[str, Any]] = [json.loads(p.read_text()) for p in _files("*/stream_final_*.json")]
 _LLAMA_STREAMS = [http_body(p.read_text()).encode() for p in _files("llamacpp/*.sse.txt")]
 _TEXT_CHUNKS = [json.loads(ln[5:]) for ln in _LLAMA_STREAMS[0].decode().splitlines() if ln.startswith("data: {")][:6]
 for _s in _LLAMA_STREAMS:  # llama-server's final usage chunk (with timings) too
-    FINAL_CHUNKS += [json.loads(ln[5:]) for ln in _s.decode().splitlines() if ln.startswith("data: {") and '"usage"' in ln]
-SSE_SEEDS: list[bytes] = _LLAMA_STREAMS + [_sse([*_TEXT_CHUNKS, c]) for c in FINAL_CHUNKS] + [
-    _sse([json.loads(p.read_text())], done=False) for p in _files("*/error_*.json")
-]
+    FINAL_CHUNKS += [
+        json.loads(ln[5:]) for ln in _s.decode().splitlines() if ln.startswith("data: {") and '"usage"' in ln
+    ]
+SSE_SEEDS: list[bytes] = (
+    _LLAMA_STREAMS
+    + [_sse([*_TEXT_CHUNKS, c]) for c in FINAL_CHUNKS]
+    + [_sse([json.loads(p.read_text())], done=False) for p in _files("*/error_*.json")]
+)
 ERROR_BODIES = [p.read_text() for p in _files("*/error_*.json")]
 LOG_SEEDS: list[bytes] = [p.read_bytes() for p in _files("*/*.server.log", "*/*.startup_keylines.txt")]
-METRICS_SEEDS: list[bytes] = [http_body(p.read_text()).encode() for p in _files("*/*.metrics.txt", "llamacpp/*GET_metrics*.txt")]
+METRICS_SEEDS: list[bytes] = [
+    http_body(p.read_text()).encode() for p in _files("*/*.metrics.txt", "llamacpp/*GET_metrics*.txt")
+]
 JSONL_SEEDS: list[bytes] = [p.read_bytes() for p in _files("run_quick/*.jsonl")]
 PROMPT_SEEDS: list[bytes] = [p.read_bytes() for p in sorted(PROMPT_SETS.glob("*.jsonl"))]
-PROMPT_SEEDS.append(json.dumps([json.loads(ln) for ln in PROMPT_SEEDS[0].decode().splitlines()], indent=1).encode())  # a JSON list
-TRACE_SEEDS: list[bytes] = [b'{"t_s": 0.5, "prompt_id": "qa-tides"}\n{"t_s": 2}\n\n{"t_s": 1.25, "prompt_id": "chat-greeting"}\n']
+PROMPT_SEEDS.append(
+    json.dumps([json.loads(ln) for ln in PROMPT_SEEDS[0].decode().splitlines()], indent=1).encode()
+)  # a JSON list
+TRACE_SEEDS: list[bytes] = [
+    b'{"t_s": 0.5, "prompt_id": "qa-tides"}\n{"t_s": 2}\n\n{"t_s": 1.25, "prompt_id": "chat-greeting"}\n'
+]
 
 # ---- building blocks -------------------------------------------------------------------------
 # pieces that broke (or nearly broke) parsers: junk numbers, bytes that are not UTF-8, deep nesting, huge runs
 PIECES: list[bytes] = [
-    b"\n", b"\r", b"\r\n", b"\x00", b"\xff\xfe", b"\xc3", b"\xed\xa0\x80", "\u00b2".encode(), "\u0663".encode(), "\u2028".encode(),
-    b"data:", b"data: ", b"data: [DONE]\n", b"data: {}\n", b"data: null\n", b"data: []\n", b'data: {"error": 1}\n',
-    b",", b".", b"1.2.3", b"-1", b"0", b"1e999", b"NaN", b"Infinity", b"-Infinity", b"+Inf", b"9" * 400, b"9" * 5000,
-    b"[" * 2000, b"{" * 500, b'"', b"\\", b"}", b"]", b"#", b"# TYPE x counter\n", b'{position="99999999999"}',
+    b"\n",
+    b"\r",
+    b"\r\n",
+    b"\x00",
+    b"\xff\xfe",
+    b"\xc3",
+    b"\xed\xa0\x80",
+    "\u00b2".encode(),
+    "\u0663".encode(),
+    "\u2028".encode(),
+    b"data:",
+    b"data: ",
+    b"data: [DONE]\n",
+    b"data: {}\n",
+    b"data: null\n",
+    b"data: []\n",
+    b'data: {"error": 1}\n',
+    b",",
+    b".",
+    b"1.2.3",
+    b"-1",
+    b"0",
+    b"1e999",
+    b"NaN",
+    b"Infinity",
+    b"-Infinity",
+    b"+Inf",
+    b"9" * 400,
+    b"9" * 5000,
+    b"[" * 2000,
+    b"{" * 500,
+    b'"',
+    b"\\",
+    b"}",
+    b"]",
+    b"#",
+    b"# TYPE x counter\n",
+    b'{position="99999999999"}',
 ]
 HUGE: list[bytes] = [b"x" * 300_000, b"data: " + b"a" * 300_000, b"9" * 100_000, b"[" * 100_000, b"\xff" * 100_000]
-NUMERIC_JUNK: list[bytes] = [b"", b",", b".", b"..", b"1.2.3", b"1,,2", b"-0", b"00", "\u00b9".encode(),
-                             "\u00b2".encode(), "\u0663".encode(), b"9" * 25, b"9" * 400, b"9" * 5000, b"1e400", b"nan", b"0.0"]
+NUMERIC_JUNK: list[bytes] = [
+    b"",
+    b",",
+    b".",
+    b"..",
+    b"1.2.3",
+    b"1,,2",
+    b"-0",
+    b"00",
+    "\u00b9".encode(),
+    "\u00b2".encode(),
+    "\u0663".encode(),
+    b"9" * 25,
+    b"9" * 400,
+    b"9" * 5000,
+    b"1e400",
+    b"nan",
+    b"0.0",
+]
 _NUMBER = re.compile(rb"\d+(?:[.,]\d+)*")
 
 # JSON values shaped like streamed chunks and final chunks: the keys the parsers look for, any values
 CHUNK_KEYS = [
-    "choices", "delta", "content", "finish_reason", "usage", "completion_tokens", "prompt_tokens", "error", "message", "code",
-    "timings", "draft_n", "draft_n_accepted", "metrics", "speculative_decoding", "num_draft_tokens", "num_accepted_draft_tokens",
-    "sglext", "spec_tokens_details", "spec_num_proposed_drafts", "spec_num_correct_drafts", "spec_verify_ct", "meta_info",
+    "choices",
+    "delta",
+    "content",
+    "finish_reason",
+    "usage",
+    "completion_tokens",
+    "prompt_tokens",
+    "error",
+    "message",
+    "code",
+    "timings",
+    "draft_n",
+    "draft_n_accepted",
+    "metrics",
+    "speculative_decoding",
+    "num_draft_tokens",
+    "num_accepted_draft_tokens",
+    "sglext",
+    "spec_tokens_details",
+    "spec_num_proposed_drafts",
+    "spec_num_correct_drafts",
+    "spec_verify_ct",
+    "meta_info",
 ]
 json_scalars = (
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=8)
-    | st.sampled_from(["12", "\u00b2", "1e5", "", "NaN", "-1", "9" * 5000, "stop", "length", 10**9, 2**31, 2**63, -1, 0])
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats()
+    | st.text(max_size=8)
+    | st.sampled_from(
+        ["12", "\u00b2", "1e5", "", "NaN", "-1", "9" * 5000, "stop", "length", 10**9, 2**31, 2**63, -1, 0]
+    )
 )
 json_values = st.recursive(
     json_scalars,
-    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.sampled_from(CHUNK_KEYS) | st.text(max_size=4), c, max_size=5),
+    lambda c: (
+        st.lists(c, max_size=4) | st.dictionaries(st.sampled_from(CHUNK_KEYS) | st.text(max_size=4), c, max_size=5)
+    ),
     max_leaves=20,
 )
 chunk_dicts = st.dictionaries(st.sampled_from(CHUNK_KEYS), json_values, max_size=6)
@@ -125,7 +216,9 @@ def mutated_bytes(draw: st.DrawFn, seeds: list[bytes], max_ops: int = 6, huge: b
     for _ in range(draw(st.integers(0, max_ops))):
         i = draw(st.integers(0, len(data)))
         j = draw(st.integers(i, min(len(data), i + 4096)))
-        op = draw(st.sampled_from(["delete", "insert", "piece", "repeat", "truncate", "splice", "renumber", "random", "huge"]))
+        op = draw(
+            st.sampled_from(["delete", "insert", "piece", "repeat", "truncate", "splice", "renumber", "random", "huge"])
+        )
         if op == "delete":
             del data[i:j]
         elif op == "insert":
@@ -290,7 +383,9 @@ def lines_as_read(path: Path) -> int:
     return len(lines)
 
 
-def check_read_jsonl(path: Path, require: dict[str, type | tuple[type, ...]] | None = REQUEST_FIELDS) -> list[dict[str, Any]]:
+def check_read_jsonl(
+    path: Path, require: dict[str, type | tuple[type, ...]] | None = REQUEST_FIELDS
+) -> list[dict[str, Any]]:
     log = ReadLog()
     records = list(read_jsonl(path, log, require))
     assert records == list(read_jsonl(path, None, require))
@@ -302,7 +397,10 @@ def check_read_jsonl(path: Path, require: dict[str, type | tuple[type, ...]] | N
     assert len(records) + (skipped.lines if skipped else 0) == lines_as_read(path)
     if skipped:
         (message,) = log.messages(path.parent)
-        assert message.startswith(f"{path.name}: {skipped.lines} line") and f"the first at line {skipped.first_line} " in message
+        assert (
+            message.startswith(f"{path.name}: {skipped.lines} line")
+            and f"the first at line {skipped.first_line} " in message
+        )
     return records
 
 

@@ -12,12 +12,22 @@ import pytest
 
 from engines._common import Samples
 from harness.common.errors import ScrapeError
-from harness.prompts import PromptError, load_prompts
 from harness.load.shapes import load_trace
+from harness.prompts import PromptError, load_prompts
 from harness.report.load import REQUEST_FIELDS
 from tests.fuzz.common import (
-    ALL_ENGINES, CORPUS, FIXTURES, check_metrics, check_prompts, check_read_jsonl, check_run_folder, check_spec_stats,
-    check_startup_log, check_trace, run_stream, text_of,
+    ALL_ENGINES,
+    CORPUS,
+    FIXTURES,
+    check_metrics,
+    check_prompts,
+    check_read_jsonl,
+    check_run_folder,
+    check_spec_stats,
+    check_startup_log,
+    check_trace,
+    run_stream,
+    text_of,
 )
 
 CASES = sorted(p for p in CORPUS.glob("*/*") if p.is_file())
@@ -69,8 +79,12 @@ def _run(place: str) -> Callable[[Path, Path], None]:
         if place.startswith("soak/"):  # soak records are columns: a wrong-typed value is left empty, the record kept
             objects = sum(line.startswith(b"{") for line in path.read_bytes().split(b"\n"))
             assert data is not None and len(data.soak_requests) == objects
-        elif place != "manifest.json":  # only a bad manifest makes the folder unreadable; other files are skipped and told
-            assert data is not None and any(place in m for m in data.read_log.messages(run)), data and data.read_log.messages(run)
+        elif (
+            place != "manifest.json"
+        ):  # only a bad manifest makes the folder unreadable; other files are skipped and told
+            assert data is not None and any(place in m for m in data.read_log.messages(run)), (
+                data and data.read_log.messages(run)
+            )
 
     return replay
 
@@ -86,9 +100,16 @@ def _trace(path: Path, tmp: Path) -> None:
 
 
 REPLAY: dict[str, Callable[[Path, Path], None]] = {
-    "sse": _sse, "spec_stats": _spec_stats, "startup_log": _startup_log, "metrics": _metrics, "records": _records,
-    "run_capacity": _run("capacity/corpus.json"), "run_manifest": _run("manifest.json"), "run_soak": _run("soak/corpus.jsonl"),
-    "prompts": _prompts, "trace": _trace,
+    "sse": _sse,
+    "spec_stats": _spec_stats,
+    "startup_log": _startup_log,
+    "metrics": _metrics,
+    "records": _records,
+    "run_capacity": _run("capacity/corpus.json"),
+    "run_manifest": _run("manifest.json"),
+    "run_soak": _run("soak/corpus.jsonl"),
+    "prompts": _prompts,
+    "trace": _trace,
 }
 
 
@@ -116,9 +137,17 @@ def test_corpus_named_outcomes(tmp_path: Path) -> None:
     assert prompt_error("message_without_content.jsonl").endswith(":1: every message needs 'role' and 'content'")
     shutil.copy(CORPUS / "prompts" / "line_separator_in_content.jsonl", tmp_path / "ls.jsonl")
     assert load_prompts(str(tmp_path / "ls.jsonl"), tmp_path)[0].messages[0]["content"] == "a\u2028b"
-    for name, line in (("t_s_nan.jsonl", 2), ("t_s_negative.jsonl", 2), ("prompt_id_list.jsonl", 1), ("not_utf8.jsonl", 2)):
+    for name, line in (
+        ("t_s_nan.jsonl", 2),
+        ("t_s_negative.jsonl", 2),
+        ("prompt_id_list.jsonl", 1),
+        ("not_utf8.jsonl", 2),
+    ):
         with pytest.raises(ValueError, match=rf"{re.escape(name)}:{line}: "):
             load_trace(CORPUS / "trace" / name)
     rec = run_stream(ALL_ENGINES[0], [(CORPUS / "sse" / "usage_counts_nan.sse").read_bytes()])
     assert rec.status == "ok" and rec.prompt_tokens is None and rec.output_tokens == 1
-    assert run_stream(ALL_ENGINES[0], [(CORPUS / "sse" / "choices_is_a_string.sse").read_bytes()]).error_kind == "malformed"
+    assert (
+        run_stream(ALL_ENGINES[0], [(CORPUS / "sse" / "choices_is_a_string.sse").read_bytes()]).error_kind
+        == "malformed"
+    )

@@ -9,8 +9,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.fuzz.common import (
-    ALL_ENGINES, ERROR_BODIES, FINAL_CHUNKS, KEY_LINES, LOG_SEEDS, check_classify, check_spec_stats, check_startup_log, chunk_dicts,
-    fuzz, mutated_bytes, mutated_json, renumbered_lines, text_of,
+    ALL_ENGINES,
+    ERROR_BODIES,
+    FINAL_CHUNKS,
+    KEY_LINES,
+    LOG_SEEDS,
+    check_classify,
+    check_spec_stats,
+    check_startup_log,
+    chunk_dicts,
+    fuzz,
+    mutated_bytes,
+    mutated_json,
+    renumbered_lines,
+    text_of,
 )
 
 # every engine's parser reads every engine's logs: `specsoak inspect-log` tries them all for its hint
@@ -25,8 +37,12 @@ def test_any_log_parses(text: str) -> None:
 
 
 @fuzz
-@given(status=st.integers(-1, 999) | st.sampled_from([400, 413, 422, 429, 500, 503]),
-       body=st.text(max_size=300) | st.sampled_from(ERROR_BODIES) | mutated_bytes([b.encode() for b in ERROR_BODIES]).map(text_of))
+@given(
+    status=st.integers(-1, 999) | st.sampled_from([400, 413, 422, 429, 500, 503]),
+    body=st.text(max_size=300)
+    | st.sampled_from(ERROR_BODIES)
+    | mutated_bytes([b.encode() for b in ERROR_BODIES]).map(text_of),
+)
 def test_any_error_answer_classifies(status: int, body: str) -> None:
     for engine in ALL_ENGINES:
         check_classify(engine, status, body)

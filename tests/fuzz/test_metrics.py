@@ -7,9 +7,20 @@ from hypothesis import strategies as st
 
 from engines._common import Samples
 from harness.common.errors import ScrapeError
-from tests.fuzz.common import ALL_ENGINES, METRICS_LINES, METRICS_SEEDS, check_metrics, fuzz, mutated_bytes, renumbered_lines, text_of
+from tests.fuzz.common import (
+    ALL_ENGINES,
+    METRICS_LINES,
+    METRICS_SEEDS,
+    check_metrics,
+    fuzz,
+    mutated_bytes,
+    renumbered_lines,
+    text_of,
+)
 
-metrics = renumbered_lines(METRICS_LINES).map(text_of) | mutated_bytes(METRICS_SEEDS).map(text_of) | st.text(max_size=500)
+metrics = (
+    renumbered_lines(METRICS_LINES).map(text_of) | mutated_bytes(METRICS_SEEDS).map(text_of) | st.text(max_size=500)
+)
 
 
 @fuzz

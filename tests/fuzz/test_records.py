@@ -15,7 +15,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.report.load import PHASE_FIELDS, REQUEST_FIELDS
-from tests.fuzz.common import FIXTURES, JSONL_SEEDS, check_read_jsonl, check_run_folder, fuzz, json_values, mutated_bytes, mutated_json
+from tests.fuzz.common import (
+    FIXTURES,
+    JSONL_SEEDS,
+    check_read_jsonl,
+    check_run_folder,
+    fuzz,
+    json_values,
+    mutated_bytes,
+    mutated_json,
+)
 
 RUN = FIXTURES / "run_quick"
 RECORDS = [json.loads(ln) for s in JSONL_SEEDS for ln in s.decode().splitlines()[:20]]
@@ -36,8 +45,10 @@ def record_lines(draw: st.DrawFn) -> bytes:
 
 
 @fuzz
-@given(data=mutated_bytes(JSONL_SEEDS) | record_lines() | st.binary(max_size=300),
-       require=st.sampled_from([None, REQUEST_FIELDS, PHASE_FIELDS, {"config": str}]))
+@given(
+    data=mutated_bytes(JSONL_SEEDS) | record_lines() | st.binary(max_size=300),
+    require=st.sampled_from([None, REQUEST_FIELDS, PHASE_FIELDS, {"config": str}]),
+)
 def test_any_records_file_is_read_or_told(data: bytes, require: Any) -> None:
     with scratch() as d:
         path = d / "requests.jsonl"
@@ -45,8 +56,16 @@ def test_any_records_file_is_read_or_told(data: bytes, require: Any) -> None:
         check_read_jsonl(path, require)
 
 
-FILES = ["manifest.json", "phases.jsonl", "requests.jsonl", "failures.jsonl", "capacity/baseline.json", "capacity/ngram-map-k.json",
-         "soak/r0.jsonl", "soak/r1.jsonl"]
+FILES = [
+    "manifest.json",
+    "phases.jsonl",
+    "requests.jsonl",
+    "failures.jsonl",
+    "capacity/baseline.json",
+    "capacity/ngram-map-k.json",
+    "soak/r0.jsonl",
+    "soak/r1.jsonl",
+]
 
 
 @st.composite

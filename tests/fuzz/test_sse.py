@@ -8,7 +8,17 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.fuzz.common import ALL_ENGINES, SSE_SEEDS, chunk_dicts, cut_points, fuzz, json_values, mutated_bytes, mutated_json, run_stream
+from tests.fuzz.common import (
+    ALL_ENGINES,
+    SSE_SEEDS,
+    chunk_dicts,
+    cut_points,
+    fuzz,
+    json_values,
+    mutated_bytes,
+    mutated_json,
+    run_stream,
+)
 
 FINAL = [json.loads(ln[6:]) for s in SSE_SEEDS for ln in s.decode().splitlines() if ln.startswith("data: {")]
 
@@ -50,4 +60,6 @@ def test_repeated_and_truncated_seed(seed: bytes, times: int, cut: int) -> None:
         if b"[DONE]" in seed:
             assert rec == run_stream(engine, [seed])  # a stream ends at its first [DONE]
         truncated = run_stream(engine, [seed[: len(seed) * cut // 100]])
-        assert truncated.status == "error" or b"[DONE]" in seed[: len(seed) * cut // 100] or b'"finish_reason":"' in seed
+        assert (
+            truncated.status == "error" or b"[DONE]" in seed[: len(seed) * cut // 100] or b'"finish_reason":"' in seed
+        )

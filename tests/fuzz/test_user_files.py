@@ -10,7 +10,16 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.fuzz.common import PROMPT_SEEDS, TRACE_SEEDS, check_prompts, check_trace, fuzz, json_values, mutated_bytes, mutated_json
+from tests.fuzz.common import (
+    PROMPT_SEEDS,
+    TRACE_SEEDS,
+    check_prompts,
+    check_trace,
+    fuzz,
+    json_values,
+    mutated_bytes,
+    mutated_json,
+)
 
 PROMPTS = [json.loads(ln) for ln in PROMPT_SEEDS[0].decode().splitlines()]
 KEYS = ["id", "messages", "conversations", "followups", "role", "content", "from", "value", "t_s", "prompt_id"]

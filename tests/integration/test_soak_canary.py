@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.soak.canary import CANARY
-from harness.records.files import read_jsonl
 from harness.common.net import free_port
+from harness.records.files import read_jsonl
+from harness.soak.canary import CANARY
 from tests.faults.helpers import finish, start_cli
 from tests.faults.proxy import CORRUPT_FROM, FaultProxy
 from tests.integration.conftest import SMOLLM2
@@ -31,16 +31,34 @@ PLANTED_SOAK_S = 150  # planted: the n-gram configuration alone, stopped by the 
 def _scenario(tmp_path: Path, engine_port: int, proxy_url: str, plant: bool) -> Path:
     data = {
         "name": "canary",
-        "server": {"model": SMOLLM2, "ctx_size": 2048, "parallel": 2, "threads": 2, "stop_grace_s": 3, "port": engine_port,
-                   "request_base_url": proxy_url},
+        "server": {
+            "model": SMOLLM2,
+            "ctx_size": 2048,
+            "parallel": 2,
+            "threads": 2,
+            "stop_grace_s": 3,
+            "port": engine_port,
+            "request_base_url": proxy_url,
+        },
         "configurations": [{"name": "baseline", "algorithm": "none"}, {"name": "ngram", "algorithm": "ngram-map-k"}],
-        "measurement": {"prompts": "builtin:repeat", "max_tokens": 8, "streams": [1], "requests_per_stream": 1, "repetitions": 1,
-                        "warmup_requests": 0},
-        "soak": {"duration_s": PLANTED_SOAK_S if plant else SOAK_S, "configurations": ["ngram"] if plant else None,
-                 "shape": {"kind": "steady", "users": 2}, "max_tokens": 16, "stall_s": 20,
-                 "canary": {"every_s": 4, "max_tokens": 24, "prompts": PROMPTS},
-                 # this test is about answers: a window series on 5-s windows of two users is not judged by it
-                 "watchdog": {"probe_interval_s": 0.5, "hang_s": 20, "window_s": 5, "actions": {"collapse": "record"}}},
+        "measurement": {
+            "prompts": "builtin:repeat",
+            "max_tokens": 8,
+            "streams": [1],
+            "requests_per_stream": 1,
+            "repetitions": 1,
+            "warmup_requests": 0,
+        },
+        "soak": {
+            "duration_s": PLANTED_SOAK_S if plant else SOAK_S,
+            "configurations": ["ngram"] if plant else None,
+            "shape": {"kind": "steady", "users": 2},
+            "max_tokens": 16,
+            "stall_s": 20,
+            "canary": {"every_s": 4, "max_tokens": 24, "prompts": PROMPTS},
+            # this test is about answers: a window series on 5-s windows of two users is not judged by it
+            "watchdog": {"probe_interval_s": 0.5, "hang_s": 20, "window_s": 5, "actions": {"collapse": "record"}},
+        },
     }
     path = tmp_path / "canary.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -100,7 +118,9 @@ def test_a_corrupted_canary_answer_is_a_divergence_that_stops_the_configuration(
     for r in recs:
         by_round.setdefault(r["round"], []).append(r)
     assert all(r["vs_first"]["identical"] for r in by_round[2])
-    assert all(not r["vs_first"]["identical"] and r["vs_first"]["first_diff"] == CORRUPT_FROM for r in by_round[max(by_round)])
+    assert all(
+        not r["vs_first"]["identical"] and r["vs_first"]["first_diff"] == CORRUPT_FROM for r in by_round[max(by_round)]
+    )
     manifest = json.loads((run_dir / "manifest.json").read_text())
     soak = manifest["configurations"]["ngram"]["soak"]
     assert soak["status"] == "failed" and soak["first_failure"]["kind"] == "divergence"

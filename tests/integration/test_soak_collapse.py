@@ -29,10 +29,10 @@ import psutil
 import pytest
 import yaml
 
+from harness.common.net import free_port
 from harness.metrics import dashboards, rules, scrape
 from harness.metrics.targets import SHARED_DIR
 from harness.records.files import AFTER_SOAK, VERDICTS, WINDOWS, read_jsonl
-from harness.common.net import free_port
 from harness.soak.slice import SETTLE_WINDOWS
 from tests.faults.helpers import engine_child, finish, start_cli
 from tests.integration.conftest import SMOLLM2
@@ -54,26 +54,46 @@ def _scenario(folder: Path, name: str) -> Path:
         "server": {"model": SMOLLM2, "ctx_size": 2048, "parallel": 2, "threads": 2, "stop_grace_s": 3},
         # speculative, so the acceptance panels have data: SmolLM2 drafting for itself
         "configurations": [{"name": "self-draft", "algorithm": "draft-simple", "draft": SMOLLM2, "k": 2}],
-        "measurement": {"prompts": "builtin:repeat", "max_tokens": 8, "streams": [1], "requests_per_stream": 1,
-                        "repetitions": 1, "warmup_requests": 0,
-                        # the test's own Prometheus (1-s scrapes, rule evaluation) and plant thread share the machine: 0.03-0.09
-                        # cores in a quiet fresh-clone run, which at 0.05 left the reference unbuilt until the plant began. A
-                        # developer's machine busy with other work can raise it further for a local run
-                        "contamination_cores": float(os.environ.get("SPECSOAK_TEST_CONTAMINATION_CORES", "0.15"))},
+        "measurement": {
+            "prompts": "builtin:repeat",
+            "max_tokens": 8,
+            "streams": [1],
+            "requests_per_stream": 1,
+            "repetitions": 1,
+            "warmup_requests": 0,
+            # the test's own Prometheus (1-s scrapes, rule evaluation) and plant thread share the machine: 0.03-0.09
+            # cores in a quiet fresh-clone run, which at 0.05 left the reference unbuilt until the plant began. A
+            # developer's machine busy with other work can raise it further for a local run
+            "contamination_cores": float(os.environ.get("SPECSOAK_TEST_CONTAMINATION_CORES", "0.15")),
+        },
         # a stationary load, so that only the plant can move the figures: the same short prompts throughout
         # (builtin:soak's conversations grow their context turn after turn, and decode t/s falls with it), and
         # one user (two closed-loop users drift between taking turns and being batched together, which halves
         # per-request decode t/s at the same total t/s: a real change of service, seen here, but not the plant's)
         # a per-request SLO, so the soak windows have goodput for its dashboard panel (generous: it judges nothing here)
         "slo": {"e2e_s_max": 30.0},
-        "soak": {"duration_s": SOAK_S, "shape": {"kind": "steady", "users": 1}, "prompts": "builtin:repeat", "max_tokens": 32, "stall_s": 30,
-                 "watchdog": {"probe_interval_s": 0.5, "hang_s": 30, "window_s": WINDOW_S, "warmup_windows": 1,
-                              "reference_windows": 3, "confirm_windows": 2, "error_rate": 0.5, "min_requests": 5,
-                              "memory_fit_s": 40,
-                              # the VM's speed moves up to ±15% over minutes: a CI run of the healthy soak saw decode t/s
-                              # step from 71.5 to 63 t/s at 80 s of uptime, other processes at 0.02 cores. Over a 2-minute
-                              # soak the trend test (made for hours) calls that a 14% drift; 25% keeps it to the plant
-                              "drift_min_change": 0.25}},
+        "soak": {
+            "duration_s": SOAK_S,
+            "shape": {"kind": "steady", "users": 1},
+            "prompts": "builtin:repeat",
+            "max_tokens": 32,
+            "stall_s": 30,
+            "watchdog": {
+                "probe_interval_s": 0.5,
+                "hang_s": 30,
+                "window_s": WINDOW_S,
+                "warmup_windows": 1,
+                "reference_windows": 3,
+                "confirm_windows": 2,
+                "error_rate": 0.5,
+                "min_requests": 5,
+                "memory_fit_s": 40,
+                # the VM's speed moves up to ±15% over minutes: a CI run of the healthy soak saw decode t/s
+                # step from 71.5 to 63 t/s at 80 s of uptime, other processes at 0.02 cores. Over a 2-minute
+                # soak the trend test (made for hours) calls that a 14% drift; 25% keeps it to the plant
+                "drift_min_change": 0.25,
+            },
+        },
     }
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -84,7 +104,9 @@ class DutyCyclePlant(threading.Thread):
     """SIGSTOP/SIGCONT on the soak engine once it is PLANT_AFTER_S old: most of each second frozen. ``speed`` < 1: from
     its start, the engine also runs only that share of every SLOW_PERIOD_S (a slower machine); ``plant`` False: only that."""
 
-    def __init__(self, harness_pid: int, stopped_s: float = 0.85, period_s: float = 1.0, speed: float = 1.0, plant: bool = True):
+    def __init__(
+        self, harness_pid: int, stopped_s: float = 0.85, period_s: float = 1.0, speed: float = 1.0, plant: bool = True
+    ):
         super().__init__(daemon=True)
         self.harness_pid = harness_pid
         self.stopped_s, self.period_s = stopped_s, period_s
@@ -152,10 +174,21 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prome
     results = tmp / "results"
     (results / SHARED_DIR).mkdir(parents=True)
     (tmp / "rules.yml").write_text(rules.dump_yaml(rules.rules_document()))
-    cfg = scrape.prometheus_config([f"127.0.0.1:{port}"], [str(results / SHARED_DIR / "*.json")], [str(tmp / "rules.yml")],
-                                       scrape_interval="1s", sd_refresh="1s")
+    cfg = scrape.prometheus_config(
+        [f"127.0.0.1:{port}"],
+        [str(results / SHARED_DIR / "*.json")],
+        [str(tmp / "rules.yml")],
+        scrape_interval="1s",
+        sd_refresh="1s",
+    )
     (tmp / "prometheus.yml").write_text(rules.dump_yaml(cfg))
-    prom = Prometheus(_tool("prometheus"), tmp / "prometheus.yml", tmp / "data", tmp / "prometheus.log", ("--rules.alert.resend-delay=1s",))
+    prom = Prometheus(
+        _tool("prometheus"),
+        tmp / "prometheus.yml",
+        tmp / "data",
+        tmp / "prometheus.log",
+        ("--rules.alert.resend-delay=1s",),
+    )
     try:
         yield prom, port, tmp
     finally:
@@ -166,7 +199,9 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prome
 def planted(prometheus: tuple[Prometheus, int, Path]) -> Iterator[dict[str, Any]]:
     prom, port, tmp = prometheus
     scenario = _scenario(tmp, "collapse")
-    proc = start_cli("run", str(scenario), "--results", str(tmp / "results"), "--metrics-port", str(port), "--metrics-linger", "4")
+    proc = start_cli(
+        "run", str(scenario), "--results", str(tmp / "results"), "--metrics-port", str(port), "--metrics-linger", "4"
+    )
     plant = DutyCyclePlant(proc.pid, speed=PLANTED_SPEED)
     plant.start()
     t0 = time.time()
@@ -192,7 +227,9 @@ def test_planted_collapse_is_flagged_within_three_windows_and_stops_the_configur
     # within 3 windows of the onset (the onset falls inside a window, which then closes: one more window of slack),
     # judged SETTLE_WINDOWS later (a window waits for the requests that streamed in it to end)
     delay = first["t_unix"] - plant.onset_unix
-    assert 0 < delay <= (4 + SETTLE_WINDOWS) * WINDOW_S, f"collapse flagged {delay:.1f} s after the onset ({delay / WINDOW_S:.1f} windows)"
+    assert 0 < delay <= (4 + SETTLE_WINDOWS) * WINDOW_S, (
+        f"collapse flagged {delay:.1f} s after the onset ({delay / WINDOW_S:.1f} windows)"
+    )
     # the engine's uptime when it was flagged: the plant's start plus that delay
     assert first["engine_uptime_s"] == pytest.approx(PLANT_AFTER_S + delay, abs=3.0)
     assert first["action"] == "stop_config"
@@ -225,8 +262,13 @@ def test_planted_collapse_exits_with_the_soak_code_and_the_report_says_when(plan
 def test_collapse_alert_fires_in_a_real_prometheus_scraping_the_run(planted: dict[str, Any]) -> None:
     prom: Prometheus = planted["prom"]
     run = planted["run_dir"].name
-    data = prom.api("query_range", query=f'ALERTS{{alertname="SpecsoakCollapse", alertstate="firing", run="{run}"}}',
-                    start=f"{planted['t0']:.3f}", end=f"{planted['t1']:.3f}", step="1")
+    data = prom.api(
+        "query_range",
+        query=f'ALERTS{{alertname="SpecsoakCollapse", alertstate="firing", run="{run}"}}',
+        start=f"{planted['t0']:.3f}",
+        end=f"{planted['t1']:.3f}",
+        step="1",
+    )
     assert _has_data(data["result"]), "SpecsoakCollapse never fired"
     fired_at = min(float(v[0]) for s in data["result"] for v in s["values"])
     assert fired_at >= planted["plant"].onset_unix
@@ -242,9 +284,14 @@ def test_every_soak_dashboard_expression_returns_data_for_the_soak(planted: dict
     # (GPU memory panels: no NVIDIA GPU here; test_gpu_panels_have_data_from_gpu_windows backfills GPU windows for them;
     # open-loop panels: this soak is closed loop; test_open_loop_panels_have_data_from_open_loop_windows backfills them;
     # KV usage and preemptions: llama-server has none; test_engine_view_panels_have_data_from_vllm_windows backfills them)
-    exprs = [(uid, where, e) for uid, where, e in dashboards.all_expressions()
-             if dashboards.soak_only(uid, e) and not dashboards.gpu_only(e) and not dashboards.open_loop_only(e)
-             and not dashboards.paged_kv_only(e)]
+    exprs = [
+        (uid, where, e)
+        for uid, where, e in dashboards.all_expressions()
+        if dashboards.soak_only(uid, e)
+        and not dashboards.gpu_only(e)
+        and not dashboards.open_loop_only(e)
+        and not dashboards.paged_kv_only(e)
+    ]
     assert len([x for x in exprs if x[0] == "specsoak-soak"]) >= 17
     for _uid, where, expr in exprs:
         q = expr.replace("$run", run).replace("$config", ".*").replace("$__rate_interval", "30s")
@@ -286,5 +333,7 @@ def test_a_finished_soak_backfills_its_windows_and_verdicts(planted: dict[str, A
     run = planted["run_dir"].name
     collapsed = [ln for ln in text.splitlines() if ln.startswith("specsoak_soak_collapsed{") and f'run="{run}"' in ln]
     assert any(ln.split()[-2] == "1.0" for ln in collapsed), "the collapse is in the backfill"
-    assert any(ln.startswith("specsoak_watchdog_verdicts_total{") and 'kind="collapse"' in ln for ln in text.splitlines())
+    assert any(
+        ln.startswith("specsoak_watchdog_verdicts_total{") and 'kind="collapse"' in ln for ln in text.splitlines()
+    )
     assert text.rstrip().endswith("# EOF")

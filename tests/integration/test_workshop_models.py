@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from engines.types import EngineCounters, LaunchSpec, acceptance_figures, counters_delta
 from engines.llamacpp import LlamaCpp
-from harness.load.client import RequestParams, run_streams
+from engines.types import EngineCounters, LaunchSpec, acceptance_figures, counters_delta
 from harness.common.errors import EngineStartError
+from harness.common.net import free_port
+from harness.load.client import RequestParams, run_streams
 from harness.models import ensure
 from harness.prompts import load_prompts
-from harness.common.net import free_port
 from tests.integration.conftest import start
 
 pytestmark = pytest.mark.engine
@@ -40,9 +40,16 @@ def measure(engine: LlamaCpp, requests: int, max_tokens: int) -> Measured:
     prompts = load_prompts("builtin:repeat", REPO)
     before = engine.scrape()
     records = asyncio.run(
-        run_streams(engine, prompts, RequestParams(max_tokens=max_tokens, timeout_s=300), 1, requests,
-                    {"config": "t", "phase": "measure", "streams": 1, "repetition": 1}, lambda r: None,
-                    (time.time(), time.perf_counter_ns()))
+        run_streams(
+            engine,
+            prompts,
+            RequestParams(max_tokens=max_tokens, timeout_s=300),
+            1,
+            requests,
+            {"config": "t", "phase": "measure", "streams": 1, "repetition": 1},
+            lambda r: None,
+            (time.time(), time.perf_counter_ns()),
+        )
     )
     delta = counters_delta(before, engine.scrape())
     assert all(r.status == "ok" for r in records), [r.error for r in records]
@@ -59,7 +66,9 @@ def launch(model: Path, tmp_path: Path, name: str, **spec: object) -> LlamaCpp:
     )
 
 
-def test_truncated_draft_speculates_with_real_low_acceptance(smollm2: Path, llama_server_bin: Path, tmp_path: Path) -> None:
+def test_truncated_draft_speculates_with_real_low_acceptance(
+    smollm2: Path, llama_server_bin: Path, tmp_path: Path
+) -> None:
     engine = launch(smollm2, tmp_path, "trunc4", algorithm="draft-simple", draft=ensure("smollm2-trunc4"), k=3)
     try:
         engine.check_speculation()
@@ -95,8 +104,9 @@ def test_mtp_target_speculates_at_the_synthetic_length(llama_server_bin: Path, t
     # Synthetic acceptance draws how many drafted tokens a step accepts; at L = 3, K = 3 one step's
     # length has a standard deviation of 1.2 tokens, so the mean is within 0.1 of L (two standard
     # errors) only after ~580 steps. One long request: every request replays the same seeded draws.
-    m = _synthetic_run("mtp", ensure("qwen35-tiny-mtp"), tmp_path, 1, 1800,
-                       algorithm="draft-mtp", k=3, synthetic_length=3.0)
+    m = _synthetic_run(
+        "mtp", ensure("qwen35-tiny-mtp"), tmp_path, 1, 1800, algorithm="draft-mtp", k=3, synthetic_length=3.0
+    )
     assert m.delta.verify_steps and m.delta.verify_steps > 500
     assert m.mean_accept_len is not None and abs(m.mean_accept_len - 3.0) <= 0.1, m
 
@@ -111,11 +121,18 @@ EXACT = [
 
 @pytest.mark.parametrize(("name", "algorithm", "draft", "rates"), EXACT, ids=[e[0] for e in EXACT])
 def test_draft_speculates_at_the_synthetic_length(
-    name: str, algorithm: str, draft: str, rates: tuple[float, ...], smollm2: Path, llama_server_bin: Path, tmp_path: Path,
+    name: str,
+    algorithm: str,
+    draft: str,
+    rates: tuple[float, ...],
+    smollm2: Path,
+    llama_server_bin: Path,
+    tmp_path: Path,
 ) -> None:
     length = 1.0 + sum(rates)
-    m = _synthetic_run(name, smollm2, tmp_path, 2, 64, algorithm=algorithm, draft=ensure(draft), k=len(rates),
-                       synthetic_rates=rates)
+    m = _synthetic_run(
+        name, smollm2, tmp_path, 2, 64, algorithm=algorithm, draft=ensure(draft), k=len(rates), synthetic_rates=rates
+    )
     assert m.mean_accept_len is not None and abs(m.mean_accept_len - length) <= 0.1, m
 
 
@@ -131,8 +148,18 @@ def test_mtp_target_without_speculation_is_its_own_baseline(llama_server_bin: Pa
     assert not m.delta.draft_tokens
 
 
-def test_dflash_with_a_plain_draft_aborts_at_start_with_the_assert(smollm2: Path, llama_server_bin: Path, tmp_path: Path) -> None:
-    spec = LaunchSpec(model=smollm2, algorithm="draft-dflash", draft=smollm2, k=7, ctx_size=2048, parallel=1,
-                      threads=2, port=free_port())
+def test_dflash_with_a_plain_draft_aborts_at_start_with_the_assert(
+    smollm2: Path, llama_server_bin: Path, tmp_path: Path
+) -> None:
+    spec = LaunchSpec(
+        model=smollm2,
+        algorithm="draft-dflash",
+        draft=smollm2,
+        k=7,
+        ctx_size=2048,
+        parallel=1,
+        threads=2,
+        port=free_port(),
+    )
     with pytest.raises(EngineStartError, match=r"exited during start-up .*GGML_ASSERT\(target_layer_ids_n > 0"):
         start(spec, tmp_path / "dflash-smollm2.server.log")

@@ -15,18 +15,18 @@ import pytest
 from aiohttp import web
 from pydantic import ValidationError
 
-from engines.types import LaunchSpec
 from engines.llamacpp import LlamaCpp
-from harness.load.arrivals import arrival_figures, run_arrivals
-from harness.load.schedule import Schedule, arrival_prompt_offset, rate_schedule, schedule, stages_schedule
-from harness.load.client import RequestParams
+from engines.types import LaunchSpec
 from harness.common.errors import ScenarioError
-from harness.prompts import Prompt
-from harness.records.files import RequestRecord
 from harness.config.estimate import wall_clock_estimate
 from harness.config.loader import load_scenario
 from harness.config.schema import Arrival, Scenario, Stage, load_label
 from harness.detect.servable import goodput, meets_slo
+from harness.load.arrivals import arrival_figures, run_arrivals
+from harness.load.client import RequestParams
+from harness.load.schedule import Schedule, arrival_prompt_offset, rate_schedule, schedule, stages_schedule
+from harness.prompts import Prompt
+from harness.records.files import RequestRecord
 from tests.conftest import LLAMACPP
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,9 +65,13 @@ def test_schedule_is_seeded_the_same_in_every_call_and_differs_by_repetition_and
     a = Arrival(kind="poisson", rate_rps=[1, 2], requests=50, seed=9)
     one = schedule(a, "1rps", 1).offsets_s
     assert np.array_equal(one, schedule(a, "1rps", 1).offsets_s)  # the same phase in every configuration
-    assert np.array_equal(one, schedule(Arrival(kind="poisson", rate_rps=[1, 2], requests=50, seed=9), "1rps", 1).offsets_s)
+    assert np.array_equal(
+        one, schedule(Arrival(kind="poisson", rate_rps=[1, 2], requests=50, seed=9), "1rps", 1).offsets_s
+    )
     assert not np.array_equal(one, schedule(a, "1rps", 2).offsets_s)
-    assert not np.array_equal(one, schedule(Arrival(kind="poisson", rate_rps=[1, 2], requests=50, seed=10), "1rps", 1).offsets_s)
+    assert not np.array_equal(
+        one, schedule(Arrival(kind="poisson", rate_rps=[1, 2], requests=50, seed=10), "1rps", 1).offsets_s
+    )
     assert not np.allclose(one * 1, schedule(a, "2rps", 1).offsets_s * 2)  # not one draw rescaled
     with pytest.raises(ValueError, match="no open-loop phase '3rps'"):
         schedule(a, "3rps", 1)
@@ -95,13 +99,22 @@ def test_poisson_stages_count_follows_each_stage_s_rate() -> None:
     assert 1000 - 4 * 32 < first < 1000 + 4 * 32  # Poisson count: mean 1000, sd √1000 ≈ 32
     assert 100 - 4 * 10 < second < 100 + 4 * 10
     assert np.all(np.diff(s.offsets_s) >= 0) and s.offsets_s[-1] < 40
-    assert np.array_equal(s.offsets_s, stages_schedule("poisson", [Stage(rate_rps=50, duration_s=20), Stage(rate_rps=5, duration_s=20)], seed=4).offsets_s)
+    assert np.array_equal(
+        s.offsets_s,
+        stages_schedule(
+            "poisson", [Stage(rate_rps=50, duration_s=20), Stage(rate_rps=5, duration_s=20)], seed=4
+        ).offsets_s,
+    )
 
 
 # ---- run_arrivals against a small OpenAI-style SSE server -----------------------------------------
 # The chunks a real llama-server streamed (tests/fixtures/llamacpp/base.chat.stream.sse.txt, a copy of
 # /work/shared/fixtures/llamacpp/base.chat.stream.sse.txt): role chunk, 11 text chunks, the finish, usage, [DONE].
-SSE_LINES = [ln for ln in (LLAMACPP / "base.chat.stream.sse.txt").read_text(encoding="utf-8").splitlines() if ln.startswith("data:")]
+SSE_LINES = [
+    ln
+    for ln in (LLAMACPP / "base.chat.stream.sse.txt").read_text(encoding="utf-8").splitlines()
+    if ln.startswith("data:")
+]
 
 
 class SseServer:
@@ -154,8 +167,9 @@ def _engine(url: str, tmp_path: Path) -> LlamaCpp:
     return LlamaCpp(LaunchSpec(model=Path("/m"), request_base_url=url), tmp_path / "x.server.log")
 
 
-def _run(hold_s: float, offsets: list[float], cap: int, tmp_path: Path, stop_after_s: float | None = None
-         ) -> tuple[list[RequestRecord], float, list[RequestRecord], int]:
+def _run(
+    hold_s: float, offsets: list[float], cap: int, tmp_path: Path, stop_after_s: float | None = None
+) -> tuple[list[RequestRecord], float, list[RequestRecord], int]:
     async def main() -> tuple[list[RequestRecord], float, list[RequestRecord], int]:
         async with SseServer(hold_s) as srv:
             seen: list[RequestRecord] = []
@@ -163,8 +177,19 @@ def _run(hold_s: float, offsets: list[float], cap: int, tmp_path: Path, stop_aft
             if stop_after_s is not None:
                 asyncio.get_running_loop().call_later(stop_after_s, stop.set)
             t0 = time.perf_counter()
-            recs = await run_arrivals(_engine(srv.url, tmp_path), PROMPTS, PARAMS, offsets, cap, META, seen.append,
-                                      (time.time(), time.perf_counter_ns()), prompt_offset=1, stop=stop, late_after_s=0.1)
+            recs = await run_arrivals(
+                _engine(srv.url, tmp_path),
+                PROMPTS,
+                PARAMS,
+                offsets,
+                cap,
+                META,
+                seen.append,
+                (time.time(), time.perf_counter_ns()),
+                prompt_offset=1,
+                stop=stop,
+                late_after_s=0.1,
+            )
             return recs, time.perf_counter() - t0, seen, srv.max_in_flight
 
     return asyncio.run(main())
@@ -175,7 +200,9 @@ def test_a_request_that_cannot_be_sent_on_time_is_recorded_late_with_its_delay(t
     recs, wall, seen, _ = _run(0.3, offsets, 1, tmp_path)
     assert seen == recs
     by_index = sorted(recs, key=lambda r: r.index)
-    assert [r.status for r in by_index] == ["ok"] * 3 and all(r.chunks == 11 and r.output_tokens == 12 for r in by_index)
+    assert [r.status for r in by_index] == ["ok"] * 3 and all(
+        r.chunks == 11 and r.output_tokens == 12 for r in by_index
+    )
     first, second, third = by_index
     assert first.late is False and first.send_delay_s is not None and first.send_delay_s < 0.1
     # the second was due at 0.05 s and went out when the first ended (~0.3 s): late, and by how much
@@ -210,11 +237,20 @@ def test_stop_cuts_the_requests_in_flight_and_sends_no_more(tmp_path: Path) -> N
 def test_a_failing_record_writer_stops_the_phase_and_is_raised(tmp_path: Path) -> None:
     async def main() -> None:
         async with SseServer(0.05) as srv:
+
             def boom(_r: RequestRecord) -> None:
                 raise OSError("disk full")
 
-            await run_arrivals(_engine(srv.url, tmp_path), PROMPTS, PARAMS, [0.0, 0.02, 5.0], 4, META, boom,
-                               (time.time(), time.perf_counter_ns()))
+            await run_arrivals(
+                _engine(srv.url, tmp_path),
+                PROMPTS,
+                PARAMS,
+                [0.0, 0.02, 5.0],
+                4,
+                META,
+                boom,
+                (time.time(), time.perf_counter_ns()),
+            )
 
     t0 = time.perf_counter()
     with pytest.raises(OSError, match="disk full"):
@@ -225,13 +261,21 @@ def test_a_failing_record_writer_stops_the_phase_and_is_raised(tmp_path: Path) -
 # ---- goodput --------------------------------------------------------------------------------------
 def test_goodput_counts_requests_meeting_every_bound_from_their_scheduled_time() -> None:
     # (status, ttft_s, decode_tps, e2e_s, send_delay_s)
-    reqs = [("ok", 0.5, 30.0, 4.0, 0.0), ("ok", 0.5, 30.0, 4.0, 1.8), ("ok", 0.5, 10.0, 4.0, None), ("error", None, None, 1.0, 0.0),
-            ("ok", 0.5, None, 4.0, 0.0), ("ok", 0.2, 40.0, 9.5, 0.0)]
+    reqs = [
+        ("ok", 0.5, 30.0, 4.0, 0.0),
+        ("ok", 0.5, 30.0, 4.0, 1.8),
+        ("ok", 0.5, 10.0, 4.0, None),
+        ("error", None, None, 1.0, 0.0),
+        ("ok", 0.5, None, 4.0, 0.0),
+        ("ok", 0.2, 40.0, 9.5, 0.0),
+    ]
     assert goodput(reqs, 10.0, None, None, None) == (None, None)  # no SLO: nothing to meet
     assert goodput(reqs, 10.0, None, 2.0, None) == (4, 0.4)  # the late one's TTFT counts from its scheduled time: 2.3 s
     assert goodput(reqs, 10.0, 20.0, None, None) == (3, 0.3)  # no decode t/s (one chunk): not shown to meet it
     assert goodput(reqs, 10.0, 20.0, 2.0, 5.0) == (1, 0.1)
-    assert meets_slo("ok", 0.5, 30.0, 4.0, 0.0, None, None, None) and not meets_slo("error", 0.5, 30.0, 4.0, 0.0, None, None, None)
+    assert meets_slo("ok", 0.5, 30.0, 4.0, 0.0, None, None, None) and not meets_slo(
+        "error", 0.5, 30.0, 4.0, 0.0, None, None, None
+    )
 
 
 # ---- the scenario ---------------------------------------------------------------------------------
@@ -245,7 +289,9 @@ def _sc(measurement: dict[str, Any], **more: Any) -> Scenario:
 def test_arrival_scenario_normalises_rates_and_keys_its_phases() -> None:
     sc = _sc({"arrival": {"rate_rps": 2}})
     assert sc.measurement.arrival is not None and sc.measurement.arrival.rate_rps == [2.0]
-    assert sc.measurement.phase_loads() == ["2rps"] and load_label("2rps") == "@2 rps" and load_label("stages") == "stages"
+    assert (
+        sc.measurement.phase_loads() == ["2rps"] and load_label("2rps") == "@2 rps" and load_label("stages") == "stages"
+    )
     sc = _sc({"arrival": {"kind": "gamma", "cv": 2, "rate_rps": [4, 0.5], "requests": 10}, "repetitions": 2})
     assert sc.measurement.phase_loads() == ["0.5rps", "4rps"]
     est = wall_clock_estimate(sc)  # two reps of 20 s at 0.5 rps and 2.5 s at 4 rps, plus a request's time each
@@ -254,19 +300,22 @@ def test_arrival_scenario_normalises_rates_and_keys_its_phases() -> None:
     assert _sc({"streams": [1, 2]}).measurement.phase_loads() == [1, 2]  # closed loop as before
 
 
-@pytest.mark.parametrize(("measurement", "words"), [
-    ({"streams": [1, 4], "arrival": {"rate_rps": 1}}, "remove measurement.streams"),
-    ({"requests_per_stream": 3, "arrival": {"rate_rps": 1}}, "remove measurement.requests_per_stream"),
-    ({"arrival": {"kind": "poisson"}}, "exactly one of 'rate_rps'"),
-    ({"arrival": {"rate_rps": 1, "stages": [{"rate_rps": 1, "duration_s": 1}]}}, "exactly one of 'rate_rps'"),
-    ({"arrival": {"kind": "gamma", "rate_rps": 1}}, "needs 'cv'"),
-    ({"arrival": {"kind": "poisson", "cv": 2, "rate_rps": 1}}, "'cv' is for kind 'gamma'"),
-    ({"arrival": {"stages": [{"rate_rps": 1, "duration_s": 1}], "requests": 5}}, "'requests' is for rate_rps"),
-    ({"arrival": {"rate_rps": [2, 2.0]}}, "rates must be distinct"),
-    ({"arrival": {"rate_rps": 0}}, "greater than 0"),
-    ({"arrival": {"rate_rps": 1, "max_in_flight": 0}}, "greater than or equal to 1"),
-    ({"arrival": {"kind": "gamma", "cv": 0, "rate_rps": 1}}, "greater than 0"),
-])
+@pytest.mark.parametrize(
+    ("measurement", "words"),
+    [
+        ({"streams": [1, 4], "arrival": {"rate_rps": 1}}, "remove measurement.streams"),
+        ({"requests_per_stream": 3, "arrival": {"rate_rps": 1}}, "remove measurement.requests_per_stream"),
+        ({"arrival": {"kind": "poisson"}}, "exactly one of 'rate_rps'"),
+        ({"arrival": {"rate_rps": 1, "stages": [{"rate_rps": 1, "duration_s": 1}]}}, "exactly one of 'rate_rps'"),
+        ({"arrival": {"kind": "gamma", "rate_rps": 1}}, "needs 'cv'"),
+        ({"arrival": {"kind": "poisson", "cv": 2, "rate_rps": 1}}, "'cv' is for kind 'gamma'"),
+        ({"arrival": {"stages": [{"rate_rps": 1, "duration_s": 1}], "requests": 5}}, "'requests' is for rate_rps"),
+        ({"arrival": {"rate_rps": [2, 2.0]}}, "rates must be distinct"),
+        ({"arrival": {"rate_rps": 0}}, "greater than 0"),
+        ({"arrival": {"rate_rps": 1, "max_in_flight": 0}}, "greater than or equal to 1"),
+        ({"arrival": {"kind": "gamma", "cv": 0, "rate_rps": 1}}, "greater than 0"),
+    ],
+)
 def test_bad_arrival_is_refused_naming_the_field(measurement: dict[str, Any], words: str) -> None:
     with pytest.raises(ValidationError, match=words):
         _sc(measurement)
@@ -274,13 +323,17 @@ def test_bad_arrival_is_refused_naming_the_field(measurement: dict[str, Any], wo
 
 def test_bad_arrival_file_error_names_file_line_and_field(tmp_path: Path) -> None:
     p = tmp_path / "s.yaml"
-    p.write_text("name: s\nserver: {model: m.gguf}\nconfigurations: [{name: b}]\nmeasurement:\n  streams: [1]\n  arrival:\n"
-                 "    rate_rps: 1\n")
+    p.write_text(
+        "name: s\nserver: {model: m.gguf}\nconfigurations: [{name: b}]\nmeasurement:\n  streams: [1]\n  arrival:\n"
+        "    rate_rps: 1\n"
+    )
     with pytest.raises(ScenarioError) as exc:
         load_scenario(p, check_model_files=False)
     assert f"{p}:4: measurement: streams is for closed-loop phases" in str(exc.value)
-    p.write_text("name: s\nserver: {model: m.gguf}\nconfigurations: [{name: b}]\nmeasurement:\n  arrival:\n    kind: gamma\n"
-                 "    rate_rps: 1\n")
+    p.write_text(
+        "name: s\nserver: {model: m.gguf}\nconfigurations: [{name: b}]\nmeasurement:\n  arrival:\n    kind: gamma\n"
+        "    rate_rps: 1\n"
+    )
     with pytest.raises(ScenarioError, match=r"s\.yaml:5: measurement\.arrival: kind 'gamma' needs 'cv'"):
         load_scenario(p, check_model_files=False)
 
@@ -299,8 +352,13 @@ def test_plan_lists_the_open_loop_phases() -> None:
 
     loaded = load_scenario(ROOT / "scenarios" / "open-loop-cpu.yaml", check_model_files=False)
     text = "\n".join(plan_lines(loaded, engine_class("llamacpp")))
-    assert "open loop @0.5 rps, repetition 1: 12 requests at 0.5 rps, poisson gaps, at most 4 in flight, 64 tokens each" in text
-    assert "open loop @2 rps, repetition 2:" in text and "4 streams" not in text  # no closed-loop phase (the default streams: [1, 4])
+    assert (
+        "open loop @0.5 rps, repetition 1: 12 requests at 0.5 rps, poisson gaps, at most 4 in flight, 64 tokens each"
+        in text
+    )
+    assert (
+        "open loop @2 rps, repetition 2:" in text and "4 streams" not in text
+    )  # no closed-loop phase (the default streams: [1, 4])
 
 
 # ---- the verdict's open-loop columns ------------------------------------------------------------------
@@ -323,14 +381,55 @@ def test_verdict_shows_offered_achieved_goodput_and_late_per_rate(tmp_path: Path
         template = next(p for p in closed if p["config"] == cfg)
         for rep in (1, 2):
             attempt = f"{cfg}/arrivals/2rps/{rep}/abc"
-            phases.append({**template, "phase": "arrivals", "streams": 4, "repetition": rep, "attempt": attempt, "load": "2rps",
-                           "requests": 2, "ok": 2, "errors": 0, "output_tokens": 0, "counters": {**template["counters"], "output_tokens": 0,
-                           "draft_tokens": 0, "accepted_tokens": 0, "verify_steps": 0}, "client_draft_tokens": None,
-                           "client_accepted_tokens": None, "scheduled": 20, "offered_rps": 2.0 if rep == 1 else 2.04, "achieved_rps": achieved,
-                           "goodput_rps": goodput_rps, "slo_met": 12, "late": late, "max_send_delay_s": 0.8 * rep if late else 0.0})
-            requests += [{"config": cfg, "phase": "arrivals", "streams": 4, "repetition": rep, "stream": 0, "index": i, "prompt_id": "x",
-                          "status": "ok", "start_unix_s": 1.0, "attempt": attempt, "id": f"{attempt}/0/{i}", "scheduled_unix_s": 1.0,
-                          "send_delay_s": 0.0, "late": False} for i in range(2)]
+            phases.append(
+                {
+                    **template,
+                    "phase": "arrivals",
+                    "streams": 4,
+                    "repetition": rep,
+                    "attempt": attempt,
+                    "load": "2rps",
+                    "requests": 2,
+                    "ok": 2,
+                    "errors": 0,
+                    "output_tokens": 0,
+                    "counters": {
+                        **template["counters"],
+                        "output_tokens": 0,
+                        "draft_tokens": 0,
+                        "accepted_tokens": 0,
+                        "verify_steps": 0,
+                    },
+                    "client_draft_tokens": None,
+                    "client_accepted_tokens": None,
+                    "scheduled": 20,
+                    "offered_rps": 2.0 if rep == 1 else 2.04,
+                    "achieved_rps": achieved,
+                    "goodput_rps": goodput_rps,
+                    "slo_met": 12,
+                    "late": late,
+                    "max_send_delay_s": 0.8 * rep if late else 0.0,
+                }
+            )
+            requests += [
+                {
+                    "config": cfg,
+                    "phase": "arrivals",
+                    "streams": 4,
+                    "repetition": rep,
+                    "stream": 0,
+                    "index": i,
+                    "prompt_id": "x",
+                    "status": "ok",
+                    "start_unix_s": 1.0,
+                    "attempt": attempt,
+                    "id": f"{attempt}/0/{i}",
+                    "scheduled_unix_s": 1.0,
+                    "send_delay_s": 0.0,
+                    "late": False,
+                }
+                for i in range(2)
+            ]
     (run / "phases.jsonl").write_text("".join(json.dumps(p) + "\n" for p in phases))
     with open(run / "requests.jsonl", "a") as f:
         f.writelines(json.dumps(r) + "\n" for r in requests)
@@ -338,7 +437,10 @@ def test_verdict_shows_offered_achieved_goodput_and_late_per_rate(tmp_path: Path
     shown = rep.display.set_index("configuration")
     assert shown.loc["baseline", "offered / achieved rps @2 rps"] == "2.02 / 1.50"  # medians over the two repetitions
     assert shown.loc["ngram-map-k", "goodput rps @2 rps"] == "1.60"
-    assert shown.loc["baseline", "late @2 rps"] == "6/40 (max 1.60 s)" and shown.loc["ngram-map-k", "late @2 rps"] == "0/40"
+    assert (
+        shown.loc["baseline", "late @2 rps"] == "6/40 (max 1.60 s)"
+        and shown.loc["ngram-map-k", "late @2 rps"] == "0/40"
+    )
     assert shown.loc["draft-self-k3", "offered / achieved rps @2 rps"] == "– / –"  # not measured open-loop
     # the closed-loop columns are what they were: open-loop phases are not a stream count
     kept = [c for c in before.columns if c not in ("failures", "engine agreement")]

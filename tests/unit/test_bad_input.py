@@ -20,7 +20,9 @@ INDEX: dict[str, str] = yaml.safe_load((CORPUS / "index.yaml").read_text())
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "SPECSOAK_TEST_UNSET_KEY_VAR"}
     env["COLUMNS"] = "400"
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=120, env=env
+    )
 
 
 def test_corpus_is_complete_and_indexed() -> None:
@@ -29,7 +31,9 @@ def test_corpus_is_complete_and_indexed() -> None:
     assert len(files) >= 20
 
 
-def test_every_bad_scenario_is_exit_2_one_line_naming_file_and_field_nothing_started(tmp_path: Path, fault_log: FaultLog) -> None:
+def test_every_bad_scenario_is_exit_2_one_line_naming_file_and_field_nothing_started(
+    tmp_path: Path, fault_log: FaultLog
+) -> None:
     results = tmp_path / "results"
 
     def check(name: str) -> list[str]:
@@ -48,8 +52,15 @@ def test_every_bad_scenario_is_exit_2_one_line_naming_file_and_field_nothing_sta
                 problems.append(f"{name} {command[0]}: more than one line of output: {p.stdout!r}")
         return problems
 
-    rows = {name: fault_log.inject("input", f"bad scenario `{name}`", "tests/fixtures/bad_scenarios via `specsoak run` and `validate`",
-                                   f"exit 2, one line: {INDEX[name]}") for name in sorted(INDEX)}
+    rows = {
+        name: fault_log.inject(
+            "input",
+            f"bad scenario `{name}`",
+            "tests/fixtures/bad_scenarios via `specsoak run` and `validate`",
+            f"exit 2, one line: {INDEX[name]}",
+        )
+        for name in sorted(INDEX)
+    }
     with ThreadPoolExecutor(4) as pool:
         found = dict(zip(sorted(INDEX), pool.map(check, sorted(INDEX))))
     assert not results.exists(), "a run folder was created for bad input"

@@ -29,6 +29,8 @@ def test_a_client_that_falls_behind_shows_late_sends_and_a_lower_rate() -> None:
 
 
 def test_bursts_show_in_the_gaps_and_the_error() -> None:
-    bursty = [t for i in range(10) for t in (i * 0.5, i * 0.5 + 0.001, i * 0.5 + 0.002, i * 0.5 + 0.003, i * 0.5 + 0.004)]  # 10 rps in fives
+    bursty = [
+        t for i in range(10) for t in (i * 0.5, i * 0.5 + 0.001, i * 0.5 + 0.002, i * 0.5 + 0.003, i * 0.5 + 0.004)
+    ]  # 10 rps in fives
     f = send_figures(_log(bursty), 10.0)
     assert f["gap_cv"] > 1.5 and f["send_err_p99_ms"] > 150

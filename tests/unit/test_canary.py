@@ -7,6 +7,12 @@ from typing import Any
 
 import pytest
 
+from harness.config.policy import DEFAULT_ACTIONS, verdict_fails
+from harness.config.schema import Scenario
+from harness.load.greedy import Answer
+from harness.metrics.exporter import MetricsExporter
+from harness.prompts import Prompt
+from harness.records.files import read_jsonl
 from harness.soak.canary import (
     CANARY,
     Canary,
@@ -23,12 +29,6 @@ from harness.soak.canary import (
     round_summaries,
     rule_of,
 )
-from harness.metrics.exporter import MetricsExporter
-from harness.prompts import Prompt
-from harness.records.files import read_jsonl
-from harness.config.policy import DEFAULT_ACTIONS, verdict_fails
-from harness.config.schema import Scenario
-from harness.load.greedy import Answer
 
 REF = (10, 11, 12, 13, 14)
 
@@ -46,9 +46,25 @@ def test_first_difference_by_text_when_an_answer_has_no_ids() -> None:
     assert first_difference(None, "abc", None, "abcd") == (False, 3, "text")
 
 
-def _ans(prompt: str, tokens: tuple[int, ...] | None, rnd: int, config: str = "spec", slice_id: str = "s1", status: str = "ok",
-         text: str | None = None) -> CanaryAnswer:
-    return CanaryAnswer(1000.0 + rnd, config, slice_id, rnd, prompt, status, text if text is not None else " ".join(map(str, tokens or ())), tokens)
+def _ans(
+    prompt: str,
+    tokens: tuple[int, ...] | None,
+    rnd: int,
+    config: str = "spec",
+    slice_id: str = "s1",
+    status: str = "ok",
+    text: str | None = None,
+) -> CanaryAnswer:
+    return CanaryAnswer(
+        1000.0 + rnd,
+        config,
+        slice_id,
+        rnd,
+        prompt,
+        status,
+        text if text is not None else " ".join(map(str, tokens or ())),
+        tokens,
+    )
 
 
 def test_compare_against_first_answers_and_the_baseline() -> None:
@@ -65,7 +81,9 @@ def test_compare_against_first_answers_and_the_baseline() -> None:
 
 # ---- the rule ---------------------------------------------------------------------------------------------------
 def _round(judge: Judge, rnd: int, tokens: dict[str, tuple[int, ...] | None], firsts: dict[str, CanaryAnswer]) -> Any:
-    answers = [compare(_ans(p, t, rnd, status="ok" if t is not None else "error"), firsts, {}, None) for p, t in tokens.items()]
+    answers = [
+        compare(_ans(p, t, rnd, status="ok" if t is not None else "error"), firsts, {}, None) for p, t in tokens.items()
+    ]
     return judge.judge(answers, firsts, {})
 
 
@@ -78,7 +96,9 @@ def test_one_flip_is_the_floor_the_same_flip_twice_in_a_row_is_a_divergence() ->
     assert _round(judge, 4, {"a": flipped, "b": REF}, firsts) is None
     assert _round(judge, 5, {"a": None, "b": REF}, firsts) is None  # an error neither breaks nor lengthens the streak
     div = _round(judge, 6, {"a": flipped, "b": REF}, firsts)
-    assert div is not None and div.prompt_id == "a" and div.first_diff == 2 and div.method == "tokens" and div.rounds == 2
+    assert (
+        div is not None and div.prompt_id == "a" and div.first_diff == 2 and div.method == "tokens" and div.rounds == 2
+    )
     assert div.reference == "first" and div.ref_text == "10 11 12 13 14" and div.text == "10 11 77 78 79"
     assert "2 consecutive rounds" in div.why
     assert set(div.evidence()) >= {"prompt_id", "first_diff", "text", "ref_text", "method", "reference"}
@@ -112,7 +132,10 @@ def test_where_the_baseline_is_not_strict_only_a_prompt_that_agreed_with_it_at_f
     other = (10, 11, 12, 50, 51)
     # "a" differed from the baseline from the start (bfloat16 numerics); "b" agreed with it
     firsts = {"a": compare(_ans("a", other, 1), {}, base, "base"), "b": compare(_ans("b", REF, 1), {}, base, "base")}
-    loose, strict = Judge(Rule(confirm_rounds=1, max_differing=5)), Judge(Rule(confirm_rounds=1, max_differing=5, baseline_strict=True))
+    loose, strict = (
+        Judge(Rule(confirm_rounds=1, max_differing=5)),
+        Judge(Rule(confirm_rounds=1, max_differing=5, baseline_strict=True)),
+    )
     later = [compare(_ans("a", other, 2), firsts, base, "base"), compare(_ans("b", REF, 2), firsts, base, "base")]
     assert loose.judge(later, firsts, base) is None
     div = strict.judge(later, firsts, base)
@@ -142,8 +165,15 @@ class FakeEngine:
         return Answer(p.id, " ".join(map(str, toks)), toks, draft_tokens=8, accepted_tokens=6)
 
 
-def _canary(run_dir: Path, ask: Any, slice_id: str = "spec-s001", rule: Rule = Rule(confirm_rounds=2), every_s: float = 10.0,
-            baseline: str | None = None, config: str = "spec") -> Canary:
+def _canary(
+    run_dir: Path,
+    ask: Any,
+    slice_id: str = "spec-s001",
+    rule: Rule = Rule(confirm_rounds=2),
+    every_s: float = 10.0,
+    baseline: str | None = None,
+    config: str = "spec",
+) -> Canary:
     return Canary(run_dir, config, slice_id, canary_prompts(None), ask, every_s, rule, baseline, lambda: (4242, 12.5))
 
 
@@ -170,7 +200,17 @@ def test_rounds_are_due_every_every_s_and_a_corrupted_answer_becomes_a_divergenc
     recs = list(read_jsonl(tmp_path / CANARY))
     assert len(recs) == 4 * n
     r = recs[-n]
-    assert {"t_unix", "engine_uptime_s", "engine_pid", "prompt_id", "tokens", "text", "vs_first", "round", "slice"} <= set(r)
+    assert {
+        "t_unix",
+        "engine_uptime_s",
+        "engine_pid",
+        "prompt_id",
+        "tokens",
+        "text",
+        "vs_first",
+        "round",
+        "slice",
+    } <= set(r)
     assert r["engine_uptime_s"] == 12.5 and r["engine_pid"] == 4242 and r["round"] == 4 and r["draft_tokens"] == 8
     bad = [x for x in recs if x["vs_first"] and not x["vs_first"]["identical"]]
     assert [x["round"] for x in bad] == [3, 4] and all(x["vs_first"]["first_diff"] == 5 for x in bad)
@@ -216,7 +256,10 @@ def test_a_refused_canary_prompt_is_an_error_record_and_a_line_never_a_crash(tmp
     assert recs and all(r["status"] == "error" and "400" in r["error"] for r in recs)
     assert c.summary()["errors"] == len(recs)
     cell = canary_cell(recs, [], "spec")
-    assert cell.startswith("✗ no answer") and f"{len(recs)}/{len(recs)} refused or failed (HTTPError: HTTP Error 400" in cell
+    assert (
+        cell.startswith("✗ no answer")
+        and f"{len(recs)}/{len(recs)} refused or failed (HTTPError: HTTP Error 400" in cell
+    )
 
 
 def test_the_soak_table_cell_and_the_replayed_rounds(tmp_path: Path) -> None:
@@ -227,7 +270,13 @@ def test_the_soak_table_cell_and_the_replayed_rounds(tmp_path: Path) -> None:
     _, div = _until_round(c, c.next_due)
     c.close()
     recs = list(read_jsonl(tmp_path / CANARY))
-    verdict = {"config": "spec", "kind": "divergence", "t_unix": recs[-1]["t_unix"], "engine_uptime_s": 7200.0, "evidence": div.evidence()}
+    verdict = {
+        "config": "spec",
+        "kind": "divergence",
+        "t_unix": recs[-1]["t_unix"],
+        "engine_uptime_s": 7200.0,
+        "evidence": div.evidence(),
+    }
     cell = canary_cell(recs, [verdict], "spec")
     assert cell.startswith("✗ divergence: canary-count vs its first answer at token 5, engine uptime 2.00 h"), cell
     assert f"2/{2 * n} differ from first answers" in cell and "3 rounds" in cell
@@ -240,11 +289,14 @@ def test_the_soak_table_cell_and_the_replayed_rounds(tmp_path: Path) -> None:
 
 # ---- scenario, verdict, gauges --------------------------------------------------------------------------------
 def _scenario(soak: dict[str, Any], configs: list[dict[str, Any]] | None = None) -> Scenario:
-    return Scenario.model_validate({
-        "name": "c", "server": {"model": "m.gguf"},
-        "configurations": configs or [{"name": "base"}, {"name": "spec", "algorithm": "ngram-map-k"}],
-        "soak": {"duration_s": 60, **soak},
-    })
+    return Scenario.model_validate(
+        {
+            "name": "c",
+            "server": {"model": "m.gguf"},
+            "configurations": configs or [{"name": "base"}, {"name": "spec", "algorithm": "ngram-map-k"}],
+            "soak": {"duration_s": 60, **soak},
+        }
+    )
 
 
 def test_the_canary_is_on_by_default_only_where_a_speculative_configuration_soaks() -> None:
@@ -269,18 +321,41 @@ def test_divergence_stops_the_configuration_and_fails_its_soak_unless_set_to_rec
 def test_the_exporter_serves_the_last_rounds_differing_answers_and_the_diverged_flag() -> None:
     exp = MetricsExporter(process_reader=None)
     exp.on_config_start("spec", "ngram-map-k", False, "llamacpp", "", None)
-    exp.on_canary({"config": "spec", "answers": 4, "errors": 1, "differing_first": 1, "differing_baseline": None, "diverged": False})
-    exp.on_canary({"config": "spec", "answers": 4, "errors": 0, "differing_first": 2, "differing_baseline": 0, "diverged": True})
+    exp.on_canary(
+        {
+            "config": "spec",
+            "answers": 4,
+            "errors": 1,
+            "differing_first": 1,
+            "differing_baseline": None,
+            "diverged": False,
+        }
+    )
+    exp.on_canary(
+        {"config": "spec", "answers": 4, "errors": 0, "differing_first": 2, "differing_baseline": 0, "diverged": True}
+    )
     text = "\n".join(f"{s.name}{s.labels} {s.value}" for fam in exp.registry.collect() for s in fam.samples)
     assert "specsoak_soak_canary_diverged" in text
-    val = {(s.name, s.labels.get("reference"), s.labels.get("status")): s.value for fam in exp.registry.collect() for s in fam.samples
-           if s.name.startswith("specsoak_soak_canary")}
+    val = {
+        (s.name, s.labels.get("reference"), s.labels.get("status")): s.value
+        for fam in exp.registry.collect()
+        for s in fam.samples
+        if s.name.startswith("specsoak_soak_canary")
+    }
     assert val[("specsoak_soak_canary_differing_answers", "first", None)] == 2
     assert val[("specsoak_soak_canary_differing_answers", "baseline", None)] == 0
     assert val[("specsoak_soak_canary_diverged", None, None)] == 1
-    assert val[("specsoak_soak_canary_answers_total", None, "ok")] == 7 and val[("specsoak_soak_canary_answers_total", None, "error")] == 1
+    assert (
+        val[("specsoak_soak_canary_answers_total", None, "ok")] == 7
+        and val[("specsoak_soak_canary_answers_total", None, "error")] == 1
+    )
     exp.on_config_end("spec", "done")
-    assert not [s for fam in exp.registry.collect() for s in fam.samples if s.name in ("specsoak_soak_canary_diverged", "specsoak_soak_canary_differing_answers")]
+    assert not [
+        s
+        for fam in exp.registry.collect()
+        for s in fam.samples
+        if s.name in ("specsoak_soak_canary_diverged", "specsoak_soak_canary_differing_answers")
+    ]
 
 
 def test_validate_warns_when_the_canary_would_answer_only_once() -> None:
@@ -302,9 +377,18 @@ def test_specsoak_export_replays_the_canary_rounds(tmp_path: Path) -> None:
     req = json.loads((run / "requests.jsonl").read_text().splitlines()[0])
     t = float(req["start_unix_s"])
     first = CanaryAnswer(t, req["config"], "s1", 1, "canary-count", "ok", "a b", (1, 2))
-    later = compare(CanaryAnswer(t + 0.01, req["config"], "s1", 2, "canary-count", "ok", "a c", (1, 3)), {"canary-count": first}, {}, None)
+    later = compare(
+        CanaryAnswer(t + 0.01, req["config"], "s1", 2, "canary-count", "ok", "a c", (1, 3)),
+        {"canary-count": first},
+        {},
+        None,
+    )
     (run / CANARY).write_text("".join(json.dumps(a.to_dict()) + "\n" for a in (first, later)))
     text = export_openmetrics(run)
-    lines = [ln for ln in text.splitlines() if ln.startswith("specsoak_soak_canary_differing_answers{") and f'config="{req["config"]}"' in ln]
+    lines = [
+        ln
+        for ln in text.splitlines()
+        if ln.startswith("specsoak_soak_canary_differing_answers{") and f'config="{req["config"]}"' in ln
+    ]
     assert lines and lines[0].split()[-2] == "1.0" and 'reference="first"' in lines[0]
     assert any(ln.startswith("specsoak_soak_canary_answers_total{") for ln in text.splitlines())

@@ -18,11 +18,24 @@ from harness.detect.changepoint import (
 
 WINDOW_S = 60.0
 T0 = 1_700_000_000.0
-BASE: dict[str, float] = {"output_tps": 100.0, "decode_tps": 40.0, "ttft_p95_s": 0.8, "acceptance": 0.7, "engine_memory_mib": 2000.0}
+BASE: dict[str, float] = {
+    "output_tps": 100.0,
+    "decode_tps": 40.0,
+    "ttft_p95_s": 0.8,
+    "acceptance": 0.7,
+    "engine_memory_mib": 2000.0,
+}
 
 
-def _windows(n: int, seed: int, start: int = 0, scale: dict[str, float] | None = None, users: int | None = 1,
-             noise: float = 0.03, **fixed: Any) -> list[dict[str, Any]]:
+def _windows(
+    n: int,
+    seed: int,
+    start: int = 0,
+    scale: dict[str, float] | None = None,
+    users: int | None = 1,
+    noise: float = 0.03,
+    **fixed: Any,
+) -> list[dict[str, Any]]:
     """n windows of every watched metric with multiplicative Gaussian noise; `scale` multiplies a metric's base,
     `fixed` sets a field outright (None: no value)."""
     rng = np.random.default_rng(seed)
@@ -56,8 +69,10 @@ def test_a_30_percent_step_after_hours_flat_is_flagged_within_3_windows(seed: in
 
 
 def test_collapse_to_zero_with_no_finished_request_is_caught_through_output_tps() -> None:
-    dead = [{**w, "output_tps": 0.0, "decode_tps": None, "ttft_p95_s": None, "acceptance": None, "error_ratio": None}
-            for w in _windows(5, 9, start=100)]
+    dead = [
+        {**w, "output_tps": 0.0, "decode_tps": None, "ttft_p95_s": None, "acceptance": None, "error_ratio": None}
+        for w in _windows(5, 9, start=100)
+    ]
     events = detect_series(_windows(100, 8) + dead)
     got = _collapses(events)
     assert [e.metric for e in got] == ["output_tps"]
@@ -77,7 +92,7 @@ def test_a_load_level_change_is_not_a_collapse_but_a_drop_at_a_level_seen_before
     # users 1 -> 4: throughput per window doubles, per-request decode falls with the load (4^-0.3 = -34%)
     det.update({"t_unix": T0 + 60.5 * WINDOW_S, "users": None, "output_tps": 150.0, "decode_tps": 33.0})
     assert det.judged() == (False, "load level changed")
-    four = _windows(60, 2, start=61, users=4, scale={"output_tps": 2.0, "decode_tps": 4 ** -0.3, "ttft_p95_s": 1.6})
+    four = _windows(60, 2, start=61, users=4, scale={"output_tps": 2.0, "decode_tps": 4**-0.3, "ttft_p95_s": 1.6})
     for i, w in enumerate(four):
         events += det.update(w)
         if i < 5:
@@ -126,8 +141,13 @@ def test_contaminated_and_warm_up_windows_are_not_judged() -> None:
 
 
 def test_an_episode_recovers_and_a_later_collapse_alarms_again() -> None:
-    wins = (_windows(60, 10) + _windows(10, 11, start=60, scale={"decode_tps": 0.5})
-            + _windows(30, 12, start=70) + _windows(10, 13, start=100, scale={"decode_tps": 0.4}) + _windows(5, 14, start=110))
+    wins = (
+        _windows(60, 10)
+        + _windows(10, 11, start=60, scale={"decode_tps": 0.5})
+        + _windows(30, 12, start=70)
+        + _windows(10, 13, start=100, scale={"decode_tps": 0.4})
+        + _windows(5, 14, start=110)
+    )
     events = [e for e in detect_series(wins) if e.metric == "decode_tps"]
     assert [e.kind for e in events] == ["collapse", "recovered", "collapse", "recovered"]
     first, rec = events[0], events[1]
@@ -214,7 +234,9 @@ def test_detect_series_restarts_and_refuses_mixed_configurations() -> None:
     assert detect_series([{**w, "slice": "s1" if i < 20 else "s2"} for i, w in enumerate(wins)]) == []
     assert detect_series([{**w, "cpu": {"engine_restarted": i == 20}} for i, w in enumerate(wins)]) == []
     # when the soak recorded engine_restart, it is the word (the live detector saw exactly that)
-    assert _collapses(detect_series([{**w, "engine_restart": False, "slice": "s1" if i < 20 else "s2"} for i, w in enumerate(wins)]))
+    assert _collapses(
+        detect_series([{**w, "engine_restart": False, "slice": "s1" if i < 20 else "s2"} for i, w in enumerate(wins)])
+    )
     with pytest.raises(ValueError, match="one configuration"):
         detect_series([{**wins[0], "config": "a"}, {**wins[1], "config": "b"}])
 
@@ -232,7 +254,9 @@ def test_a_collapse_right_after_a_short_reference_does_not_become_the_reference(
     windows must not refine the reference down until they look normal."""
     st = DetectorSettings(warmup_windows=1, reference_windows=3, confirm_windows=2)
     values = [7.9, 12.3, 11.5, 4.7, 7.0] + [0.0] * 8
-    wins = [{"t_unix": T0 + 8.0 * i, "users": 1, "output_tps": v, "count_sd": {"output_tps": v * 0.5 / 3 if v else None}}
-            for i, v in enumerate(values)]
+    wins = [
+        {"t_unix": T0 + 8.0 * i, "users": 1, "output_tps": v, "count_sd": {"output_tps": v * 0.5 / 3 if v else None}}
+        for i, v in enumerate(values)
+    ]
     got = [e for e in detect_series(wins, st) if e.kind == "collapse"]
     assert [e.metric for e in got] == ["output_tps"] and got[0].t_unix <= wins[6]["t_unix"]

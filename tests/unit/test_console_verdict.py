@@ -39,7 +39,9 @@ def test_the_console_verdict_fits_and_keeps_every_name_whole(verdict: pd.DataFra
 
 
 def test_a_table_too_wide_becomes_one_block_per_configuration() -> None:
-    table = pd.DataFrame([{"configuration": "a-very-long-configuration-name-that-is-never-cut", "solo t/s": "12.3", "solo ×": "1.09×*"}])
+    table = pd.DataFrame(
+        [{"configuration": "a-very-long-configuration-name-that-is-never-cut", "solo t/s": "12.3", "solo ×": "1.09×*"}]
+    )
     assert render(table, 200)[0].startswith("configuration")
     narrow = render(table, 30)
     assert narrow[0] == "a-very-long-configuration-name-that-is-never-cut"

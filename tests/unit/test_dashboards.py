@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.metrics import dashboards as d, rules, ruletests
+from harness.metrics import dashboards as d
+from harness.metrics import rules, ruletests
 from harness.metrics.dashboard_schema import check_dashboard
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +42,9 @@ BREAKS: dict[str, Callable[[dict[str, Any]], None]] = {
     "bad refId": lambda j: _first_target(j).update(refId=""),
     "unknown panel type": lambda j: j["panels"][0].update(type="graph"),
     "panel without title": lambda j: j["panels"][0].update(title=""),
-    "annotation on another datasource": lambda j: j["annotations"]["list"][0].update(datasource={"type": "prometheus", "uid": "other"}),
+    "annotation on another datasource": lambda j: j["annotations"]["list"][0].update(
+        datasource={"type": "prometheus", "uid": "other"}
+    ),
     "variable that is not label_values": lambda j: j["templating"]["list"][0].update(query="up"),
     "gridPos wider than the dashboard": lambda j: j["panels"][0]["gridPos"].update(w=30),
 }
@@ -56,7 +59,11 @@ def test_a_broken_panel_fails_the_check(name: str) -> None:
 
 
 def test_committed_files_are_what_the_code_generates() -> None:
-    stale = [rel for rel, text in d.generated_files().items() if not (ROOT / "dashboards" / rel).is_file() or (ROOT / "dashboards" / rel).read_text() != text]
+    stale = [
+        rel
+        for rel, text in d.generated_files().items()
+        if not (ROOT / "dashboards" / rel).is_file() or (ROOT / "dashboards" / rel).read_text() != text
+    ]
     assert not stale, f"dashboards/ is stale, run `specsoak dashboards`: {stale}"
 
 
@@ -74,7 +81,9 @@ def test_every_expression_in_the_json_is_in_all_expressions() -> None:
     known = {expr for _uid, _where, expr in d.all_expressions()}
     for spec in d.DASHBOARDS:
         dash = d.build_dashboard(spec)
-        exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]] + [a["expr"] for a in dash["annotations"]["list"]]
+        exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]] + [
+            a["expr"] for a in dash["annotations"]["list"]
+        ]
         exprs += [d.variable_selector(v["query"]) for v in dash["templating"]["list"]]
         assert set(exprs) <= known, set(exprs) - known
 
@@ -96,7 +105,12 @@ def test_cli_dashboards_regenerates_everything(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-c", "from harness.cli import main; main()", "dashboards", "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", "from harness.cli import main; main()", "dashboards", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     for rel, text in d.generated_files().items():
         assert (tmp_path / rel).read_text() == text, rel
@@ -107,7 +121,9 @@ def test_dashboards_read_the_engines_only_through_the_engine_neutral_rules() -> 
     for uid, where, expr in d.all_expressions():
         if not uid.startswith("rules"):
             assert not raw.search(expr), f"{uid}: {where} reads an engine's own series: {expr}"
-    engine_panels = {p.title for spec in d.DASHBOARDS for p in spec.panels if any(rules.engine_outputs_in(q.expr) for q in p.queries)}
+    engine_panels = {
+        p.title for spec in d.DASHBOARDS for p in spec.panels if any(rules.engine_outputs_in(q.expr) for q in p.queries)
+    }
     read = set().union(*(rules.engine_outputs_in(e) for _u, _w, e in d.all_expressions() if not _u.startswith("rules")))
     assert read == {o.record for o in rules.ENGINE_OUTPUTS}, "every engine-neutral series is on a panel"
     assert len(engine_panels) >= 4

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.common.stats import ratio_interval, shown_difference
 from harness.report.build import build_report
 from harness.report.design import compare_summary, compare_table
 from harness.report.load import load_run
-from harness.common.stats import ratio_interval, shown_difference
 from harness.report.verdict import verdict_table
 from harness.run.order import block_order, prompt_offset
 
@@ -61,7 +61,9 @@ def test_a_ratio_whose_interval_straddles_one_is_no_difference() -> None:
 def test_the_report_never_calls_a_straddling_ratio_a_win(tmp_path: Path) -> None:
     rep = build_report([_copy(tmp_path, "a")])
     v = rep.verdict.set_index("config")
-    assert v.loc["ngram-map-k", "speedup_4_ci_low"] < 1.0 < v.loc["ngram-map-k", "speedup_4_ci_high"]  # the real run: 1.00× [0.86, 1.17]
+    assert (
+        v.loc["ngram-map-k", "speedup_4_ci_low"] < 1.0 < v.loc["ngram-map-k", "speedup_4_ci_high"]
+    )  # the real run: 1.00× [0.86, 1.17]
     shown = rep.display.set_index("configuration")
     assert shown.loc["ngram-map-k", "@4 vs baseline [95% CI]"].endswith("no difference shown")
     assert "no difference" not in shown.loc["draft-self-k3", "@4 vs baseline [95% CI]"]
@@ -84,15 +86,23 @@ def test_report_states_the_design_and_flags_a_drifting_control(tmp_path: Path) -
     (d / "manifest.json").write_text(json.dumps(m))
     rep = build_report([d])
     md = rep.markdown.read_text()
-    assert "**sequential**" in md  # recorded before designs existed: all repetitions of one configuration, then the next
+    assert (
+        "**sequential**" in md
+    )  # recorded before designs existed: all repetitions of one configuration, then the next
     cs = rep.tables["control_summary"].iloc[0]
     # the real quick run's baseline: 58.6 … 71.7 solo t/s over its three repetitions, a 20% spread
-    assert cs["control_spread"] == pytest.approx((cs["control_max_tps"] - cs["control_min_tps"]) / cs["control_median_tps"])
+    assert cs["control_spread"] == pytest.approx(
+        (cs["control_max_tps"] - cs["control_min_tps"]) / cs["control_median_tps"]
+    )
     assert cs["drifted"] and "The machine's speed drifted" in md
     assert (d / "control.png").is_file()
     m = json.loads((d / "manifest.json").read_text())
     m["scenario_parsed"]["measurement"]["control_drift_max"] = 0.5
-    m["design"] = {"kind": "interleaved", "order_seed": 11, "blocks": [{"repetition": 1, "order": ["ngram-map-k", "baseline", "draft-self-k3"]}]}
+    m["design"] = {
+        "kind": "interleaved",
+        "order_seed": 11,
+        "blocks": [{"repetition": 1, "order": ["ngram-map-k", "baseline", "draft-self-k3"]}],
+    }
     (d / "manifest.json").write_text(json.dumps(m))
     rep = build_report([d])
     md = rep.markdown.read_text()
@@ -116,8 +126,12 @@ def test_compare_agrees_with_itself_and_catches_a_run_outside_the_interval(tmp_p
 
 def test_cli_compare_exit_codes(tmp_path: Path) -> None:
     a, b = _copy(tmp_path, "a"), _copy(tmp_path, "b")
-    p = subprocess.run([sys.executable, "-m", "harness.cli", "compare", str(a), str(b), "--out", str(tmp_path / "cmp")],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "compare", str(a), str(b), "--out", str(tmp_path / "cmp")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     assert "6 of 6 ratios agree" in p.stdout and (tmp_path / "cmp" / "compare.md").is_file()
     # run B's draft-self-k3 twice as fast at 4 streams: outside run A's interval, and A outside B's
@@ -126,7 +140,14 @@ def test_cli_compare_exit_codes(tmp_path: Path) -> None:
         if r["config"] == "draft-self-k3" and r["streams"] == 4:
             r["total_tps"] *= 2
     (b / "phases.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    p = subprocess.run([sys.executable, "-m", "harness.cli", "compare", str(a), str(b)], capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "compare", str(a), str(b)], capture_output=True, text=True, timeout=120
+    )
     assert p.returncode == 1 and "5 of 6 ratios agree" in p.stdout, p.stdout
-    p = subprocess.run([sys.executable, "-m", "harness.cli", "compare", str(a), str(tmp_path)], capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "compare", str(a), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2 and "not a run folder" in p.stderr

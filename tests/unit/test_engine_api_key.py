@@ -83,7 +83,9 @@ def test_the_started_process_gets_the_key_and_its_log_never_shows_it(name: str, 
     variables it was given; the log's first line is the command as shown."""
     fake = tmp_path / "bin" / {"sglang": "python3"}.get(name, name)
     fake.parent.mkdir()
-    fake.write_text("#!/bin/sh\nenv | grep -E '^(LLAMA_API_KEY|VLLM_API_KEY|API_KEY)=' | cut -d= -f1 | sed 's/$/=set/'\nexit 0\n")
+    fake.write_text(
+        "#!/bin/sh\nenv | grep -E '^(LLAMA_API_KEY|VLLM_API_KEY|API_KEY)=' | cut -d= -f1 | sed 's/$/=set/'\nexit 0\n"
+    )
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     eng = engine(name, tmp_path, binary=fake, api_key=KEY)
     eng.start()

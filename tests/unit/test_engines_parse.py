@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from engines.types import Capacity, EngineCounters, LaunchSpec, acceptance_figures, counters_delta
 from engines.sglang import SGLang
 from engines.tgi import Tgi
 from engines.trtllm import TrtLlm
+from engines.types import Capacity, EngineCounters, LaunchSpec, acceptance_figures, counters_delta
 from engines.vllm import Vllm
 from tests.conftest import FIXTURES
 
@@ -65,8 +65,12 @@ def test_vllm_cpu_ngram_has_no_drafter_note() -> None:
     ("name", "method", "k", "ctx_total"),
     # the drafter's KV comes out of the same 1 GiB pool as the target's (46,592 tokens without one): a 30-block
     # self-draft halves it, a one-block head takes a 31st
-    [("draft_model_self", "draft_model", 3, 23_296), ("eagle3", "eagle3", 3, 45_056), ("mtp", "mtp", 1, 45_056),
-     ("dflash", "dflash", 7, 45_056)],
+    [
+        ("draft_model_self", "draft_model", 3, 23_296),
+        ("eagle3", "eagle3", 3, 45_056),
+        ("mtp", "mtp", 1, 45_056),
+        ("dflash", "dflash", 7, 45_056),
+    ],
 )
 def test_vllm_real_drafter_start_up_logs(name: str, method: str, k: int, ctx_total: int) -> None:
     """Recorded from vllm-cpu 0.32 here (the workshop's drafters, README): the method and K from vLLM's own config
@@ -84,7 +88,10 @@ def test_vllm_real_drafter_start_up_logs(name: str, method: str, k: int, ctx_tot
     [
         ("real_cpu_032_suffix_refused.server.log", "ImportError: Arctic Inference is required for suffix decoding"),
         # the worker's traceback, logged line by line under "(Worker pid=N) ERROR ... [multiproc_executor.py:1063]"
-        ("real_cpu_032_synthetic_refused.server.log", "AssertionError: Synthetic acceptance not supported with CPU sampling"),
+        (
+            "real_cpu_032_synthetic_refused.server.log",
+            "AssertionError: Synthetic acceptance not supported with CPU sampling",
+        ),
     ],
 )
 def test_vllm_real_refusals_give_vllms_own_line(name: str, expected: str) -> None:
@@ -96,8 +103,14 @@ def test_vllm_real_cpu_log_gives_pool_concurrency_and_memory() -> None:
     """Recorded from vllm-cpu 0.32 here: the CPU build prints its KV space and checkpoint size, not GPU lines."""
     cap = Vllm.parse_startup_log(text("vllm", "real_cpu_032_baseline.server.log"))
     assert (cap.slots, cap.ctx_per_slot, cap.ctx_total, cap.max_concurrency) == (4, 2048, 46_592, 22.75)
-    assert cap.target.kv_mib == 1024.0 and cap.target.model_mib == 256.0  # "Explicitly set (1.0/…) GiB", "Checkpoint size: 0.25 GiB"
-    assert cap.spec_types == () and cap.fatal == () and Vllm.failure_reason(text("vllm", "real_cpu_032_baseline.server.log")) is None
+    assert (
+        cap.target.kv_mib == 1024.0 and cap.target.model_mib == 256.0
+    )  # "Explicitly set (1.0/…) GiB", "Checkpoint size: 0.25 GiB"
+    assert (
+        cap.spec_types == ()
+        and cap.fatal == ()
+        and Vllm.failure_reason(text("vllm", "real_cpu_032_baseline.server.log")) is None
+    )
 
 
 @pytest.mark.parametrize(
@@ -123,7 +136,9 @@ def test_vllm_counters_are_the_harness_definitions() -> None:
     assert c.accepted_per_position == (2, 2, 2)
     assert (c.output_tokens, c.prompt_tokens) == (8, 54)
     f = acceptance_figures(c)
-    assert f["mean_accept_len"] == pytest.approx(1 + 6 / 2) == 4.0  # bonus token included: vLLM's mean_acceptance_length
+    assert (
+        f["mean_accept_len"] == pytest.approx(1 + 6 / 2) == 4.0
+    )  # bonus token included: vLLM's mean_acceptance_length
     assert f["acceptance"] == pytest.approx(1.0)
     assert f["per_position"] == pytest.approx([1.0, 1.0, 1.0])
 
@@ -155,8 +170,11 @@ def test_vllm_baseline_has_no_spec_counters_and_gauges_pass_through() -> None:
 
 def test_vllm_per_request_stats_from_final_usage_chunk() -> None:
     """The recorded stream's last chunk (--per-request-spec-decode-metrics summary), as the client reads it."""
-    chunks = [json.loads(ln[5:]) for ln in text("vllm", "real_cpu_032_draft_model_self.stream.sse").splitlines()
-              if ln.startswith("data:") and "[DONE]" not in ln]
+    chunks = [
+        json.loads(ln[5:])
+        for ln in text("vllm", "real_cpu_032_draft_model_self.stream.sse").splitlines()
+        if ln.startswith("data:") and "[DONE]" not in ln
+    ]
     s = Vllm.request_spec_stats(chunks[-1])
     assert (s.draft_tokens, s.accepted_tokens) == (6, 6)
     assert all(Vllm.request_spec_stats(c).draft_tokens is None for c in chunks[:-1])
@@ -203,7 +221,9 @@ def test_sglang_hybrid_model_state_slots() -> None:
 
 def test_sglang_failure_reason() -> None:
     log = text("sglang", "err_mem.server.log")
-    assert SGLang.failure_reason(log) == "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
+    assert (
+        SGLang.failure_reason(log) == "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
+    )
     assert SGLang.parse_startup_log(log).fatal
 
 
@@ -219,8 +239,12 @@ def test_sglang_counters_not_gauges() -> None:
 def test_sglang_deltas_over_a_phase() -> None:
     # the scrape before the phase: 3000 tokens, 20 requests, 1000 verify steps already counted (accepted 1980)
     before_text = text("sglang", "baseline.metrics.txt").replace("6400.0", "3000.0").replace("50.0", "20.0")
-    before = SGLang.normalise_metrics(before_text.replace("spec_verify_calls_total{model_name=\"/models/Llama-3.1-8B-Instruct\"} 0.0",
-                                                          "spec_verify_calls_total{model_name=\"/models/Llama-3.1-8B-Instruct\"} 1000.0"))
+    before = SGLang.normalise_metrics(
+        before_text.replace(
+            'spec_verify_calls_total{model_name="/models/Llama-3.1-8B-Instruct"} 0.0',
+            'spec_verify_calls_total{model_name="/models/Llama-3.1-8B-Instruct"} 1000.0',
+        )
+    )
     assert (before.verify_steps, before.accepted_tokens) == (1000, 3000 - 1000 - 20)
     after = SGLang.normalise_metrics(text("sglang", "eagle3.metrics.txt"))
     d = counters_delta(before, after)
@@ -287,7 +311,9 @@ def test_trtllm_verify_steps(name: str) -> None:
 
 def test_trtllm_metrics_path_and_config_file(tmp_path: Path) -> None:
     assert TrtLlm.metrics_path == "/prometheus/metrics"
-    spec = LaunchSpec(model=Path("/m"), algorithm="draft-eagle3", draft=Path("/d"), k=3, port=8123, binary=Path("/x/trtllm-serve"))
+    spec = LaunchSpec(
+        model=Path("/m"), algorithm="draft-eagle3", draft=Path("/d"), k=3, port=8123, binary=Path("/x/trtllm-serve")
+    )
     eng = TrtLlm(spec, tmp_path / "logs" / "eagle3.server.log")
     opts = eng.options()
     assert opts["return_perf_metrics"] is True

@@ -31,8 +31,12 @@ class FakeNvml:
 
     NVMLError = NVMLError
 
-    def __init__(self, compute: dict[int, list[tuple[int, int | None]]] | None = None,
-                 graphics: dict[int, list[tuple[int, int | None]]] | None = None, count: int = 2) -> None:
+    def __init__(
+        self,
+        compute: dict[int, list[tuple[int, int | None]]] | None = None,
+        graphics: dict[int, list[tuple[int, int | None]]] | None = None,
+        count: int = 2,
+    ) -> None:
         self.count = count
         self.used = {0: 10 * GIB, 1: 3 * GIB}
         self.compute = compute or {}
@@ -79,17 +83,25 @@ class FakeNvml:
 
 # ---- the NVML boundary --------------------------------------------------------------------------------
 def test_two_devices_and_the_engine_tree_summed_over_them() -> None:
-    nv = FakeNvml(compute={0: [(100, 8 * GIB), (999, 1 * GIB)], 1: [(101, 2 * GIB)]},
-                  graphics={0: [(100, 8 * GIB)]})  # the same process in both lists holds one allocation
+    nv = FakeNvml(
+        compute={0: [(100, 8 * GIB), (999, 1 * GIB)], 1: [(101, 2 * GIB)]}, graphics={0: [(100, 8 * GIB)]}
+    )  # the same process in both lists holds one allocation
     meter = GpuMeter(nvml=nv)
     assert meter.available and meter.why is None
     s = meter.sample({100, 101, 102})
     assert s.available and s.why is None
-    assert s.devices == (DeviceMemory(0, "NVIDIA H200", 10 * GIB, 141 * GIB), DeviceMemory(1, "NVIDIA H100 80GB HBM3", 3 * GIB, 80 * GIB))
+    assert s.devices == (
+        DeviceMemory(0, "NVIDIA H200", 10 * GIB, 141 * GIB),
+        DeviceMemory(1, "NVIDIA H100 80GB HBM3", 3 * GIB, 80 * GIB),
+    )
     assert s.used_bytes == 13 * GIB and s.total_bytes == 221 * GIB
     assert s.process_bytes == 10 * GIB and s.process_why is None  # pid 999 is not the engine's
     d = s.to_dict()
-    assert d["used_bytes"] == 13 * GIB and d["process_bytes"] == 10 * GIB and d["devices"][1]["name"] == "NVIDIA H100 80GB HBM3"
+    assert (
+        d["used_bytes"] == 13 * GIB
+        and d["process_bytes"] == 10 * GIB
+        and d["devices"][1]["name"] == "NVIDIA H100 80GB HBM3"
+    )
     assert json.loads(json.dumps(d)) == d
     meter.sample({100})
     assert nv.calls.count("init") == 1 and nv.calls.count("count") == 1  # initialised once, handles kept
@@ -106,12 +118,15 @@ def test_no_pids_means_no_process_query_and_engine_unknown() -> None:
     assert "compute" not in nv.calls and "graphics" not in nv.calls
 
 
-@pytest.mark.parametrize(("compute", "why"), [
-    ({0: [(100, None)]}, "does not report"),  # WDDM / MIG / old drivers: usedGpuMemory N/A
-    ({0: [(100, 4 * GIB)], 1: [(101, None)]}, "does not report"),  # one unknown makes the sum unknown
-    ({0: [(555, 4 * GIB)]}, "lists none"),  # only other processes (or the engine in another PID namespace)
-    ({}, "lists none"),
-])
+@pytest.mark.parametrize(
+    ("compute", "why"),
+    [
+        ({0: [(100, None)]}, "does not report"),  # WDDM / MIG / old drivers: usedGpuMemory N/A
+        ({0: [(100, 4 * GIB)], 1: [(101, None)]}, "does not report"),  # one unknown makes the sum unknown
+        ({0: [(555, 4 * GIB)]}, "lists none"),  # only other processes (or the engine in another PID namespace)
+        ({}, "lists none"),
+    ],
+)
 def test_engine_memory_unknown_is_none_never_0(compute: dict[int, list[tuple[int, int | None]]], why: str) -> None:
     s = GpuMeter(nvml=FakeNvml(compute=compute)).sample({100, 101})
     assert s.available and s.used_bytes == 13 * GIB
@@ -126,8 +141,15 @@ def test_nvml_error_on_init_is_unavailable_with_a_why() -> None:
     assert not meter.available and "NVML could not start" in (meter.why or "")
     s = meter.sample({1})
     assert not s.available and s.devices == () and s.used_bytes is None and s.process_bytes is None
-    assert s.to_dict() == {"available": False, "why": meter.why, "used_bytes": None, "total_bytes": None,
-                           "process_bytes": None, "process_why": None, "devices": []}
+    assert s.to_dict() == {
+        "available": False,
+        "why": meter.why,
+        "used_bytes": None,
+        "total_bytes": None,
+        "process_bytes": None,
+        "process_why": None,
+        "devices": [],
+    }
     meter.close()
     assert "shutdown" not in nv.calls  # nothing was started
 
@@ -148,7 +170,9 @@ def test_nvml_error_mid_run_is_a_sample_not_an_exception() -> None:
     assert s.to_dict()["used_bytes"] is None
     nv.fail = {"compute"}  # memory readable, the process list not: devices known, the engine not
     s = meter.sample({100})
-    assert s.available and s.used_bytes == 13 * GIB and s.process_bytes is None and "cannot list" in (s.process_why or "")
+    assert (
+        s.available and s.used_bytes == 13 * GIB and s.process_bytes is None and "cannot list" in (s.process_why or "")
+    )
 
 
 def test_pynvml_missing_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -186,8 +210,13 @@ def test_process_tree_of_this_process() -> None:
 
 # ---- the report's memory table --------------------------------------------------------------------------
 def _gpu(used_gib: float, engine_gib: float | None) -> dict[str, Any]:
-    s = GpuSample(True, None, (DeviceMemory(0, "NVIDIA H200", int(used_gib * GIB), 141 * GIB),),
-                  int(engine_gib * GIB) if engine_gib is not None else None, None if engine_gib is not None else "N/A")
+    s = GpuSample(
+        True,
+        None,
+        (DeviceMemory(0, "NVIDIA H200", int(used_gib * GIB), 141 * GIB),),
+        int(engine_gib * GIB) if engine_gib is not None else None,
+        None if engine_gib is not None else "N/A",
+    )
     return s.to_dict()
 
 
@@ -237,7 +266,11 @@ def test_memory_table_peaks_gpu_over_phases(tmp_path: Path) -> None:
     assert pd.isna(m.loc["ngram-map-k", "gpu_used_mib"]) and pd.isna(m.loc["ngram-map-k", "engine_gpu_mib"])
     assert "GPU is lost" in m.loc["ngram-map-k", "gpu_note"] and m.loc["ngram-map-k", "gpu_phases"] == 0
     shown = {c: (r["GPU used MiB"], r["engine GPU MiB"]) for c, r in _memory_rows(rep.markdown.read_text()).items()}
-    assert shown == {"baseline": ("24,883", "22,528"), "draft-self-k3": ("30,720", "n/a"), "ngram-map-k": ("n/a", "n/a")}
+    assert shown == {
+        "baseline": ("24,883", "22,528"),
+        "draft-self-k3": ("30,720", "n/a"),
+        "ngram-map-k": ("n/a", "n/a"),
+    }
 
 
 def _memory_rows(md: str) -> dict[str, dict[str, str]]:
@@ -246,7 +279,7 @@ def _memory_rows(md: str) -> dict[str, dict[str, str]]:
     start = next(i for i, line in enumerate(lines) if "GPU used MiB" in line)
     head = [c.strip() for c in lines[start].strip("|").split("|")]
     rows: dict[str, dict[str, str]] = {}
-    for line in lines[start + 2:]:
+    for line in lines[start + 2 :]:
         cells = [c.strip() for c in line.strip("|").split("|")]
         if len(cells) != len(head):
             break

@@ -66,7 +66,12 @@ def imports(module: str) -> list[tuple[int, str]]:
             continue
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] in ("harness", "engines")]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.split(".")[0] in ("harness", "engines"):
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.level == 0
+            and node.module.split(".")[0] in ("harness", "engines")
+        ):
             for a in node.names:
                 sub = f"{node.module}.{a.name}"
                 out.append((node.lineno, sub if sub in MODULES else node.module))
@@ -80,8 +85,12 @@ def test_the_layers_cover_every_module() -> None:
 
 
 def test_imports_only_go_down() -> None:
-    climbs = [f"{MODULES[m].relative_to(ROOT)}:{line} imports {dep} (layer {layer(dep)} above {layer(m)})"
-              for m in MODULES for line, dep in imports(m) if layer(dep) > layer(m)]
+    climbs = [
+        f"{MODULES[m].relative_to(ROOT)}:{line} imports {dep} (layer {layer(dep)} above {layer(m)})"
+        for m in MODULES
+        for line, dep in imports(m)
+        if layer(dep) > layer(m)
+    ]
     assert climbs == [], "\n".join(climbs)
 
 
@@ -91,7 +100,7 @@ def test_no_import_cycle() -> None:
 
     def visit(m: str, path: list[str]) -> list[str] | None:
         if m in path:
-            return path[path.index(m):] + [m]
+            return path[path.index(m) :] + [m]
         if m in done:
             return None
         for dep in sorted(graph[m]):
@@ -107,13 +116,18 @@ def test_no_import_cycle() -> None:
     assert cycles == [], " -> ".join(cycles[0])
 
 
-@pytest.mark.parametrize("source, expected", [
-    ("import harness.soak.slice\n", [(1, "harness.soak.slice")]),
-    ("from harness.soak import canary\n", [(1, "harness.soak.canary")]),
-    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from harness.run import runner\n", []),
-    ("def f():\n    from harness.cli import main\n", [(2, "harness.cli")]),
-])
-def test_the_walker_sees_every_kind_of_import(source: str, expected: list[tuple[int, str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("import harness.soak.slice\n", [(1, "harness.soak.slice")]),
+        ("from harness.soak import canary\n", [(1, "harness.soak.canary")]),
+        ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from harness.run import runner\n", []),
+        ("def f():\n    from harness.cli import main\n", [(2, "harness.cli")]),
+    ],
+)
+def test_the_walker_sees_every_kind_of_import(
+    source: str, expected: list[tuple[int, str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "probe.py"
     path.write_text(source)
     monkeypatch.setitem(MODULES, "harness.common.probe_module", path)

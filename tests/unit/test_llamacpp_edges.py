@@ -26,7 +26,9 @@ def test_a_unified_kv_cache_is_one_context_shared_by_the_slots() -> None:
     assert SLOTS_LINE in text and "llama_context: n_ctx " in text
     split = LlamaCpp.parse_startup_log(without(text, "llama_context: n_ctx "))
     assert (split.kv_unified, split.ctx_total) == (False, 4 * 2048)  # no n_ctx line: slots × ctx per slot
-    unified = LlamaCpp.parse_startup_log(without(text.replace("kv_unified = 'false'", "kv_unified = 'true'"), "llama_context: n_ctx "))
+    unified = LlamaCpp.parse_startup_log(
+        without(text.replace("kv_unified = 'false'", "kv_unified = 'true'"), "llama_context: n_ctx ")
+    )
     assert (unified.kv_unified, unified.ctx_total) == (True, 2048)
 
 
@@ -54,9 +56,20 @@ def test_an_assert_is_the_reason_from_the_assert_on() -> None:
 
 
 def test_threads_and_synthetic_rates_reach_the_command(tmp_path: Path) -> None:
-    spec = LaunchSpec(model=Path("/m.gguf"), algorithm="draft-simple", draft=Path("/d.gguf"), k=3, threads=6,
-                      synthetic_rates=(0.9, 0.5, 0.25), binary=tmp_path / "llama-server")
+    spec = LaunchSpec(
+        model=Path("/m.gguf"),
+        algorithm="draft-simple",
+        draft=Path("/d.gguf"),
+        k=3,
+        threads=6,
+        synthetic_rates=(0.9, 0.5, 0.25),
+        binary=tmp_path / "llama-server",
+    )
     cmd = LlamaCpp(spec, tmp_path / "log").command()
     assert cmd[cmd.index("-t") + 1] == "6"
     assert cmd[cmd.index("--spec-synth-rates") + 1] == "0.9,0.5,0.25"
-    assert cmd[cmd.index("--port") + 1] == str(spec.port) and cmd[:3] == [str(tmp_path / "llama-server"), "-m", "/m.gguf"]
+    assert cmd[cmd.index("--port") + 1] == str(spec.port) and cmd[:3] == [
+        str(tmp_path / "llama-server"),
+        "-m",
+        "/m.gguf",
+    ]

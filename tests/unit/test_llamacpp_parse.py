@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from engines.types import EngineCounters, LaunchSpec, acceptance_figures, counters_delta
 from engines.llamacpp import LlamaCpp, slots_speculative
+from engines.types import EngineCounters, LaunchSpec, acceptance_figures, counters_delta
 from tests.conftest import LLAMACPP, http_body
 
 
@@ -147,15 +147,33 @@ def test_request_spec_stats_from_final_chunk() -> None:
 def test_command_is_an_argument_list_with_every_setting(tmp_path) -> None:
     weird = tmp_path / "my model; rm -rf 'x'.gguf"
     spec = LaunchSpec(
-        model=weird, algorithm="draft-simple", draft=weird, k=3, k_min=1, synthetic_length=2.5,
-        ctx_size=4096, parallel=2, threads=2, binary=tmp_path / "llama-server", port=1234, extra_args=("--foo",),
+        model=weird,
+        algorithm="draft-simple",
+        draft=weird,
+        k=3,
+        k_min=1,
+        synthetic_length=2.5,
+        ctx_size=4096,
+        parallel=2,
+        threads=2,
+        binary=tmp_path / "llama-server",
+        port=1234,
+        extra_args=("--foo",),
     )
     cmd = LlamaCpp(spec, tmp_path / "log").command()
     assert cmd[0] == str(tmp_path / "llama-server")
     assert cmd[cmd.index("-m") + 1] == str(weird)
     assert cmd[cmd.index("-md") + 1] == str(weird)
-    for flag, value in (("--spec-type", "draft-simple"), ("--spec-draft-n-max", "3"), ("--spec-draft-n-min", "1"),
-                        ("--spec-synth-len", "2.5"), ("-c", "4096"), ("-np", "2"), ("--host", "127.0.0.1"), ("-lv", "4")):
+    for flag, value in (
+        ("--spec-type", "draft-simple"),
+        ("--spec-draft-n-max", "3"),
+        ("--spec-draft-n-min", "1"),
+        ("--spec-synth-len", "2.5"),
+        ("-c", "4096"),
+        ("-np", "2"),
+        ("--host", "127.0.0.1"),
+        ("-lv", "4"),
+    ):
         assert cmd[cmd.index(flag) + 1] == value
     assert "--metrics" in cmd and "--slots" in cmd and cmd[-1] == "--foo"
 

@@ -14,9 +14,8 @@ from typing import ClassVar
 import pytest
 
 from engines.base import Engine
-
-from engines.types import Capacity, EngineCounters, LaunchSpec
 from engines.logcapture import TAIL_BYTES, BoundedLog, LogBound, LogIndex, read_bounded, summarise_logs
+from engines.types import Capacity, EngineCounters, LaunchSpec
 
 BOUND_MIB = 0.25
 STARTUP_LINES = 200
@@ -106,13 +105,17 @@ def test_the_log_stays_under_its_bound_with_the_start_up_section_whole(tmp_path:
     eng.stop(5)
     bound = LogBound.of_mib(BOUND_MIB)
     # between rotations under the bound; while one runs, its new segment and the live part it holds are both on disk
-    assert max(sizes) <= bound.max_bytes + bound.segment_bytes, f"engine log took {max(sizes)} bytes on disk, bound {bound.max_bytes}"
+    assert max(sizes) <= bound.max_bytes + bound.segment_bytes, (
+        f"engine log took {max(sizes)} bytes on disk, bound {bound.max_bytes}"
+    )
     assert on_disk(eng.log_path) <= bound.max_bytes
 
     text = eng.log_path.read_text()
     lines = text.splitlines()
     assert lines[0].startswith("# [") and lines[STARTUP_LINES + 1] == "fake: listening on http://127.0.0.1:1"
-    assert [ln for ln in lines[1 : STARTUP_LINES + 1]] == [f"startup {i:05d} capacity line of the fake engine" for i in range(STARTUP_LINES)]
+    assert [ln for ln in lines[1 : STARTUP_LINES + 1]] == [
+        f"startup {i:05d} capacity line of the fake engine" for i in range(STARTUP_LINES)
+    ]
     assert eng.capacity().slots == STARTUP_LINES  # the capacity parser reads the whole start-up section
     assert eng.failure_reason(eng.read_log()) == "out of cheese"  # the last line is read after the rotations
 
@@ -122,7 +125,9 @@ def test_the_log_stays_under_its_bound_with_the_start_up_section_whole(tmp_path:
     assert kept == list(range(kept[0], 40_000)), "the newest output is kept without a gap"
     live = len(eng.log_path.read_bytes()) - idx.startup_bytes
     after_startup = idx.written_bytes - (idx.startup_bytes - len(lines[0]) - 1)
-    assert idx.dropped_bytes + sum(s.raw_bytes for s in idx.segments) + live == after_startup, "every byte is kept or counted as dropped"
+    assert idx.dropped_bytes + sum(s.raw_bytes for s in idx.segments) + live == after_startup, (
+        "every byte is kept or counted as dropped"
+    )
     [summary] = summarise_logs(tmp_path)
     assert summary.log == "logs/cfg.soak.server.log" and summary.dropped_bytes == idx.dropped_bytes
     assert summary.kept_bytes == on_disk(eng.log_path)
@@ -172,14 +177,14 @@ def test_a_restarted_engine_continues_the_log(tmp_path: Path) -> None:
 
 def test_a_traceback_cut_by_a_rotation_reads_whole(tmp_path: Path) -> None:
     log = tmp_path / "e.server.log"
-    capture = BoundedLog(log, LogBound.of_mib(BOUND_MIB), re.compile(rb"ready"), b"# [\"engine\"]\n")
+    capture = BoundedLog(log, LogBound.of_mib(BOUND_MIB), re.compile(rb"ready"), b'# ["engine"]\n')
     fd = os.dup(capture.pipe())
     capture.started()
     os.write(fd, b"start\nready\n")
     seg = capture.bound.segment_bytes
     live = seg - 60  # the traceback's first lines end inside the first segment, the rest after it
     os.write(fd, (b"x" * 99 + b"\n") * (live // 100) + b"x" * (live % 100 - 1) + b"\n")
-    os.write(fd, b"Traceback (most recent call last):\n  File \"a.py\"\n")
+    os.write(fd, b'Traceback (most recent call last):\n  File "a.py"\n')
     os.write(fd, b"  more\nValueError: the end\n" + b"y" * 99 + b"\n")
     os.close(fd)
     capture.close()
@@ -187,8 +192,8 @@ def test_a_traceback_cut_by_a_rotation_reads_whole(tmp_path: Path) -> None:
     assert idx is not None and len(idx.segments) == 1
     assert "Traceback" not in log.read_text()  # the rotation cut the traceback in two
     text = read_bounded(log)
-    assert text.startswith("# [\"engine\"]\nstart\nready\n")
-    assert "Traceback (most recent call last):\n  File \"a.py\"\n  more\nValueError: the end\n" in text
+    assert text.startswith('# ["engine"]\nstart\nready\n')
+    assert 'Traceback (most recent call last):\n  File "a.py"\n  more\nValueError: the end\n' in text
     assert len(text) <= idx.startup_bytes + TAIL_BYTES
 
 
@@ -210,4 +215,8 @@ def test_a_start_up_without_its_ready_line_is_cut_at_its_cap(tmp_path: Path) -> 
 @pytest.mark.parametrize("mib", [0.0625, 1, 256, 100_000])
 def test_the_bound_split(mib: float) -> None:
     b = LogBound.of_mib(mib)
-    assert b.startup_max_bytes + b.segment_bytes < b.max_bytes and b.segment_bytes <= 16 * 2**20 and b.startup_max_bytes <= 8 * 2**20
+    assert (
+        b.startup_max_bytes + b.segment_bytes < b.max_bytes
+        and b.segment_bytes <= 16 * 2**20
+        and b.startup_max_bytes <= 8 * 2**20
+    )

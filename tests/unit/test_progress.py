@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from harness.run.progress import Progress
 
-PLAN = {"total_s": 1000.0, "measurement_s": 400.0, "ramp_s": 0.0, "fill_check_s": 0.0, "soak_s": 600.0, "after_soak_s": 0.0}
+PLAN = {
+    "total_s": 1000.0,
+    "measurement_s": 400.0,
+    "ramp_s": 0.0,
+    "fill_check_s": 0.0,
+    "soak_s": 600.0,
+    "after_soak_s": 0.0,
+}
 
 
 def test_the_estimate_starts_from_the_plan_and_follows_the_pace() -> None:

@@ -43,9 +43,20 @@ def test_named_fields_are_typed_and_the_rest_kept_in_extra() -> None:
 
 
 def test_unknown_keys_survive_and_missing_optional_keys_are_not_added() -> None:
-    old = {"t_unix": 1.0, "config": "c", "slice": "s", "kind": "crash", "metric": None, "message": "m", "evidence": {}, "action": "restart"}
+    old = {
+        "t_unix": 1.0,
+        "config": "c",
+        "slice": "s",
+        "kind": "crash",
+        "metric": None,
+        "message": "m",
+        "evidence": {},
+        "action": "restart",
+    }
     v = Verdict.from_dict(old)
-    assert v.to_dict() == old and list(v.to_dict()) == list(old)  # an older verdict without engine_uptime_s / engine_pid
+    assert v.to_dict() == old and list(v.to_dict()) == list(
+        old
+    )  # an older verdict without engine_uptime_s / engine_pid
     assert v.engine_pid is None and v.get("engine_pid") is None
     newer = {**old, "brand_new": {"x": 1}, "engine_pid": 7}
     assert list(Verdict.from_dict(newer).to_dict().items()) == list(newer.items())
@@ -61,9 +72,21 @@ def test_a_required_field_missing_is_a_value_error() -> None:
 
 
 def test_a_verdict_built_in_code_writes_the_soaks_keys_and_its_failure_adds_stage_and_time(tmp_path: Path) -> None:
-    v = Verdict(5.0, "spec", "spec-s001", "hang", None, "no answer for 30 s", {"silent_s": 30.0}, "restart", 120.0, 4242)
-    assert list(v.to_dict()) == ["t_unix", "config", "slice", "kind", "metric", "message", "evidence", "action", "engine_uptime_s",
-                                 "engine_pid"]
+    v = Verdict(
+        5.0, "spec", "spec-s001", "hang", None, "no answer for 30 s", {"silent_s": 30.0}, "restart", 120.0, 4242
+    )
+    assert list(v.to_dict()) == [
+        "t_unix",
+        "config",
+        "slice",
+        "kind",
+        "metric",
+        "message",
+        "evidence",
+        "action",
+        "engine_uptime_s",
+        "engine_pid",
+    ]
     f = v.failure()
     assert f.to_dict() == {**v.to_dict(), "stage": "soak", "unix_s": 5.0}
     assert (f.config, f.stage, f.kind, f.unix_s) == ("spec", "soak", "hang", 5.0) and f.extra["engine_pid"] == 4242

@@ -17,15 +17,15 @@ import pandas as pd
 import pytest
 import scipy.stats
 
-from harness.report.build import TABLES, build_report
 from harness.common.stats import break_even, expected_tokens_per_step, percentile, t_interval
 from harness.load.greedy import Answer
+from harness.report.build import TABLES, build_report
 from harness.run.verify import chi_square, first_difference
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run_quick"
 
 
-@pytest.fixture()
+@pytest.fixture
 def run_dir(tmp_path: Path) -> Path:
     d = tmp_path / "20261129T102500Z-quick"
     shutil.copytree(FIXTURE, d)
@@ -33,14 +33,18 @@ def run_dir(tmp_path: Path) -> Path:
 
 
 def _files(d: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.suffix in (".csv", ".parquet", ".png", ".md", ".html")}
+    return {
+        p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.suffix in (".csv", ".parquet", ".png", ".md", ".html")
+    }
 
 
 # ---- statistics ---------------------------------------------------------------------------------
 def test_t_interval_matches_the_textbook_and_needs_two_values() -> None:
     lo, hi = t_interval([1.0, 2.0, 3.0])
     # mean 2, s = 1, t(0.975, 2) = 4.302653
-    assert lo == pytest.approx(2 - 4.302653 / math.sqrt(3), abs=1e-5) and hi == pytest.approx(2 + 4.302653 / math.sqrt(3), abs=1e-5)
+    assert lo == pytest.approx(2 - 4.302653 / math.sqrt(3), abs=1e-5) and hi == pytest.approx(
+        2 + 4.302653 / math.sqrt(3), abs=1e-5
+    )
     assert t_interval([1.5]) == (None, None)
     assert t_interval([]) == (None, None)
     assert t_interval([0.9, 0.9]) == (pytest.approx(0.9), pytest.approx(0.9))
@@ -77,8 +81,8 @@ def test_verify_answers_that_failed_are_never_counted_identical(tmp_path: Path) 
 
     from rich.console import Console
 
-    from harness.records.files import JsonlWriter, read_jsonl
     from harness.config.schema import Configuration
+    from harness.records.files import JsonlWriter, read_jsonl
     from harness.run.verify import Verifier
 
     v = object.__new__(Verifier)
@@ -94,7 +98,9 @@ def test_verify_answers_that_failed_are_never_counted_identical(tmp_path: Path) 
     assert [r["identical"] for r in read_jsonl(tmp_path / "verify.jsonl")] == [True, None]
 
 
-def test_verify_compares_each_configuration_with_its_own_baseline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_verify_compares_each_configuration_with_its_own_baseline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An MTP target is its own model: its configuration is compared with that model's baseline (`baseline:`), not
     the scenario's first one (vLLM's MiMo-layout SmolLM2 differs from SmolLM2 in its last bits); each baseline's
     engine starts once."""
@@ -103,17 +109,23 @@ def test_verify_compares_each_configuration_with_its_own_baseline(tmp_path: Path
     import yaml
     from rich.console import Console
 
-    from harness.records.files import read_jsonl
     from harness.config.loader import load_scenario
+    from harness.records.files import read_jsonl
     from harness.run.verify import Verifier, VerifyOptions
 
     (tmp_path / "t.gguf").write_bytes(b"x")
     (tmp_path / "mtp.gguf").write_bytes(b"x")
-    data = {"name": "v", "server": {"engine": "llamacpp", "model": "t.gguf"},
-            "configurations": [{"name": "baseline", "algorithm": "none"}, {"name": "ngram", "algorithm": "ngram-map-k"},
-                               {"name": "mtp-none", "algorithm": "none", "model": "mtp.gguf"},
-                               {"name": "mtp", "algorithm": "draft-mtp", "model": "mtp.gguf", "baseline": "mtp-none", "k": 1}],
-            "measurement": {"prompts": "builtin:repeat", "streams": [1, 2]}}
+    data = {
+        "name": "v",
+        "server": {"engine": "llamacpp", "model": "t.gguf"},
+        "configurations": [
+            {"name": "baseline", "algorithm": "none"},
+            {"name": "ngram", "algorithm": "ngram-map-k"},
+            {"name": "mtp-none", "algorithm": "none", "model": "mtp.gguf"},
+            {"name": "mtp", "algorithm": "draft-mtp", "model": "mtp.gguf", "baseline": "mtp-none", "k": 1},
+        ],
+        "measurement": {"prompts": "builtin:repeat", "streams": [1, 2]},
+    }
     (tmp_path / "v.yaml").write_text(yaml.safe_dump(data))
     loaded = load_scenario(tmp_path / "v.yaml")
     started: list[str] = []
@@ -121,7 +133,10 @@ def test_verify_compares_each_configuration_with_its_own_baseline(tmp_path: Path
     def answers(self: Verifier, cfg: Any, run_dir: Path) -> dict[str, Any]:
         started.append(cfg.name)
         word = "mtp-model" if (cfg.model or "").endswith("mtp.gguf") else "target"
-        return {"answers": {n: [Answer(p.id, f"{word} {p.id}", None) for p in self.prompts] for n in (1, 2)}, "samples": []}
+        return {
+            "answers": {n: [Answer(p.id, f"{word} {p.id}", None) for p in self.prompts] for n in (1, 2)},
+            "samples": [],
+        }
 
     monkeypatch.setattr(Verifier, "_answers", answers)
     run_dir, same = Verifier(loaded, tmp_path / "results", VerifyOptions(prompts=2), Console(file=io.StringIO())).run()
@@ -183,12 +198,17 @@ def test_verdict_has_per_repetition_confidence_intervals(run_dir: Path) -> None:
     assert v.loc["baseline", "speedup_4_ci_low"] == pytest.approx(1.0)
     # computed here from phases.jsonl, not copied from the report: repetition r of the configuration over
     # repetition r of the baseline at 4 streams, geometric mean and t interval of the log ratios (docs/metrics.md)
-    tps = {(p["config"], p["repetition"]): p["total_tps"] for p in map(json.loads, (run_dir / "phases.jsonl").read_text().splitlines())
-           if p["phase"] == "measure" and p["streams"] == 4}
+    tps = {
+        (p["config"], p["repetition"]): p["total_tps"]
+        for p in map(json.loads, (run_dir / "phases.jsonl").read_text().splitlines())
+        if p["phase"] == "measure" and p["streams"] == 4
+    }
     logs = np.log([tps["draft-self-k3", r] / tps["baseline", r] for r in (1, 2, 3)])
     half = scipy.stats.t.ppf(0.975, len(logs) - 1) * logs.std(ddof=1) / math.sqrt(len(logs))
     centre, low, high = math.exp(logs.mean()), math.exp(logs.mean() - half), math.exp(logs.mean() + half)
-    assert (draft["speedup_4"], draft["speedup_4_ci_low"], draft["speedup_4_ci_high"]) == pytest.approx((centre, low, high), rel=1e-9)
+    assert (draft["speedup_4"], draft["speedup_4_ci_low"], draft["speedup_4_ci_high"]) == pytest.approx(
+        (centre, low, high), rel=1e-9
+    )
     assert f"{centre:.2f}× [{low:.2f}, {high:.2f}]" in rep.markdown.read_text()
 
 
@@ -197,14 +217,26 @@ def test_displayed_verdict_rows_show_the_run_s_figures(run_dir: Path) -> None:
     rep = build_report([run_dir])
     shown = rep.display.set_index("configuration")
     assert list(shown.index) == ["baseline", "ngram-map-k", "draft-self-k3"]
-    assert (shown.loc["baseline", "solo vs baseline [95% CI]"], shown.loc["baseline", "@4 vs baseline [95% CI]"]) == ("(baseline)", "(baseline)")
+    assert (shown.loc["baseline", "solo vs baseline [95% CI]"], shown.loc["baseline", "@4 vs baseline [95% CI]"]) == (
+        "(baseline)",
+        "(baseline)",
+    )
     assert shown.loc["draft-self-k3", "algorithm"] == "draft-simple"
-    phases = [p for p in map(json.loads, (run_dir / "phases.jsonl").read_text().splitlines()) if p["config"] == "draft-self-k3"]
-    accepted, drafted, steps = (sum(p["counters"][k] for p in phases) for k in ("accepted_tokens", "draft_tokens", "verify_steps"))
+    phases = [
+        p
+        for p in map(json.loads, (run_dir / "phases.jsonl").read_text().splitlines())
+        if p["config"] == "draft-self-k3"
+    ]
+    accepted, drafted, steps = (
+        sum(p["counters"][k] for p in phases) for k in ("accepted_tokens", "draft_tokens", "verify_steps")
+    )
     assert shown.loc["draft-self-k3", "acceptance"] == f"{accepted / drafted:.2f}"
     assert shown.loc["draft-self-k3", "mean length"] == f"{1 + accepted / steps:.2f}"
     assert shown.loc["baseline", "acceptance"] == "–"
-    assert (shown.loc["draft-self-k3", "ctx/slot"], shown.loc["draft-self-k3", "ctx total"]) == ("2,048", "8,192")  # base_lv4 log lines
+    assert (shown.loc["draft-self-k3", "ctx/slot"], shown.loc["draft-self-k3", "ctx total"]) == (
+        "2,048",
+        "8,192",
+    )  # base_lv4 log lines
 
 
 def test_memory_table_reads_the_log_figures_and_the_budget(run_dir: Path) -> None:
@@ -243,7 +275,9 @@ def test_break_even_and_explanation_of_the_quick_run(run_dir: Path) -> None:
     d = ex.loc["draft-self-k3"]
     assert d["k"] == 3 and d["k_source"] == "scenario"
     assert d["expected_tokens_per_step"] == pytest.approx(expected_tokens_per_step(d["acceptance"], 3))
-    assert d["step_cost_in_baseline_tokens"] > d["expected_tokens_per_step"]  # why it loses: a step costs more than it yields
+    assert (
+        d["step_cost_in_baseline_tokens"] > d["expected_tokens_per_step"]
+    )  # why it loses: a step costs more than it yields
     assert d["predicted_solo_speedup"] == pytest.approx(d["measured_solo_speedup"], rel=0.15)
 
 
@@ -298,29 +332,103 @@ def _write_jsonl(path: Path, recs: list[dict]) -> None:
 
 def test_soak_table_counts_failures_in_soak_time(run_dir: Path) -> None:
     t0 = 1_800_000_000.0
-    _write_jsonl(run_dir / "soak_slices.jsonl", [
-        {"event": "start", "slice": "baseline-s001", "config": "baseline", "t_unix": t0},
-        {"event": "end", "slice": "baseline-s001", "config": "baseline", "t_unix": t0 + 1800, "elapsed_s": 1800.0, "restarts": 1},
-        {"event": "start", "slice": "draft-self-k3-s002", "config": "draft-self-k3", "t_unix": t0 + 1800},
-        {"event": "end", "slice": "draft-self-k3-s002", "config": "draft-self-k3", "t_unix": t0 + 3600, "elapsed_s": 1800.0, "restarts": 0},
-        {"event": "start", "slice": "baseline-s003", "config": "baseline", "t_unix": t0 + 3600},
-        {"event": "end", "slice": "baseline-s003", "config": "baseline", "t_unix": t0 + 5400, "elapsed_s": 1800.0, "restarts": 0},
-    ])
+    _write_jsonl(
+        run_dir / "soak_slices.jsonl",
+        [
+            {"event": "start", "slice": "baseline-s001", "config": "baseline", "t_unix": t0},
+            {
+                "event": "end",
+                "slice": "baseline-s001",
+                "config": "baseline",
+                "t_unix": t0 + 1800,
+                "elapsed_s": 1800.0,
+                "restarts": 1,
+            },
+            {"event": "start", "slice": "draft-self-k3-s002", "config": "draft-self-k3", "t_unix": t0 + 1800},
+            {
+                "event": "end",
+                "slice": "draft-self-k3-s002",
+                "config": "draft-self-k3",
+                "t_unix": t0 + 3600,
+                "elapsed_s": 1800.0,
+                "restarts": 0,
+            },
+            {"event": "start", "slice": "baseline-s003", "config": "baseline", "t_unix": t0 + 3600},
+            {
+                "event": "end",
+                "slice": "baseline-s003",
+                "config": "baseline",
+                "t_unix": t0 + 5400,
+                "elapsed_s": 1800.0,
+                "restarts": 0,
+            },
+        ],
+    )
     recs = []
     for i in range(20):
-        recs.append({"config": "baseline", "attempt": "baseline-s001", "id": f"a{i}", "status": "ok", "start_unix_s": t0 + 10 * i, "e2e_s": 1.0})
-    recs.append({"config": "baseline", "attempt": "baseline-s003", "id": "b1", "status": "error", "error_kind": "stall", "start_unix_s": t0 + 3600 + 100, "e2e_s": 60.0})
-    recs.append({"config": "draft-self-k3", "attempt": "draft-self-k3-s002", "id": "c1", "status": "ok", "start_unix_s": t0 + 1900, "e2e_s": 1.0})
+        recs.append(
+            {
+                "config": "baseline",
+                "attempt": "baseline-s001",
+                "id": f"a{i}",
+                "status": "ok",
+                "start_unix_s": t0 + 10 * i,
+                "e2e_s": 1.0,
+            }
+        )
+    recs.append(
+        {
+            "config": "baseline",
+            "attempt": "baseline-s003",
+            "id": "b1",
+            "status": "error",
+            "error_kind": "stall",
+            "start_unix_s": t0 + 3600 + 100,
+            "e2e_s": 60.0,
+        }
+    )
+    recs.append(
+        {
+            "config": "draft-self-k3",
+            "attempt": "draft-self-k3-s002",
+            "id": "c1",
+            "status": "ok",
+            "start_unix_s": t0 + 1900,
+            "e2e_s": 1.0,
+        }
+    )
     _write_jsonl(run_dir / "soak" / "baseline-s001-1.jsonl", recs[:20])
     _write_jsonl(run_dir / "soak" / "baseline-s003-1.jsonl", [recs[20]])
     _write_jsonl(run_dir / "soak" / "draft-self-k3-s002-1.jsonl", [recs[21]])
-    _write_jsonl(run_dir / "verdicts.jsonl", [
-        {"t_unix": t0 + 600, "config": "baseline", "slice": "baseline-s001", "kind": "crash", "metric": None, "message": "exit 139"},
-        {"t_unix": t0 + 5000, "config": "baseline", "slice": "baseline-s003", "kind": "drift", "metric": "acceptance", "message": "acceptance falls 20%"},
-    ])
-    _write_jsonl(run_dir / "windows.jsonl", [
-        {"config": "baseline", "t_unix": t0 + 60 * i, "acceptance": None, "decode_tps": 60.0 - i} for i in range(5)
-    ] + [{"config": "draft-self-k3", "t_unix": t0 + 1800 + 60 * i, "acceptance": 0.9 - 0.01 * i, "decode_tps": 30.0} for i in range(5)])
+    _write_jsonl(
+        run_dir / "verdicts.jsonl",
+        [
+            {
+                "t_unix": t0 + 600,
+                "config": "baseline",
+                "slice": "baseline-s001",
+                "kind": "crash",
+                "metric": None,
+                "message": "exit 139",
+            },
+            {
+                "t_unix": t0 + 5000,
+                "config": "baseline",
+                "slice": "baseline-s003",
+                "kind": "drift",
+                "metric": "acceptance",
+                "message": "acceptance falls 20%",
+            },
+        ],
+    )
+    _write_jsonl(
+        run_dir / "windows.jsonl",
+        [{"config": "baseline", "t_unix": t0 + 60 * i, "acceptance": None, "decode_tps": 60.0 - i} for i in range(5)]
+        + [
+            {"config": "draft-self-k3", "t_unix": t0 + 1800 + 60 * i, "acceptance": 0.9 - 0.01 * i, "decode_tps": 30.0}
+            for i in range(5)
+        ],
+    )
     rep = build_report([run_dir])
     s = rep.tables["soak"].set_index("config")
     b = s.loc["baseline"]
@@ -339,15 +447,55 @@ def test_soak_table_counts_failures_in_soak_time(run_dir: Path) -> None:
 
 def test_verify_results_are_shown_whatever_they_are(run_dir: Path) -> None:
     base = {"algorithm": "draft-simple", "synthetic": False, "method": "tokens", "reference": "baseline@1"}
-    _write_jsonl(run_dir / "verify.jsonl", [
-        {**base, "config": "draft-self-k3", "streams": 1, "prompt_id": "p1", "identical": True, "first_diff_token": None, "draft_tokens": 9},
-        {**base, "config": "draft-self-k3", "streams": 1, "prompt_id": "p2", "identical": False, "first_diff_token": 7, "draft_tokens": 9},
-        {**base, "config": "synth", "synthetic": True, "method": "skipped", "streams": 1, "prompt_id": "p1", "identical": None, "first_diff_token": None},
-    ])
-    _write_jsonl(run_dir / "verify_distribution.jsonl", [
-        {"config": "draft-self-k3", "temperature": 0.8, "samples": 40, "categories": 3, "statistic": 1.2, "dof": 2, "p_value": 0.55,
-         "verdict": "no difference detected (p = 0.55)", "counts": {"baseline": {"1,2": 20}, "config": {"1,2": 19}}},
-    ])
+    _write_jsonl(
+        run_dir / "verify.jsonl",
+        [
+            {
+                **base,
+                "config": "draft-self-k3",
+                "streams": 1,
+                "prompt_id": "p1",
+                "identical": True,
+                "first_diff_token": None,
+                "draft_tokens": 9,
+            },
+            {
+                **base,
+                "config": "draft-self-k3",
+                "streams": 1,
+                "prompt_id": "p2",
+                "identical": False,
+                "first_diff_token": 7,
+                "draft_tokens": 9,
+            },
+            {
+                **base,
+                "config": "synth",
+                "synthetic": True,
+                "method": "skipped",
+                "streams": 1,
+                "prompt_id": "p1",
+                "identical": None,
+                "first_diff_token": None,
+            },
+        ],
+    )
+    _write_jsonl(
+        run_dir / "verify_distribution.jsonl",
+        [
+            {
+                "config": "draft-self-k3",
+                "temperature": 0.8,
+                "samples": 40,
+                "categories": 3,
+                "statistic": 1.2,
+                "dof": 2,
+                "p_value": 0.55,
+                "verdict": "no difference detected (p = 0.55)",
+                "counts": {"baseline": {"1,2": 20}, "config": {"1,2": 19}},
+            },
+        ],
+    )
     rep = build_report([run_dir])
     v = rep.tables["verify"].set_index("config")
     assert v.loc["draft-self-k3", "verdict"] == "diverged on 1 of 2 prompts"
@@ -359,7 +507,9 @@ def test_verify_results_are_shown_whatever_they_are(run_dir: Path) -> None:
 
 
 def test_cli_report_rejects_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
-    p = subprocess.run([sys.executable, "-m", "harness.cli", "report", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "report", str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
     assert p.returncode == 2 and "not a run folder" in p.stderr
 
 
@@ -372,17 +522,28 @@ def test_every_table_is_named_in_the_docs() -> None:
 
 # ---- damaged run folders (a copy of a real `make run` folder, then cut, corrupted, wrong-typed) ------------------
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=300,
-                          env={**__import__("os").environ, "COLUMNS": "250"})
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "COLUMNS": "250"},
+    )
 
 
 def test_a_cut_and_corrupted_requests_file_is_named_and_its_rows_marked(run_dir: Path) -> None:
     req = run_dir / "requests.jsonl"
-    req.write_bytes(req.read_bytes()[:5000] + b"\x00\x01\xff binary\n" + b'{"config": 3, "phase": "measure", "status": "ok"}\n')
+    req.write_bytes(
+        req.read_bytes()[:5000] + b"\x00\x01\xff binary\n" + b'{"config": 3, "phase": "measure", "status": "ok"}\n'
+    )
     p = _cli("report", str(run_dir))
     assert p.returncode == 0, p.stderr
     first = next(ln for ln in p.stderr.splitlines() if "could not read" in ln)
-    assert "requests.jsonl: 2 lines skipped, the first at line 3" in first and "not JSON: 1" in first and "field 'config'" in first
+    assert (
+        "requests.jsonl: 2 lines skipped, the first at line 3" in first
+        and "not JSON: 1" in first
+        and "field 'config'" in first
+    )
     md = (run_dir / "report.md").read_text()
     assert "**Could not read** run 20261129T102500Z-quick: requests.jsonl: 2 lines skipped" in md
     verdict = pd.read_csv(run_dir / "verdict.csv")
@@ -409,7 +570,9 @@ def test_wrong_typed_phase_records_and_a_broken_capacity_file_are_named(run_dir:
     cap.write_text("{not json")
     p = _cli("report", str(run_dir))
     assert p.returncode == 0, p.stderr
-    assert "phases.jsonl: 1 line skipped, the first at line 1 (field 'total_tps' missing or of the wrong type)" in p.stderr
+    assert (
+        "phases.jsonl: 1 line skipped, the first at line 1 (field 'total_tps' missing or of the wrong type)" in p.stderr
+    )
     assert f"capacity/{cap.name}: 1 line skipped" in p.stderr and "unreadable capacity record" in p.stderr
 
 
@@ -426,8 +589,19 @@ def test_prompts_table_counts_distinct_prompts_per_phase_and_soak(run_dir: Path)
         ph["distinct_prompts"] = ph["requests"] - (1 if i == 0 else 0)  # the first phase sent one prompt twice
     _write_jsonl(run_dir / "phases.jsonl", phases)
     t0 = 1_800_000_000.0
-    recs = [{"config": "baseline", "attempt": "baseline-s001", "id": f"a{i}", "status": "ok", "start_unix_s": t0 + i, "e2e_s": 1.0,
-             "prompt_id": f"p{i % 3}", "turn": i % 2} for i in range(10)]  # 3 ids, each at turns 0 and 1: 6 distinct
+    recs = [
+        {
+            "config": "baseline",
+            "attempt": "baseline-s001",
+            "id": f"a{i}",
+            "status": "ok",
+            "start_unix_s": t0 + i,
+            "e2e_s": 1.0,
+            "prompt_id": f"p{i % 3}",
+            "turn": i % 2,
+        }
+        for i in range(10)
+    ]  # 3 ids, each at turns 0 and 1: 6 distinct
     _write_jsonl(run_dir / "soak" / "baseline-s001-1.jsonl", recs)
     rep = build_report([run_dir])
     pt = rep.tables["prompts"]

@@ -52,24 +52,88 @@ def test_package_model_reference_resolves_the_pypi_model() -> None:
 
 
 BAD = [
-    ("unknown field", GOOD.replace("    k: 3", "    k: 3\n    kk: 4"), ":11: configurations[1].kk: unknown field 'kk'; allowed here: name, algorithm"),
-    ("k out of range", GOOD.replace("k: 3", "k: 99"), "configurations[1].k: Input should be less than or equal to 64 (got 99)"),
+    (
+        "unknown field",
+        GOOD.replace("    k: 3", "    k: 3\n    kk: 4"),
+        ":11: configurations[1].kk: unknown field 'kk'; allowed here: name, algorithm",
+    ),
+    (
+        "k out of range",
+        GOOD.replace("k: 3", "k: 99"),
+        "configurations[1].k: Input should be less than or equal to 64 (got 99)",
+    ),
     ("k zero", GOOD.replace("k: 3", "k: 0"), "configurations[1].k: Input should be greater than or equal to 1"),
-    ("missing draft file", GOOD.replace("draft: draft.gguf", "draft: nope.gguf"), ":9: configurations[1].draft: no such model file"),
-    ("missing model package", GOOD.replace("model: model.gguf", "model: package:no-such-dist/x.gguf"), "server.model: PyPI package 'no-such-dist' is not installed"),
-    ("draft without draft model", GOOD.replace("    draft: draft.gguf\n", ""), "algorithm 'draft-simple' needs a 'draft' model"),
-    ("unknown algorithm", GOOD.replace("algorithm: draft-simple", "algorithm: medusa"), ":8: configurations[1].algorithm: unknown algorithm 'medusa'; known: draft-dflash"),
-    ("method the engine lacks", GOOD.replace("    algorithm: draft-simple\n    draft: draft.gguf\n", "    algorithm: suffix\n"), ":8: configurations[1].algorithm: engine 'llamacpp' has no method 'suffix'; it has: draft-dflash"),
-    ("unknown engine", GOOD.replace("server:\n", "server:\n  engine: tgi-x\n"), "server.engine: Input should be 'llamacpp'"),
-    ("duplicate names", GOOD.replace("name: draft\n", "name: baseline\n"), "configuration name 'baseline' is used twice"),
-    ("negative count", GOOD.replace("streams: [4, 1]", "streams: [4, -1]"), "measurement.streams[1]: Input should be greater than or equal to 1"),
-    ("wrong type", GOOD.replace("streams: [4, 1]", "streams: four"), "measurement.streams: Input should be a valid list"),
+    (
+        "missing draft file",
+        GOOD.replace("draft: draft.gguf", "draft: nope.gguf"),
+        ":9: configurations[1].draft: no such model file",
+    ),
+    (
+        "missing model package",
+        GOOD.replace("model: model.gguf", "model: package:no-such-dist/x.gguf"),
+        "server.model: PyPI package 'no-such-dist' is not installed",
+    ),
+    (
+        "draft without draft model",
+        GOOD.replace("    draft: draft.gguf\n", ""),
+        "algorithm 'draft-simple' needs a 'draft' model",
+    ),
+    (
+        "unknown algorithm",
+        GOOD.replace("algorithm: draft-simple", "algorithm: medusa"),
+        ":8: configurations[1].algorithm: unknown algorithm 'medusa'; known: draft-dflash",
+    ),
+    (
+        "method the engine lacks",
+        GOOD.replace("    algorithm: draft-simple\n    draft: draft.gguf\n", "    algorithm: suffix\n"),
+        ":8: configurations[1].algorithm: engine 'llamacpp' has no method 'suffix'; it has: draft-dflash",
+    ),
+    (
+        "unknown engine",
+        GOOD.replace("server:\n", "server:\n  engine: tgi-x\n"),
+        "server.engine: Input should be 'llamacpp'",
+    ),
+    (
+        "duplicate names",
+        GOOD.replace("name: draft\n", "name: baseline\n"),
+        "configuration name 'baseline' is used twice",
+    ),
+    (
+        "negative count",
+        GOOD.replace("streams: [4, 1]", "streams: [4, -1]"),
+        "measurement.streams[1]: Input should be greater than or equal to 1",
+    ),
+    (
+        "wrong type",
+        GOOD.replace("streams: [4, 1]", "streams: four"),
+        "measurement.streams: Input should be a valid list",
+    ),
     ("yaml syntax", GOOD.replace("  - name: baseline", "  - name: [baseline"), "YAML syntax error"),
-    ("synthetic length above k+1", GOOD.replace("    k: 3", "    k: 3\n    synthetic: {length: 5}"), "synthetic.length must be within [1, k+1] = [1, 4], got 5"),
-    ("synthetic rates count", GOOD.replace("    k: 3", "    k: 3\n    synthetic: {rates: [0.9, 0.5]}"), "synthetic.rates must have k = 3 values, got 2"),
-    ("synthetic rates rising", GOOD.replace("    k: 3", "    k: 3\n    synthetic: {rates: [0.5, 0.9, 0.1]}"), "rates must be non-increasing"),
-    ("synthetic on baseline", GOOD.replace("    algorithm: none", "    algorithm: none\n    synthetic: {length: 2}"), "synthetic acceptance needs a speculative algorithm"),
-    ("absurd max_tokens", GOOD.replace("  streams: [4, 1]", "  streams: [4, 1]\n  max_tokens: 99999999"), "measurement.max_tokens: Input should be less than or equal to 131072"),
+    (
+        "synthetic length above k+1",
+        GOOD.replace("    k: 3", "    k: 3\n    synthetic: {length: 5}"),
+        "synthetic.length must be within [1, k+1] = [1, 4], got 5",
+    ),
+    (
+        "synthetic rates count",
+        GOOD.replace("    k: 3", "    k: 3\n    synthetic: {rates: [0.9, 0.5]}"),
+        "synthetic.rates must have k = 3 values, got 2",
+    ),
+    (
+        "synthetic rates rising",
+        GOOD.replace("    k: 3", "    k: 3\n    synthetic: {rates: [0.5, 0.9, 0.1]}"),
+        "rates must be non-increasing",
+    ),
+    (
+        "synthetic on baseline",
+        GOOD.replace("    algorithm: none", "    algorithm: none\n    synthetic: {length: 2}"),
+        "synthetic acceptance needs a speculative algorithm",
+    ),
+    (
+        "absurd max_tokens",
+        GOOD.replace("  streams: [4, 1]", "  streams: [4, 1]\n  max_tokens: 99999999"),
+        "measurement.max_tokens: Input should be less than or equal to 131072",
+    ),
     ("not a mapping", "- just\n- a list\n", "a scenario is a YAML mapping"),
     ("missing server", "name: t\nconfigurations: [{name: a}]\n", "server: required field is missing"),
 ]
@@ -93,7 +157,9 @@ def test_missing_scenario_file(tmp_path: Path) -> None:
 
 def test_cli_validate_exit_code_2_one_line_no_traceback(tmp_path: Path) -> None:
     path = write(tmp_path, GOOD.replace("k: 3", "k: 99"))
-    p = subprocess.run([sys.executable, "-m", "harness.cli", "validate", str(path)], capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "validate", str(path)], capture_output=True, text=True, timeout=120
+    )
     assert p.returncode == 2
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("specsoak: error: ") and "configurations[1].k" in lines[0]
@@ -101,7 +167,12 @@ def test_cli_validate_exit_code_2_one_line_no_traceback(tmp_path: Path) -> None:
 
 
 def test_cli_validate_ok(tmp_path: Path) -> None:
-    p = subprocess.run([sys.executable, "-m", "harness.cli", "validate", str(write(tmp_path, GOOD))], capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "validate", str(write(tmp_path, GOOD))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     assert "ok: 2 configurations" in p.stdout
 
@@ -109,7 +180,10 @@ def test_cli_validate_ok(tmp_path: Path) -> None:
 def test_server_env_reaches_the_engine_process_and_bad_names_are_refused(tmp_path: Path) -> None:
     from harness.session.engine import launch_spec
 
-    text = GOOD.replace("  model: model.gguf\n", "  model: model.gguf\n  env: {VLLM_CPU_KVCACHE_SPACE: 1, SPECSOAK_ENV_OUT: %s}\n" % (tmp_path / "env.txt"))
+    text = GOOD.replace(
+        "  model: model.gguf\n",
+        "  model: model.gguf\n  env: {VLLM_CPU_KVCACHE_SPACE: 1, SPECSOAK_ENV_OUT: %s}\n" % (tmp_path / "env.txt"),
+    )
     loaded = load_scenario(write(tmp_path, text), LlamaCpp.methods)
     spec = launch_spec(loaded, loaded.scenario.runs()[0], 1234)
     assert dict(spec.env) == {"VLLM_CPU_KVCACHE_SPACE": "1", "SPECSOAK_ENV_OUT": str(tmp_path / "env.txt")}
@@ -125,28 +199,44 @@ def test_server_env_reaches_the_engine_process_and_bad_names_are_refused(tmp_pat
     engine.stop(1)
     assert "VLLM_CPU_KVCACHE_SPACE=1" in (tmp_path / "env.txt").read_text().splitlines()
     with pytest.raises(ScenarioError, match=r"server\.env\.1BAD"):
-        load_scenario(write(tmp_path, GOOD.replace("  model: model.gguf\n", "  model: model.gguf\n  env: {1BAD: x}\n")), LlamaCpp.methods)
+        load_scenario(
+            write(tmp_path, GOOD.replace("  model: model.gguf\n", "  model: model.gguf\n  env: {1BAD: x}\n")),
+            LlamaCpp.methods,
+        )
 
 
-OTHER_TARGET = GOOD + """\
+OTHER_TARGET = (
+    GOOD
+    + """\
   - name: other-target
     algorithm: draft-simple
     model: draft.gguf
     draft: draft.gguf
     k: 2
 """
+)
 
 
 def test_a_speculative_configuration_on_another_target_than_every_baseline_is_refused(tmp_path: Path) -> None:
-    path = write(tmp_path, OTHER_TARGET.replace("measurement:\n  streams: [4, 1]\n", "") + "measurement:\n  streams: [1]\n")
-    p = subprocess.run([sys.executable, "-m", "harness.cli", "validate", str(path)], capture_output=True, text=True, timeout=120)
+    path = write(
+        tmp_path, OTHER_TARGET.replace("measurement:\n  streams: [4, 1]\n", "") + "measurement:\n  streams: [1]\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "validate", str(path)], capture_output=True, text=True, timeout=120
+    )
     assert p.returncode == 2, p.stdout
     msg = " ".join(p.stderr.split())
-    assert "configuration 'other-target' targets draft.gguf, which no baseline serves (baselines: baseline on model.gguf)" in msg
+    assert (
+        "configuration 'other-target' targets draft.gguf, which no baseline serves (baselines: baseline on model.gguf)"
+        in msg
+    )
 
 
 def test_an_explicit_baseline_pairs_across_models_and_must_be_a_baseline(tmp_path: Path) -> None:
-    text = OTHER_TARGET.replace("measurement:\n  streams: [4, 1]\n", "") + "    baseline: baseline\nmeasurement:\n  streams: [1]\n"
+    text = (
+        OTHER_TARGET.replace("measurement:\n  streams: [4, 1]\n", "")
+        + "    baseline: baseline\nmeasurement:\n  streams: [1]\n"
+    )
     loaded = load_scenario(write(tmp_path, text), LlamaCpp.methods)
     sc = loaded.scenario
     assert sc.baseline_of(sc.runs()[2]).name == "baseline" and sc.baseline_of(sc.runs()[1]).name == "baseline"
@@ -156,8 +246,13 @@ def test_an_explicit_baseline_pairs_across_models_and_must_be_a_baseline(tmp_pat
 
 def test_validate_prints_the_wall_clock_estimate_and_warns_about_slices(tmp_path: Path) -> None:
     text = GOOD + "soak:\n  duration_s: 7200\n  slice_s: 600\n"
-    p = subprocess.run([sys.executable, "-m", "harness.cli", "validate", str(write(tmp_path, text))], capture_output=True, text=True, timeout=120,
-                       env={**__import__("os").environ, "COLUMNS": "300"})
+    p = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "validate", str(write(tmp_path, text))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**__import__("os").environ, "COLUMNS": "300"},
+    )
     assert p.returncode == 0, p.stderr
     assert "estimated wall clock 4.0 h" in p.stdout and "soak 4.0 h" in p.stdout  # 2 configurations x 2 h
     assert "soak.slice_s (10 min) restarts each configuration's engine every slice" in " ".join(p.stderr.split())
@@ -169,7 +264,7 @@ def _serve_once(body: bytes) -> tuple[str, Any]:
     import threading
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             self.send_response(200 if self.path == "/v1/models" else 404)
             self.send_header("Content-Type", "application/json")
             self.end_headers()
@@ -189,8 +284,10 @@ def test_attach_with_just_a_url_reads_the_model_from_the_server(tmp_path: Path) 
     url, srv = _serve_once(body)
     try:
         path = tmp_path / "attach.yaml"
-        path.write_text(f"name: a\nserver:\n  url: {url}\nconfigurations:\n  - {{name: base, algorithm: none}}\n"
-                        "measurement: {prompts: 'builtin:repeat'}\n")
+        path.write_text(
+            f"name: a\nserver:\n  url: {url}\nconfigurations:\n  - {{name: base, algorithm: none}}\n"
+            "measurement: {prompts: 'builtin:repeat'}\n"
+        )
         loaded = load_scenario(path)
         assert loaded.scenario.server.model == "models/smollm2-135m-q4_1.gguf"
     finally:
@@ -199,7 +296,9 @@ def test_attach_with_just_a_url_reads_the_model_from_the_server(tmp_path: Path) 
     with pytest.raises(ScenarioError, match=r"server.model: not given, and the server at .* did not list its models"):
         load_scenario(path)
     # without server.url a model is still required
-    path.write_text("name: a\nserver: {engine: llamacpp}\nconfigurations:\n  - {name: base, algorithm: none}\n"
-                    "measurement: {prompts: 'builtin:repeat'}\n")
+    path.write_text(
+        "name: a\nserver: {engine: llamacpp}\nconfigurations:\n  - {name: base, algorithm: none}\n"
+        "measurement: {prompts: 'builtin:repeat'}\n"
+    )
     with pytest.raises(ScenarioError, match="server.model is required"):
         load_scenario(path)

@@ -14,8 +14,8 @@ import yaml
 
 from engines import ENGINES
 from engines.types import LaunchSpec
-from harness.config.schema import DRAFT_MODEL_ALGORITHMS, ENGINE_NAMES, Scenario
 from harness.config.reference import ENGINE_FIELDS, IGNORED_BY, PROMPT_SET_PURPOSE, REGENERATE, fields, markdown
+from harness.config.schema import DRAFT_MODEL_ALGORITHMS, ENGINE_NAMES, Scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "scenarios.md"
@@ -23,24 +23,44 @@ DOC = ROOT / "docs" / "scenarios.md"
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [sys.executable, "-m", "harness.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**os.environ, **(env or {})},
     )
 
 
 def test_committed_doc_is_up_to_date() -> None:
-    assert DOC.read_text(encoding="utf-8") == markdown(), f"docs/scenarios.md is out of date: run `{REGENERATE}` to regenerate it"
+    assert DOC.read_text(encoding="utf-8") == markdown(), (
+        f"docs/scenarios.md is out of date: run `{REGENERATE}` to regenerate it"
+    )
 
 
 def test_every_field_of_every_model_is_documented() -> None:
     docs = fields()
     models = {f.model for f in docs}
-    assert {"Scenario", "Server", "Configuration", "Synthetic", "Sweep", "Measurement", "Soak", "Shape", "Watchdog", "Slo", "Ramp",
-            "ReportOptions"} <= {m.__name__ for m in models}
+    assert {
+        "Scenario",
+        "Server",
+        "Configuration",
+        "Synthetic",
+        "Sweep",
+        "Measurement",
+        "Soak",
+        "Shape",
+        "Watchdog",
+        "Slo",
+        "Ramp",
+        "ReportOptions",
+    } <= {m.__name__ for m in models}
     text = DOC.read_text(encoding="utf-8")
     for f in docs:
         assert f"| `{f.path}` |" in text, f"{f.path} is not in docs/scenarios.md: run `{REGENERATE}`"
-        assert f.info.description, f"{f.model.__name__}.{f.name} ({f.path}) has no description: add one in harness/config/schema.py"
+        assert f.info.description, (
+            f"{f.model.__name__}.{f.name} ({f.path}) has no description: add one in harness/config/schema.py"
+        )
     # and every model field is reached by the walk (a model nested in a new way would be missed silently)
     for model in models:
         assert {f.name for f in docs if f.model is model} == set(model.model_fields), model.__name__
@@ -55,16 +75,24 @@ def test_engine_map_names_real_fields_and_engines() -> None:
 
 def test_engine_map_agrees_with_the_adapters() -> None:
     synthetic = {e for e, cls in ENGINES.items() if cls.synthetic_acceptance}
-    for path in ("configurations[].synthetic", "configurations[].synthetic.length", "configurations[].synthetic.rates",
-                 "configurations[].sweep.synthetic_length"):
+    for path in (
+        "configurations[].synthetic",
+        "configurations[].synthetic.length",
+        "configurations[].synthetic.rates",
+        "configurations[].sweep.synthetic_length",
+    ):
         assert set(ENGINE_FIELDS[path]) == synthetic, path
     assert set(ENGINE_FIELDS["report.fill_check"]) == {e for e, cls in ENGINES.items() if cls.ctx_sizes_kv}
-    assert set(ENGINE_FIELDS["configurations[].draft"]) == {e for e, cls in ENGINES.items() if cls.methods & DRAFT_MODEL_ALGORITHMS}
+    assert set(ENGINE_FIELDS["configurations[].draft"]) == {
+        e for e, cls in ENGINES.items() if cls.methods & DRAFT_MODEL_ALGORITHMS
+    }
     assert set(ENGINE_FIELDS["configurations[].algorithm"]) == set(ENGINES)
 
     # server.api_key_env: the engines listed get the key (environment or a masked flag); the others do not
     for name, cls in ENGINES.items():
-        spec = LaunchSpec(model=Path("/m"), api_key="k3y", binary=Path("/x/bin/python3" if name == "sglang" else f"/x/bin/{name}"))
+        spec = LaunchSpec(
+            model=Path("/m"), api_key="k3y", binary=Path("/x/bin/python3" if name == "sglang" else f"/x/bin/{name}")
+        )
         engine = cls(spec, Path("/tmp/x.server.log"))
         given = "k3y" in engine.engine_env().values() or "k3y" in engine.command()
         assert given == (name in ENGINE_FIELDS["server.api_key_env"]), name
@@ -118,17 +146,35 @@ def test_plan_masks_the_api_key_and_says_what_is_not_honoured(tmp_path: Path) ->
     assert r.returncode == 0, r.stderr
     assert "sekrit-value" not in r.stdout and "LLAMA_API_KEY=***" in r.stdout
     assert "MISSING: no such model file" in r.stdout
-    order = ["baseline: start", "warm-up", "1 stream x 2 repetitions", "2 streams x 2 repetitions", "ramp:", "stop", "fill check",
-             "ng: start", "soak baseline", "after the soak", "soak ng", "estimated wall clock"]
+    order = [
+        "baseline: start",
+        "warm-up",
+        "1 stream x 2 repetitions",
+        "2 streams x 2 repetitions",
+        "ramp:",
+        "stop",
+        "fill check",
+        "ng: start",
+        "soak baseline",
+        "after the soak",
+        "soak ng",
+        "estimated wall clock",
+    ]
     at = [r.stdout.index(x) for x in order]
     assert at == sorted(at), r.stdout
     p.write_text(p.read_text().replace("engine: llamacpp", "engine: vllm").replace("ngram-map-k", "ngram, k: 3"))
     r = cli("plan", str(p), env={"PLAN_TEST_KEY": "sekrit-value"})
     assert r.returncode == 0, r.stderr
-    assert "server.threads: vllm does not honour it" in r.stdout and "report.fill_check: vllm does not honour it" in r.stdout
+    assert (
+        "server.threads: vllm does not honour it" in r.stdout
+        and "report.fill_check: vllm does not honour it" in r.stdout
+    )
 
 
-@pytest.mark.parametrize(("text", "words"), [("name: t\n", "server"), ("name: t\nserver: {model: m}\nconfigurations: [{name: a, nope: 1}]\n", "nope")])
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [("name: t\n", "server"), ("name: t\nserver: {model: m}\nconfigurations: [{name: a, nope: 1}]\n", "nope")],
+)
 def test_plan_bad_scenario_is_exit_2(tmp_path: Path, text: str, words: str) -> None:
     p = tmp_path / "s.yaml"
     p.write_text(text)
@@ -138,8 +184,10 @@ def test_plan_bad_scenario_is_exit_2(tmp_path: Path, text: str, words: str) -> N
 
 def test_plan_attached_starts_nothing_and_looks_for_no_model(tmp_path: Path) -> None:
     p = tmp_path / "s.yaml"
-    p.write_text("name: t\nserver: {engine: vllm, model: /nowhere/m, url: 'http://10.0.0.5:8000'}\n"
-                 "configurations: [{name: eagle, algorithm: draft-eagle3, draft: /nowhere/d, k: 3}]\n")
+    p.write_text(
+        "name: t\nserver: {engine: vllm, model: /nowhere/m, url: 'http://10.0.0.5:8000'}\n"
+        "configurations: [{name: eagle, algorithm: draft-eagle3, draft: /nowhere/d, k: 3}]\n"
+    )
     r = cli("plan", str(p))
     assert r.returncode == 0, r.stderr
     assert "attached to http://10.0.0.5:8000: nothing is started or stopped" in r.stdout

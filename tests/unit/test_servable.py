@@ -10,12 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from harness.report.build import build_report
 from harness.detect.servable import search_max_streams, servable_context, slo_verdict
+from harness.report.build import build_report
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run_quick"
-CAP = {"slots": 4, "ctx_total": 8192, "kv_unified": False,
-       "target": {"model_mib": 92.1, "kv_mib": 180.0, "compute_mib": 16.64}, "draft": None}
+CAP = {
+    "slots": 4,
+    "ctx_total": 8192,
+    "kv_unified": False,
+    "target": {"model_mib": 92.1, "kv_mib": 180.0, "compute_mib": 16.64},
+    "draft": None,
+}
 
 
 def test_servable_context_is_budget_minus_fixed_over_kv_per_token() -> None:
@@ -88,17 +93,47 @@ def _ramp_run(tmp_path: Path) -> Path:
     for i, (n, v) in enumerate(tps.items()):
         att = f"draft-self-k3/ramp/{n}/{i + 1}/x"
         steps.append({"event": "step", "config": "draft-self-k3", "streams": n, "attempt": att, "passed": v >= 10})
-        reqs += [{"config": "draft-self-k3", "phase": "ramp", "streams": n, "repetition": i + 1, "start_unix_s": 1.8e9 + i, "attempt": att,
-                  "status": "ok", "decode_tps": v, "ttft_s": 0.5} for _ in range(n)]
+        reqs += [
+            {
+                "config": "draft-self-k3",
+                "phase": "ramp",
+                "streams": n,
+                "repetition": i + 1,
+                "start_unix_s": 1.8e9 + i,
+                "attempt": att,
+                "status": "ok",
+                "decode_tps": v,
+                "ttft_s": 0.5,
+            }
+            for _ in range(n)
+        ]
     steps.append({"event": "result", "config": "draft-self-k3", "max_streams": 5, "first_failing": 6})
     (d / "ramp.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
     with (d / "requests.jsonl").open("a") as f:
         f.write("".join(json.dumps(r) + "\n" for r in reqs))
     fills = [
-        {"config": "baseline", "budget_mib": 512.0, "status": "ok", "started_ctx_total": 17408, "engine_ctx_per_slot": 4352,
-         "min_tokens_filled": 4340, "log_total_mib": 490.0, "rss_peak_mib": 530.0, "overflow_refused": True, "detail": "4/4 slots filled"},
-        {"config": "draft-self-k3", "budget_mib": 512.0, "status": "failed", "started_ctx_total": 6656, "engine_ctx_per_slot": 1664,
-         "min_tokens_filled": 1650, "overflow_refused": False, "detail": "a prompt past the context was NOT refused"},
+        {
+            "config": "baseline",
+            "budget_mib": 512.0,
+            "status": "ok",
+            "started_ctx_total": 17408,
+            "engine_ctx_per_slot": 4352,
+            "min_tokens_filled": 4340,
+            "log_total_mib": 490.0,
+            "rss_peak_mib": 530.0,
+            "overflow_refused": True,
+            "detail": "4/4 slots filled",
+        },
+        {
+            "config": "draft-self-k3",
+            "budget_mib": 512.0,
+            "status": "failed",
+            "started_ctx_total": 6656,
+            "engine_ctx_per_slot": 1664,
+            "min_tokens_filled": 1650,
+            "overflow_refused": False,
+            "detail": "a prompt past the context was NOT refused",
+        },
     ]
     (d / "fill_checks.jsonl").write_text("".join(json.dumps(f) + "\n" for f in fills))
     return d
@@ -112,14 +147,20 @@ def test_report_uses_the_ramp_and_shows_the_fill_check(tmp_path: Path) -> None:
     assert d["first_failing"].startswith("N=6: per-stream 9.0 t/s < 10")
     assert d["evidence"].split("; ")[0].startswith("N=1: 30.0") and d["largest_measured_streams"] == 8
     # no ramp records for the baseline: its measured stream counts decide
-    assert ms.loc["baseline", "max_streams_source"] == "measured stream counts" and ms.loc["baseline", "max_streams"] == 4
+    assert (
+        ms.loc["baseline", "max_streams_source"] == "measured stream counts" and ms.loc["baseline", "max_streams"] == 4
+    )
     mem = rep.tables["memory"].set_index("config")
     assert mem.loc["baseline", "fill_check"] == "ok" and mem.loc["baseline", "fill_rss_peak_mib"] == 530.0
     assert mem.loc["draft-self-k3", "fill_check"] == "failed" and not mem.loc["draft-self-k3", "fill_overflow_refused"]
     shown = rep.display.set_index("configuration")["servable ctx/slot (budget)"]
     assert shown["baseline"].endswith("✓") and shown["draft-self-k3"].endswith("✗")
     md = rep.markdown.read_text()
-    assert "Adaptive ramp (the scenario's `slo.ramp`)" in md and re.search(r"\| draft-self-k3 +\| 5 +\| +4 \| adaptive ramp", md) and "Checked: each configuration was started again" in md
+    assert (
+        "Adaptive ramp (the scenario's `slo.ramp`)" in md
+        and re.search(r"\| draft-self-k3 +\| 5 +\| +4 \| adaptive ramp", md)
+        and "Checked: each configuration was started again" in md
+    )
     # a fill check made under another budget is not shown as if it were this one's
     other = build_report([_ramp_run(tmp_path / "b")], memory_budget_mib=1024).tables["memory"]
     assert (other["fill_check"] == "not run").all()

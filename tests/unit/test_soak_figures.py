@@ -9,13 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from engines.types import CacheState, EngineCounters, counters_delta
 from engines.llamacpp import LlamaCpp, cache_ram_mib
+from engines.types import CacheState, EngineCounters, counters_delta
 from engines.vllm import Vllm
 from harness.probe.memory import TreeMemory, status_kib, tree_memory
 from harness.soak.explain import explain
-from harness.soak.figures import (cache_outlook, engine_view, longest_stall, memory_figures, stall_figures, stall_trend,
-                                  work_done)
+from harness.soak.figures import (
+    cache_outlook,
+    engine_view,
+    longest_stall,
+    memory_figures,
+    stall_figures,
+    stall_trend,
+    work_done,
+)
 from tests.conftest import FIXTURES
 
 
@@ -34,8 +41,10 @@ def test_stall_figures_take_the_longest_gap_of_any_request_and_the_slowest_probe
 
 def test_stall_trend_follows_pauses_that_grow_with_uptime() -> None:
     # the GC-pause shape: 7 s at 1 h to 46 s at 6.5 h
-    wins = [{"engine_uptime_s": h * 3600, "probe_max_s": 7 + (46 - 7) * (h - 1) / 5.5, "max_chunk_gap_s": 0.05}
-            for h in (1, 2, 3, 3.5, 4, 5, 6, 6.5)]
+    wins = [
+        {"engine_uptime_s": h * 3600, "probe_max_s": 7 + (46 - 7) * (h - 1) / 5.5, "max_chunk_gap_s": 0.05}
+        for h in (1, 2, 3, 3.5, 4, 5, 6, 6.5)
+    ]
     worst, slope = stall_trend(wins)
     assert worst == pytest.approx(46)
     assert slope == pytest.approx(39 / 5.5, rel=0.01)
@@ -52,8 +61,9 @@ def test_engine_view_from_real_vllm_metrics() -> None:
     view = engine_view(counters_delta(before, after))
     assert view["kv_usage"] == 0.0 and view["preemptions"] == 0.0
     assert view["prefix_hit_rate"] is None  # nothing looked up: no rate, not 0
-    grown = EngineCounters(prefix_cache_queries=1000.0, prefix_cache_hits=910.0, kv_usage=0.58, preemptions=3.0,
-                           requests_deferred=2.0)
+    grown = EngineCounters(
+        prefix_cache_queries=1000.0, prefix_cache_hits=910.0, kv_usage=0.58, preemptions=3.0, requests_deferred=2.0
+    )
     view = engine_view(counters_delta(before, grown))
     assert view["prefix_hit_rate"] == pytest.approx(0.91)
     assert view["preemptions"] == 3.0 and view["requests_waiting"] == 2.0 and view["kv_usage"] == 0.58
@@ -85,7 +95,9 @@ def test_cache_ram_from_the_command_line() -> None:
 def test_tree_memory_counts_swapped_anonymous_memory(tmp_path: Path) -> None:
     pid = os.getpid()
     (tmp_path / str(pid)).mkdir()
-    (tmp_path / str(pid) / "status").write_text("Name:\tllama-server\nVmRSS:\t  102400 kB\nRssAnon:\t   51200 kB\nVmSwap:\t 9437184 kB\n")
+    (tmp_path / str(pid) / "status").write_text(
+        "Name:\tllama-server\nVmRSS:\t  102400 kB\nRssAnon:\t   51200 kB\nVmSwap:\t 9437184 kB\n"
+    )
     mem = tree_memory(pid, proc_root=tmp_path)
     assert mem is not None
     assert mem.rss_mib == 100.0 and mem.swap_mib == 9216.0
@@ -120,16 +132,32 @@ def test_work_done_uses_the_engine_counters_else_counts_since_start() -> None:
     recs = [{"status": "ok", "output_tokens": 32}, {"status": "error"}]
     first = work_done(None, recs, None, restarted=True)
     assert first == {"engine_requests_done": 2.0, "engine_output_tokens_done": 32.0}
-    assert work_done(first, recs, None, restarted=False) == {"engine_requests_done": 4.0, "engine_output_tokens_done": 64.0}
+    assert work_done(first, recs, None, restarted=False) == {
+        "engine_requests_done": 4.0,
+        "engine_output_tokens_done": 64.0,
+    }
     assert work_done(first, recs, None, restarted=True)["engine_requests_done"] == 2.0
     c = EngineCounters(output_tokens=5000.0, requests_finished=150.0)
-    assert work_done(first, recs, c, restarted=False) == {"engine_requests_done": 150.0, "engine_output_tokens_done": 5000.0}
+    assert work_done(first, recs, c, restarted=False) == {
+        "engine_requests_done": 150.0,
+        "engine_output_tokens_done": 5000.0,
+    }
 
 
 def _win(i: int, **over: float) -> dict[str, object]:
-    w: dict[str, object] = {"t_start_unix": 60.0 * i, "t_end_unix": 60.0 * (i + 1), "t_unix": 60.0 * i + 30, "engine_pid": 7,
-                            "output_tps": 100.0, "acceptance": 0.74, "kv_usage": 0.58, "prefix_hit_rate": 0.91,
-                            "engine_rss_mib": 900.0, "requests_waiting": 0.0, "cpu": {"engine_cores": 1.9}}
+    w: dict[str, object] = {
+        "t_start_unix": 60.0 * i,
+        "t_end_unix": 60.0 * (i + 1),
+        "t_unix": 60.0 * i + 30,
+        "engine_pid": 7,
+        "output_tps": 100.0,
+        "acceptance": 0.74,
+        "kv_usage": 0.58,
+        "prefix_hit_rate": 0.91,
+        "engine_rss_mib": 900.0,
+        "requests_waiting": 0.0,
+        "cpu": {"engine_cores": 1.9},
+    }
     w.update(over)
     return w
 
@@ -153,8 +181,13 @@ def test_explanation_lists_what_moved_with_the_verdict_and_what_did_not() -> Non
 def _soak_scenario(tmp_path: Path, soak: dict[str, object], configs: list[dict[str, object]] | None = None) -> Path:
     import yaml
 
-    data = {"name": "w", "server": {"model": "m.gguf"}, "configurations": configs or [{"name": "baseline", "algorithm": "none"}],
-            "measurement": {"prompts": "builtin:repeat"}, "soak": soak}
+    data = {
+        "name": "w",
+        "server": {"model": "m.gguf"},
+        "configurations": configs or [{"name": "baseline", "algorithm": "none"}],
+        "measurement": {"prompts": "builtin:repeat"},
+        "soak": soak,
+    }
     (tmp_path / "m.gguf").write_bytes(b"GGUF")
     path = tmp_path / "w.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -162,13 +195,18 @@ def _soak_scenario(tmp_path: Path, soak: dict[str, object], configs: list[dict[s
 
 
 def test_plan_says_how_much_work_a_soak_pushes_through(tmp_path: Path) -> None:
-    from harness.run.plan import soak_work
     from harness.config.loader import load_scenario
+    from harness.run.plan import soak_work
 
-    open_loop = load_scenario(_soak_scenario(tmp_path, {"duration_s": 3600, "max_tokens": 100,
-                                                        "arrival": {"kind": "poisson", "rate_rps": 2.0}})).scenario
+    open_loop = load_scenario(
+        _soak_scenario(
+            tmp_path, {"duration_s": 3600, "max_tokens": 100, "arrival": {"kind": "poisson", "rate_rps": 2.0}}
+        )
+    ).scenario
     assert soak_work(open_loop).startswith("about 7,200 requests and 720,000 output tokens")
-    closed = load_scenario(_soak_scenario(tmp_path, {"duration_s": 3600, "max_tokens": 100, "shape": {"kind": "steady", "users": 2}})).scenario
+    closed = load_scenario(
+        _soak_scenario(tmp_path, {"duration_s": 3600, "max_tokens": 100, "shape": {"kind": "steady", "users": 2}})
+    ).scenario
     assert "2 users on average" in soak_work(closed)
 
 
@@ -176,12 +214,18 @@ def test_validate_warns_of_a_prompt_cache_cap_over_the_memory_limit(tmp_path: Pa
     from harness.config.checks import soak_warnings
     from harness.config.loader import load_scenario
 
-    configs = [{"name": "default-cap", "algorithm": "none"},
-               {"name": "small-cap", "algorithm": "none", "engine_args": ["--cache-ram", "256"]}]
-    sc = load_scenario(_soak_scenario(tmp_path, {"duration_s": 600, "watchdog": {"memory_limit_mib": 2048}}, configs)).scenario
+    configs = [
+        {"name": "default-cap", "algorithm": "none"},
+        {"name": "small-cap", "algorithm": "none", "engine_args": ["--cache-ram", "256"]},
+    ]
+    sc = load_scenario(
+        _soak_scenario(tmp_path, {"duration_s": 600, "watchdog": {"memory_limit_mib": 2048}}, configs)
+    ).scenario
     warnings = [w for w in soak_warnings(sc) if "prompt cache" in w]
     assert len(warnings) == 1 and "'default-cap'" in warnings[0] and "8,192 MiB" in warnings[0]
-    sc = load_scenario(_soak_scenario(tmp_path, {"duration_s": 600, "stall_s": 5, "watchdog": {"stall_warn_s": 5}})).scenario
+    sc = load_scenario(
+        _soak_scenario(tmp_path, {"duration_s": 600, "stall_s": 5, "watchdog": {"stall_warn_s": 5}})
+    ).scenario
     assert any("stall_warn_s" in w for w in soak_warnings(sc))
 
 
@@ -190,5 +234,5 @@ def test_sglang_kv_usage_and_retractions_from_its_metrics() -> None:
 
     c = SGLang.normalise_metrics((FIXTURES / "sglang" / "eagle3.metrics.txt").read_text())
     assert c.kv_usage == 0.0 and c.requests_finished is not None
-    text = "# TYPE sglang:num_retracted_requests_total counter\nsglang:num_retracted_requests_total{model_name=\"m\"} 3\n"
+    text = '# TYPE sglang:num_retracted_requests_total counter\nsglang:num_retracted_requests_total{model_name="m"} 3\n'
     assert SGLang.normalise_metrics(text).preemptions == 3.0

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.detect.trend import trend
 from harness.load.shapes import load_trace, users_at
 from harness.records.files import JsonlWriter, read_jsonl
 from harness.soak.slice import soak_elapsed
 from harness.soak.tail import RecordTail
-from harness.detect.trend import trend
 
 
 def test_steady_ramp_diurnal_bursts() -> None:
@@ -38,7 +38,9 @@ def test_trace_is_sorted_and_errors_name_the_line(tmp_path: Path) -> None:
 HOUR = 3600.0
 
 
-def _series(seed: int, slope_per_window: float, n: int = 40, level: float = 50.0, noise: float = 2.0) -> tuple[list[float], list[float]]:
+def _series(
+    seed: int, slope_per_window: float, n: int = 40, level: float = 50.0, noise: float = 2.0
+) -> tuple[list[float], list[float]]:
     rng = np.random.default_rng(seed)
     t = np.arange(n) * 300.0  # 5-minute windows: 40 windows = 3 h 20 min
     y = level + slope_per_window * np.arange(n) + rng.normal(0, noise, n)
@@ -46,7 +48,11 @@ def _series(seed: int, slope_per_window: float, n: int = 40, level: float = 50.0
 
 
 def test_no_false_alarm_on_noise() -> None:
-    alarms = sum(bool(tr and tr.drifting) for seed in range(200) for tr in [trend("decode_tps", *_series(seed, 0.0), bad_direction=-1)])
+    alarms = sum(
+        bool(tr and tr.drifting)
+        for seed in range(200)
+        for tr in [trend("decode_tps", *_series(seed, 0.0), bad_direction=-1)]
+    )
     assert alarms <= 2  # alpha 0.01, and the minimum effect size makes it rarer still
 
 

@@ -23,7 +23,9 @@ META = {"config": "c", "phase": "measure", "streams": 1, "repetition": 0, "strea
 
 
 def capture_chunks() -> list[dict[str, Any]]:
-    return [json.loads(ln[5:]) for ln in CAPTURE.read_text().splitlines() if ln.startswith("data:") and "[DONE]" not in ln]
+    return [
+        json.loads(ln[5:]) for ln in CAPTURE.read_text().splitlines() if ln.startswith("data:") and "[DONE]" not in ln
+    ]
 
 
 def line(chunk: dict[str, Any]) -> bytes:
@@ -82,14 +84,25 @@ def test_multi_token_chunks_from_running_usage() -> None:
     lines, total = [(line(capture_chunks()[0]), 50 * MS)], 0
     for n, t in zip(tokens, arrivals_ms):
         total += n
-        lines.append((line(text_chunk("x" * n, usage={"prompt_tokens": 34, "completion_tokens": total, "total_tokens": 34 + total})), t * MS))
+        lines.append(
+            (
+                line(
+                    text_chunk(
+                        "x" * n, usage={"prompt_tokens": 34, "completion_tokens": total, "total_tokens": 34 + total}
+                    )
+                ),
+                t * MS,
+            )
+        )
     lines += [(line(c), 280 * MS) for c in finish_and_usage(12)]
     rec = run(lines)
     assert rec.status == "ok" and rec.output_tokens == 12 and rec.chunks == 5
     assert rec.chunk_tokens == tokens
     assert rec.itl_s == [0.06, 0.01, 0.08, 0.02]  # per chunk: kept as it was
     # per token: 60/3 ×3, 10/1, 80/4 ×4, 20/2 ×2 ms
-    assert per_token_gaps(rec.itl_s, rec.chunk_tokens[1:]) == pytest.approx([0.02] * 3 + [0.01] + [0.02] * 4 + [0.01] * 2)
+    assert per_token_gaps(rec.itl_s, rec.chunk_tokens[1:]) == pytest.approx(
+        [0.02] * 3 + [0.01] + [0.02] * 4 + [0.01] * 2
+    )
     assert rec.itl_token_p50_s == 0.02  # 10 entries: 3 of 10 ms, 7 of 20 ms
     assert rec.itl_token_p99_s == 0.02
     # decode t/s: the 10 tokens after the first chunk over 170 ms; the first chunk's 2 tokens are not in it
@@ -114,8 +127,13 @@ def test_per_token_percentiles_interpolate() -> None:
 def test_llamacpp_timings_per_token_count_tokens() -> None:
     """llama.cpp with timings_per_token: each chunk's timings.predicted_n (format of
     base.completion.stream_timings_per_token.sse.txt) is the running count."""
-    timings = json.loads((LLAMACPP / "base.completion.stream_timings_per_token.sse.txt").read_text().split("\n")[0][5:])["timings"]
-    lines = [(line(text_chunk("a", timings={**timings, "predicted_n": n})), t * MS) for n, t in ((1, 100), (2, 110), (5, 140))]
+    timings = json.loads(
+        (LLAMACPP / "base.completion.stream_timings_per_token.sse.txt").read_text().split("\n")[0][5:]
+    )["timings"]
+    lines = [
+        (line(text_chunk("a", timings={**timings, "predicted_n": n})), t * MS)
+        for n, t in ((1, 100), (2, 110), (5, 140))
+    ]
     rec = run(lines + [(line(c), 150 * MS) for c in finish_and_usage(5)])
     assert rec.chunk_tokens == [1, 1, 3]
     assert rec.itl_token_p50_s == 0.01 and rec.decode_tps == pytest.approx(4 / 0.040)
@@ -142,7 +160,9 @@ def test_multi_token_chunks_without_counts_are_unknown_per_token() -> None:
 
 def test_a_chunk_with_no_new_token_passes_its_gap_on() -> None:
     counts = [1, 2, 2, 4]  # the third chunk is text held back from earlier tokens
-    lines = [(line(text_chunk("w", usage={"completion_tokens": c})), t * MS) for c, t in zip(counts, (100, 110, 120, 150))]
+    lines = [
+        (line(text_chunk("w", usage={"completion_tokens": c})), t * MS) for c, t in zip(counts, (100, 110, 120, 150))
+    ]
     rec = run(lines + [(line(finish_and_usage(4)[0]), 160 * MS)])
     assert rec.chunk_tokens == [1, 1, 0, 2]
     assert per_token_gaps([10, 10, 30], [1, 0, 2]) == [10, 20, 20]
@@ -157,7 +177,7 @@ def test_split_lines_and_utf8_take_the_time_of_the_read_that_completes_them() ->
         whole.feed(ln, 1)
     for size in (1, 2, 7, 64, 333):
         p = StreamParser(LlamaCpp, True, 0)
-        blocks = [raw[i:i + size] for i in range(0, len(raw), size)]
+        blocks = [raw[i : i + size] for i in range(0, len(raw), size)]
         for i, block in enumerate(blocks):
             p.feed_block(block, i + 1)
         p.end_of_block_stream(len(blocks) + 1)  # the last line had no newline
@@ -187,7 +207,9 @@ def test_more_chunks_than_usage_is_duplicate() -> None:
 
 
 def test_engine_stream_options_are_added_to_include_usage() -> None:
-    body = request_body([], RequestParams(max_tokens=4), {"stream_options": {"continuous_usage_stats": True}, "model": "m"})
+    body = request_body(
+        [], RequestParams(max_tokens=4), {"stream_options": {"continuous_usage_stats": True}, "model": "m"}
+    )
     assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True} and body["model"] == "m"
     assert request_body([], RequestParams(max_tokens=4), {})["stream_options"] == {"include_usage": True}
 
@@ -199,8 +221,14 @@ def test_request_body_is_the_openai_chat_request() -> None:
     params = RequestParams(max_tokens=64, temperature=0.7, seed=40, ignore_eos=False)
     msgs = [{"role": "user", "content": "hi"}]
     assert request_body(msgs, params, {"cache_prompt": False}, seq=5) == {
-        "messages": msgs, "max_tokens": 64, "temperature": 0.7, "seed": 45, "stream": True, "ignore_eos": False,
-        "cache_prompt": False, "stream_options": {"include_usage": True},
+        "messages": msgs,
+        "max_tokens": 64,
+        "temperature": 0.7,
+        "seed": 45,
+        "stream": True,
+        "ignore_eos": False,
+        "cache_prompt": False,
+        "stream_options": {"include_usage": True},
     }
 
 
@@ -211,7 +239,9 @@ def test_times_are_taken_from_the_request_start() -> None:
     for raw, t in [(line(text_chunk("a")), t0 + 100 * MS), (line(text_chunk("b")), t0 + 150 * MS)]:
         p.feed(raw, t)
     for c in finish_and_usage(2):
-        p.feed(line({**c, "usage": {**c.get("usage", {}), "prompt_tokens": 34}} if c.get("usage") else c), t0 + 160 * MS)
+        p.feed(
+            line({**c, "usage": {**c.get("usage", {}), "prompt_tokens": 34}} if c.get("usage") else c), t0 + 160 * MS
+        )
     rec = p.record(META, "p0", 1_700_000_000.1234567, t0 + 200 * MS)
     assert rec.status == "ok" and rec.text is None  # keep_text off
     assert rec.ttft_s == pytest.approx(0.100) and rec.e2e_s == pytest.approx(0.200)
@@ -229,8 +259,10 @@ def test_one_chunk_has_no_decode_speed_and_chunks_equal_to_usage_are_not_duplica
     ("payload", "kind"),
     [
         (b'{"error":{"code":500,"message":"slot crashed","type":"server_error"}}', "server_error"),
-        (b'{"error":{"code":400,"message":"the request exceeds the available context size","type":"invalid_request_error"}}',
-         "context_overflow"),
+        (
+            b'{"error":{"code":400,"message":"the request exceeds the available context size","type":"invalid_request_error"}}',
+            "context_overflow",
+        ),
         (b'{"error":"upstream gone"}', "server_error"),
         (b'{"choices":[{"delta":{"content":"x"', "malformed"),
         (b"[1, 2]", "malformed"),

@@ -21,10 +21,26 @@ def _write(tmp_path: Path, cfg: dict) -> Path:
 
 
 def test_sweep_expands_k_and_synthetic_length(tmp_path: Path) -> None:
-    p = _write(tmp_path, {"name": "d", "algorithm": "draft-simple", "draft": "m.gguf", "sweep": {"k": [6, 2, 3], "synthetic_length": [1.5, 2.5]}})
+    p = _write(
+        tmp_path,
+        {
+            "name": "d",
+            "algorithm": "draft-simple",
+            "draft": "m.gguf",
+            "sweep": {"k": [6, 2, 3], "synthetic_length": [1.5, 2.5]},
+        },
+    )
     sc = load_scenario(p, LlamaCpp.methods).scenario
     runs = sc.runs()
-    assert [r.name for r in runs] == ["base", "d-k2-L1.5", "d-k2-L2.5", "d-k3-L1.5", "d-k3-L2.5", "d-k6-L1.5", "d-k6-L2.5"]
+    assert [r.name for r in runs] == [
+        "base",
+        "d-k2-L1.5",
+        "d-k2-L2.5",
+        "d-k3-L1.5",
+        "d-k3-L2.5",
+        "d-k6-L1.5",
+        "d-k6-L2.5",
+    ]
     assert all(r.sweep_of == "d" and r.sweep is None for r in runs[1:])
     assert runs[3].k == 3 and runs[3].synthetic is not None and runs[3].synthetic.length == 1.5 and runs[3].is_synthetic
 
@@ -52,8 +68,14 @@ def test_bad_sweeps_are_input_errors(tmp_path: Path, sweep: dict, extra: dict, m
 
 def test_sweep_names_must_not_clash(tmp_path: Path) -> None:
     (tmp_path / "m.gguf").write_bytes(b"GGUF")
-    data = {"name": "s", "server": {"model": "m.gguf"},
-            "configurations": [{"name": "d-k2", "algorithm": "ngram-mod"}, {"name": "d", "algorithm": "ngram-mod", "sweep": {"k": [2]}}]}
+    data = {
+        "name": "s",
+        "server": {"model": "m.gguf"},
+        "configurations": [
+            {"name": "d-k2", "algorithm": "ngram-mod"},
+            {"name": "d", "algorithm": "ngram-mod", "sweep": {"k": [2]}},
+        ],
+    }
     p = tmp_path / "s.yaml"
     p.write_text(yaml.safe_dump(data))
     with pytest.raises(ScenarioError, match="'d-k2' is used twice \\(from the sweep of 'd'\\)"):
@@ -72,11 +94,37 @@ def test_k_sweep_table_names_the_best_k_per_column() -> None:
         "d-k4": {"algorithm": "draft-simple", "k": 4, "sweep_of": "d", "spec": {"name": "d-k4", "k": 4}},
     }
     run = RunData(Path("r"), {"run_id": "r", "configurations": cfgs}, pd.DataFrame(), pd.DataFrame(), {}, [])
-    verdict = pd.DataFrame([
-        {"run": "r", "config": "base", "acceptance": None, "mean_accept_len": None, "solo_decode_tps": 50.0, "total_tps_1": 40.0, "total_tps_4": 60.0},
-        {"run": "r", "config": "d-k2", "acceptance": 0.8, "mean_accept_len": 2.6, "solo_decode_tps": 55.0, "total_tps_1": 45.0, "total_tps_4": 50.0},
-        {"run": "r", "config": "d-k4", "acceptance": 0.6, "mean_accept_len": 3.1, "solo_decode_tps": 58.0, "total_tps_1": 44.0, "total_tps_4": 41.0},
-    ])
+    verdict = pd.DataFrame(
+        [
+            {
+                "run": "r",
+                "config": "base",
+                "acceptance": None,
+                "mean_accept_len": None,
+                "solo_decode_tps": 50.0,
+                "total_tps_1": 40.0,
+                "total_tps_4": 60.0,
+            },
+            {
+                "run": "r",
+                "config": "d-k2",
+                "acceptance": 0.8,
+                "mean_accept_len": 2.6,
+                "solo_decode_tps": 55.0,
+                "total_tps_1": 45.0,
+                "total_tps_4": 50.0,
+            },
+            {
+                "run": "r",
+                "config": "d-k4",
+                "acceptance": 0.6,
+                "mean_accept_len": 3.1,
+                "solo_decode_tps": 58.0,
+                "total_tps_1": 44.0,
+                "total_tps_4": 41.0,
+            },
+        ]
+    )
     table = k_sweep_table([run], verdict, [1, 4])
     assert list(table["config"]) == ["d-k2", "d-k4"]
     assert list(table["best_for"]) == ["@1, @4", "solo"]

@@ -15,8 +15,19 @@ from harness.detect.changepoint import ChangeDetector
 from harness.records.types import SoakWindow
 from harness.soak.disk import DiskWatch
 from harness.soak.slice import detector_settings
-from harness.soak.watchdog import (RSS_TREND_AFTER_S, WatchState, available_mib, cache_rules, disk_rule, drift_rules, error_rate_rule,
-                                   headroom, judge, memory_rules, stall_rule)
+from harness.soak.watchdog import (
+    RSS_TREND_AFTER_S,
+    WatchState,
+    available_mib,
+    cache_rules,
+    disk_rule,
+    drift_rules,
+    error_rate_rule,
+    headroom,
+    judge,
+    memory_rules,
+    stall_rule,
+)
 
 RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "soak_records"
 MIB = 2**20
@@ -27,14 +38,40 @@ NOT_WINDOW_RULES = ("crash", "hang", "restart_failed", "gave_up", "no_load", "di
 def win(i: int = 0, window_s: float = 60.0, **over: Any) -> dict[str, Any]:
     """The i-th window of a steady soak as windows.jsonl holds it: 10 requests, none failed, a flat engine."""
     t0 = 1_000_000.0 + i * window_s
-    w: dict[str, Any] = {"config": "spec", "slice": "spec-s001", "t_start_unix": t0, "t_end_unix": t0 + window_s,
-                         "t_unix": t0 + window_s / 2, "engine_pid": 100, "engine_uptime_s": 3600.0 + i * window_s,
-                         "engine_restart": i == 0, "contaminated": False, "requests": 10, "errors": 0, "output_tps": 20.0,
-                         "decode_tps": 25.0, "ttft_p95_s": 0.5, "acceptance": None, "engine_rss_mib": 500.0, "engine_anon_mib": 400.0,
-                         "engine_memory_mib": 500.0, "prompt_cache_mib": None, "prompt_cache_cap_mib": None,
-                         "machine_memory_available_mib": 8000.0, "gpu_used_mib": None, "gpu_total_mib": None, "probe_max_s": 0.05,
-                         "max_chunk_gap_s": 0.2, "users": 4, "judged": True, "not_judged_why": None, "memory_headroom_s": None,
-                         "memory_slope_mib_per_h": None, "gpu_headroom_s": None, "gpu_slope_mib_per_h": None}
+    w: dict[str, Any] = {
+        "config": "spec",
+        "slice": "spec-s001",
+        "t_start_unix": t0,
+        "t_end_unix": t0 + window_s,
+        "t_unix": t0 + window_s / 2,
+        "engine_pid": 100,
+        "engine_uptime_s": 3600.0 + i * window_s,
+        "engine_restart": i == 0,
+        "contaminated": False,
+        "requests": 10,
+        "errors": 0,
+        "output_tps": 20.0,
+        "decode_tps": 25.0,
+        "ttft_p95_s": 0.5,
+        "acceptance": None,
+        "engine_rss_mib": 500.0,
+        "engine_anon_mib": 400.0,
+        "engine_memory_mib": 500.0,
+        "prompt_cache_mib": None,
+        "prompt_cache_cap_mib": None,
+        "machine_memory_available_mib": 8000.0,
+        "gpu_used_mib": None,
+        "gpu_total_mib": None,
+        "probe_max_s": 0.05,
+        "max_chunk_gap_s": 0.2,
+        "users": 4,
+        "judged": True,
+        "not_judged_why": None,
+        "memory_headroom_s": None,
+        "memory_slope_mib_per_h": None,
+        "gpu_headroom_s": None,
+        "gpu_slope_mib_per_h": None,
+    }
     w.update(over)
     return w
 
@@ -89,24 +126,48 @@ def test_memory_limit_caps_the_available_memory() -> None:
 
 def test_memory_verdict_when_the_forecast_runs_out_within_the_horizon_once_per_engine() -> None:
     wd, state = Watchdog(memory_horizon_s=3600.0), WatchState()
-    assert memory_rules(typed(win(memory_headroom_s=3600.0, memory_slope_mib_per_h=100.0)), wd, state) == []  # at the horizon: not within
+    assert (
+        memory_rules(typed(win(memory_headroom_s=3600.0, memory_slope_mib_per_h=100.0)), wd, state) == []
+    )  # at the horizon: not within
     got = memory_rules(typed(win(memory_headroom_s=1800.0, memory_slope_mib_per_h=2000.0)), wd, state)
     assert [(f.kind, f.metric) for f in got] == [("memory", "engine_memory_mib")]
-    assert got[0].evidence["headroom_s"] == 1800.0 and "runs out in 30 min" in got[0].message and "+2,000 MiB/h" in got[0].message
+    assert (
+        got[0].evidence["headroom_s"] == 1800.0
+        and "runs out in 30 min" in got[0].message
+        and "+2,000 MiB/h" in got[0].message
+    )
     assert memory_rules(typed(win(memory_headroom_s=60.0, memory_slope_mib_per_h=2000.0)), wd, state) == []  # said once
-    assert len(memory_rules(typed(win(engine_pid=101, memory_headroom_s=60.0, memory_slope_mib_per_h=2000.0)), wd, state)) == 1
-    gpu = memory_rules(typed(win(engine_pid=101, gpu_headroom_s=600.0, gpu_slope_mib_per_h=900.0, gpu_used_mib=30_000.0,
-                                 gpu_total_mib=32_000.0)), wd, state)
+    assert (
+        len(memory_rules(typed(win(engine_pid=101, memory_headroom_s=60.0, memory_slope_mib_per_h=2000.0)), wd, state))
+        == 1
+    )
+    gpu = memory_rules(
+        typed(
+            win(
+                engine_pid=101,
+                gpu_headroom_s=600.0,
+                gpu_slope_mib_per_h=900.0,
+                gpu_used_mib=30_000.0,
+                gpu_total_mib=32_000.0,
+            )
+        ),
+        wd,
+        state,
+    )
     assert [(f.kind, f.metric) for f in gpu] == [("memory", "gpu_used_mib")] and "2,000 MiB free" in gpu[0].message
 
 
 def test_a_prompt_cache_cap_that_does_not_fit_warns_once_and_its_growth_is_a_memory_verdict() -> None:
     wd, state = Watchdog(memory_fit_s=1800.0), WatchState()
-    hist = [win(i, prompt_cache_mib=100.0 + 50.0 * i, prompt_cache_cap_mib=8192.0, machine_memory_available_mib=1000.0)
-            for i in range(12)]
+    hist = [
+        win(i, prompt_cache_mib=100.0 + 50.0 * i, prompt_cache_cap_mib=8192.0, machine_memory_available_mib=1000.0)
+        for i in range(12)
+    ]
     got = cache_rules(typed(hist[-1]), hist, wd, state)
     assert [(f.kind, f.action) for f in got] == [("cache_cap", "record"), ("memory", None)]
-    assert got[1].evidence["onset_unix"] == hist[0]["t_end_unix"] and got[1].evidence["headroom_s"] < wd.memory_horizon_s
+    assert (
+        got[1].evidence["onset_unix"] == hist[0]["t_end_unix"] and got[1].evidence["headroom_s"] < wd.memory_horizon_s
+    )
     assert state.memory_warned_pid == 100
     assert cache_rules(typed(hist[-1]), hist, wd, state) == []  # once per engine
     fits = [{**w, "prompt_cache_cap_mib": 256.0} for w in hist[:2]]
@@ -150,7 +211,9 @@ def test_drift_once_per_metric_and_soak_and_not_before_min_windows() -> None:
     assert state.drift_flagged == {"decode_tps"}
     assert drift_rules(wins, wd, state) == []
     young = [win(i, engine_memory_mib=500.0 + 20 * i, engine_uptime_s=RSS_TREND_AFTER_S - 1) for i in range(30)]
-    assert drift_rules(young, wd, WatchState()) == []  # engine memory in the engine's first 10 minutes: warm-up, not a leak
+    assert (
+        drift_rules(young, wd, WatchState()) == []
+    )  # engine memory in the engine's first 10 minutes: warm-up, not a leak
 
 
 def test_judge_gives_a_windows_verdicts_in_the_soaks_order(tmp_path: Path) -> None:
@@ -164,8 +227,13 @@ def test_judge_gives_a_windows_verdicts_in_the_soaks_order(tmp_path: Path) -> No
 # ---- real soaks ----------------------------------------------------------------------------------------------------
 def _folder(name: str) -> tuple[Watchdog, bool, list[dict[str, Any]], list[dict[str, Any]]]:
     sc = yaml.safe_load((RECORDS / name / "scenario.yaml").read_text())
-    read = lambda f: [json.loads(line) for line in (RECORDS / name / f).read_text().splitlines()]  # noqa: E731
-    return Watchdog(**sc["soak"]["watchdog"]), sc["soak"].get("arrival") is not None, read("windows.jsonl"), read("verdicts.jsonl")
+    read = lambda f: [json.loads(line) for line in (RECORDS / name / f).read_text().splitlines()]
+    return (
+        Watchdog(**sc["soak"]["watchdog"]),
+        sc["soak"].get("arrival") is not None,
+        read("windows.jsonl"),
+        read("verdicts.jsonl"),
+    )
 
 
 @pytest.mark.parametrize("name", ["cache", "stalls", "drift", "faults"])

@@ -9,18 +9,43 @@ import numpy as np
 import pytest
 
 from harness.detect.changepoint import ChangeDetector, ChangeEvent, detect_series
-from harness.soak.watchdog import drift_points
 from harness.detect.trend import trend
-from harness.soak.windows import chunk_times, load_state, outstanding, p95_sd, share_sd, streamed, take_ended, throughput_sd, ttft_sd, window_figures
+from harness.soak.watchdog import drift_points
+from harness.soak.windows import (
+    chunk_times,
+    load_state,
+    outstanding,
+    p95_sd,
+    share_sd,
+    streamed,
+    take_ended,
+    throughput_sd,
+    ttft_sd,
+    window_figures,
+)
 
 T0 = 1_700_000_000.0
 
 
-def _rec(start: float, ttft: float, gaps: list[float], tokens: list[int] | None = None, status: str = "ok",
-         decode_tps: float | None = 20.0) -> dict[str, Any]:
+def _rec(
+    start: float,
+    ttft: float,
+    gaps: list[float],
+    tokens: list[int] | None = None,
+    status: str = "ok",
+    decode_tps: float | None = 20.0,
+) -> dict[str, Any]:
     n = sum(tokens) if tokens is not None else len(gaps) + 1
-    return {"start_unix_s": start, "ttft_s": ttft, "itl_s": gaps, "chunk_tokens": tokens, "output_tokens": n,
-            "e2e_s": ttft + sum(gaps), "status": status, "decode_tps": decode_tps}
+    return {
+        "start_unix_s": start,
+        "ttft_s": ttft,
+        "itl_s": gaps,
+        "chunk_tokens": tokens,
+        "output_tokens": n,
+        "e2e_s": ttft + sum(gaps),
+        "status": status,
+        "decode_tps": decode_tps,
+    }
 
 
 def test_chunks_are_rebuilt_from_start_ttft_and_gaps() -> None:
@@ -52,7 +77,9 @@ def test_a_window_takes_the_requests_that_ended_before_its_end_and_the_last_take
     assert take_ended([later], T0 + 10.0, last=True) == ([later], [])
 
 
-def _closed_loop_user(seconds: float, e2e_s: float = 1.62, tokens: int = 32, ttft_s: float = 1.12) -> list[dict[str, Any]]:
+def _closed_loop_user(
+    seconds: float, e2e_s: float = 1.62, tokens: int = 32, ttft_s: float = 1.12
+) -> list[dict[str, Any]]:
     """One closed-loop user: 32-token answers back to back (the CI soak: 4 or 5 finish per 8-s window)."""
     out, t = [], T0
     gap = (e2e_s - ttft_s) / (tokens - 1)
@@ -93,8 +120,16 @@ def _ci_windows(counts: list[int], tps_per_request: float = 32 / 8.0, noise_free
     out = []
     for i, n in enumerate(counts):
         tps = n * tps_per_request
-        out.append({"t_unix": T0 + 8.0 * i + 4, "users": 1, "contaminated": False, "output_tps": tps, "requests": n,
-                    "count_sd": {"output_tps": throughput_sd(tps, n, open_loop=False, users=1)}})
+        out.append(
+            {
+                "t_unix": T0 + 8.0 * i + 4,
+                "users": 1,
+                "contaminated": False,
+                "output_tps": tps,
+                "requests": n,
+                "count_sd": {"output_tps": throughput_sd(tps, n, open_loop=False, users=1)},
+            }
+        )
     return out
 
 
@@ -119,8 +154,15 @@ def test_one_failure_among_five_requests_is_not_an_error_collapse() -> None:
     wins = []
     for i in range(12):
         errors = 1 if i in (7, 8) else 0
-        wins.append({"t_unix": T0 + 60.0 * i, "users": 1, "error_ratio": errors / 5, "requests": 5,
-                     "count_sd": {"error_ratio": share_sd(errors, 5)}})
+        wins.append(
+            {
+                "t_unix": T0 + 60.0 * i,
+                "users": 1,
+                "error_ratio": errors / 5,
+                "requests": 5,
+                "count_sd": {"error_ratio": share_sd(errors, 5)},
+            }
+        )
     assert [e for e in detect_series(wins) if e.kind == "collapse"] == []
 
 
@@ -134,13 +176,19 @@ def test_the_backlog_counts_what_was_sent_and_has_not_ended() -> None:
 def test_load_state_draining_and_transition() -> None:
     def w(level: int, out: int, sched: int = 18, late: int = 0) -> dict[str, Any]:
         return {"load_level": level, "outstanding_end": out, "scheduled": sched, "late": late}
+
     steady = [w(3, 4), w(3, 5)]
     assert load_state(steady, w(3, 3)) == {"draining": False, "load_settled": True}
     assert load_state(steady, w(3, 3, late=2))["load_settled"] is False  # late sends: the sender queued
-    assert load_state([w(3, 60), w(3, 50)], w(3, 40)) == {"draining": True, "load_settled": False}  # falling 20 in 2 windows
+    assert load_state([w(3, 60), w(3, 50)], w(3, 40)) == {
+        "draining": True,
+        "load_settled": False,
+    }  # falling 20 in 2 windows
     assert load_state([w(3, 40), w(3, 60)], w(3, 80))["load_settled"] is False  # growing
     assert load_state([w(3, 4), w(5, 4)], w(5, 4))["load_settled"] is False  # the window after the transition
-    assert load_state([w(3, 40), w(3, 41)], w(3, 40))["load_settled"] is False  # still, but two windows' arrivals waiting
+    assert (
+        load_state([w(3, 40), w(3, 41)], w(3, 40))["load_settled"] is False
+    )  # still, but two windows' arrivals waiting
     assert load_state([], w(5, 4))["load_settled"] is False
 
 
@@ -162,9 +210,17 @@ def _staged(seed: int) -> list[dict[str, Any]]:
             done = min(backlog + sched, 28)
         backlog = max(0, backlog + sched - done)
         tps = done * 1.6 * (1 + 0.03 * rng.standard_normal())
-        win = {"t_unix": T0 + 60.0 * i + 30, "load_level": level, "contaminated": False, "scheduled": sched, "late": 0,
-               "output_tps": tps, "requests": done, "outstanding_end": backlog + 2,
-               "count_sd": {"output_tps": throughput_sd(tps, done, open_loop=True, users=None)}}
+        win = {
+            "t_unix": T0 + 60.0 * i + 30,
+            "load_level": level,
+            "contaminated": False,
+            "scheduled": sched,
+            "late": 0,
+            "output_tps": tps,
+            "requests": done,
+            "outstanding_end": backlog + 2,
+            "count_sd": {"output_tps": throughput_sd(tps, done, open_loop=True, users=None)},
+        }
         win.update(load_state(out, win))
         out.append(win)
     return out
@@ -181,7 +237,9 @@ def test_a_level_reference_is_learned_after_the_previous_levels_backlog_drained(
         events += det.update(w)
     assert [e for e in events if e.kind == "collapse"] == []
     ref = det.state()["output_tps"].reference
-    assert det.judged() == (True, None) and ref is not None and 22 < ref < 38  # the steady level (~29), not the drain (43-47)
+    assert (
+        det.judged() == (True, None) and ref is not None and 22 < ref < 38
+    )  # the steady level (~29), not the drain (43-47)
     # learned from the drain (the rule off): the old false collapse
     blind = [{k: v for k, v in w.items() if k not in ("draining", "load_settled", "count_sd")} for w in wins]
     assert any(e.kind == "collapse" and e.metric == "output_tps" for e in detect_series(blind))
@@ -199,8 +257,17 @@ def test_drift_compares_like_load_with_like() -> None:
     tr = trend("decode_tps", t, sinking, -1, levels=level)
     assert tr is not None and tr.drifting and tr.relative_change == pytest.approx(-0.25, abs=0.08)
     # the soak feeds it each window's level, leaves out level changes and unsettled open-loop windows, memory at one level
-    wins = [{"t_unix": x, "decode_tps": d, "load_level": lv, "load_settled": True, "engine_memory_mib": 100.0, "engine_uptime_s": 900}
-            for x, d, lv in zip(t, decode, level)]
+    wins = [
+        {
+            "t_unix": x,
+            "decode_tps": d,
+            "load_level": lv,
+            "load_settled": True,
+            "engine_memory_mib": 100.0,
+            "engine_uptime_s": 900,
+        }
+        for x, d, lv in zip(t, decode, level)
+    ]
     wins[5]["load_settled"] = False
     wins[6]["load_level"] = None
     pts = drift_points(wins, "decode_tps")

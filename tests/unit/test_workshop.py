@@ -14,11 +14,10 @@ import pytest
 
 from engines.llamacpp import LlamaCpp
 from harness.common.errors import ScenarioError
-from harness.models import NAMES, UnknownModel, WorkshopError, ensure, known_names, recipe
-from harness.models import workshop
+from harness.config.loader import load_scenario
+from harness.models import NAMES, UnknownModel, WorkshopError, ensure, known_names, recipe, workshop
 from harness.models.recipes import RecipeError
 from harness.models.ref import ModelNotFound, resolve_model
-from harness.config.loader import load_scenario
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +116,17 @@ def test_eagle3_draft_has_the_keys_and_tensors_llamacpp_asks_for(built: dict[str
     n = kv["eagle3.embedding_length"]
     assert shapes["fc.weight"] == (3 * 576, n)
     assert shapes["blk.0.attn_q.weight"][0] == 2 * n  # attention reads [embedding; fused features]
-    for t in ("attn_norm", "attn_norm_2", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"):
+    for t in (
+        "attn_norm",
+        "attn_norm_2",
+        "attn_k",
+        "attn_v",
+        "attn_output",
+        "ffn_norm",
+        "ffn_gate",
+        "ffn_up",
+        "ffn_down",
+    ):
         assert f"blk.0.{t}.weight" in shapes
     assert {"output_norm.weight", "output.weight", "token_embd.weight"} <= set(shapes)
 
@@ -129,7 +138,12 @@ def test_dflash_draft_has_the_keys_and_tensors_llamacpp_asks_for(built: dict[str
     assert kv["dflash.block_size"] == 8 and kv["mask"] == 0
     assert kv["dflash.embedding_length"] == 576  # must equal the target's width
     assert shapes["fc.weight"] == (3 * 576, 576)
-    assert {"enc.output_norm.weight", "output_norm.weight", "blk.0.attn_q_norm.weight", "blk.0.attn_k_norm.weight"} <= set(shapes)
+    assert {
+        "enc.output_norm.weight",
+        "output_norm.weight",
+        "blk.0.attn_q_norm.weight",
+        "blk.0.attn_k_norm.weight",
+    } <= set(shapes)
 
 
 def test_qwen35_target_has_one_recurrent_one_attention_and_one_mtp_block(built: dict[str, Path]) -> None:
@@ -156,7 +170,9 @@ def test_unknown_names_list_the_known_ones(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())
 
 
-def test_workshop_reference_resolves_through_the_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, built: dict[str, Path]) -> None:
+def test_workshop_reference_resolves_through_the_cache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, built: dict[str, Path]
+) -> None:
     monkeypatch.setenv(workshop.CACHE_ENV, str(built["smollm2-eagle3"].parent))
     assert resolve_model("workshop:smollm2-eagle3", tmp_path) == built["smollm2-eagle3"]
     with pytest.raises(ModelNotFound, match="unknown workshop model 'nope'; known: .*smollm2-dflash"):
@@ -166,7 +182,8 @@ def test_workshop_reference_resolves_through_the_cache(monkeypatch: pytest.Monke
 def test_scenario_with_an_unknown_workshop_model_names_line_and_field(tmp_path: Path) -> None:
     (tmp_path / "m.gguf").write_bytes(b"GGUF")
     p = tmp_path / "s.yaml"
-    p.write_text(textwrap.dedent("""\
+    p.write_text(
+        textwrap.dedent("""\
         name: t
         server:
           model: m.gguf
@@ -175,7 +192,8 @@ def test_scenario_with_an_unknown_workshop_model_names_line_and_field(tmp_path: 
             algorithm: draft-simple
             draft: workshop:smollm2-trunc99
             k: 3
-        """))
+        """)
+    )
     with pytest.raises(ScenarioError, match=r"s\.yaml:7: configurations\[0\]\.draft: workshop model 'smollm2-trunc99'"):
         load_scenario(p, LlamaCpp.methods)
 
@@ -192,10 +210,14 @@ def test_a_failed_build_leaves_nothing_in_the_cache(monkeypatch: pytest.MonkeyPa
     assert not list(tmp_path.iterdir())
 
 
-def test_the_hf_folder_recipe_names_a_folder_and_says_what_it_needs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_hf_folder_recipe_names_a_folder_and_says_what_it_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     r = recipe("smollm2-hf")
     assert r.folder and not r.file_name().endswith(".gguf") and "smollm2-hf" not in NAMES
     monkeypatch.setenv("SPECSOAK_VLLM_PYTHON", str(tmp_path / "no-such-venv" / "bin" / "python"))
-    with pytest.raises(WorkshopError, match=r"smollm2-hf.*vLLM environment's Python, which is not installed .*make vllm"):
+    with pytest.raises(
+        WorkshopError, match=r"smollm2-hf.*vLLM environment's Python, which is not installed .*make vllm"
+    ):
         ensure("smollm2-hf", tmp_path / "cache")
     assert not any((tmp_path / "cache").iterdir())  # nothing half-built left behind

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.report.load import RunData
 from harness.common.stats import isnum
+from harness.report.load import RunData
 
 
 def config_spec(run: RunData, name: str) -> dict[str, Any]:

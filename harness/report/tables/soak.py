@@ -9,15 +9,17 @@ from typing import Any
 import pandas as pd
 
 from engines.types import EngineCounters, acceptance_figures
-
-from harness.soak.canary import canary_cell
-from harness.soak.figures import stall_trend
-from harness.report.load import RunData
 from harness.common.stats import t_interval
 from harness.config.policy import ENGINE_FAILURES, verdict_fails
+from harness.report.load import RunData
+from harness.soak.canary import canary_cell
+from harness.soak.figures import stall_trend
 
-
-WATCHDOG_FAILURES = (*ENGINE_FAILURES, "collapse", "memory")  # the verdicts the soak table counts as failures ("engine KIND")
+WATCHDOG_FAILURES = (
+    *ENGINE_FAILURES,
+    "collapse",
+    "memory",
+)  # the verdicts the soak table counts as failures ("engine KIND")
 
 
 def soak_table(runs: list[RunData]) -> pd.DataFrame:
@@ -42,15 +44,24 @@ def soak_table(runs: list[RunData]) -> pd.DataFrame:
                 if s["slice"] in ends:
                     total += float(ends[s["slice"]]["elapsed_s"])
                 else:
-                    mine = recs[recs["attempt"] == s["slice"]] if not recs.empty and "attempt" in recs else recs.iloc[0:0]
-                    last = max((float(a) + float(b or 0)) for a, b in zip(mine["start_unix_s"], mine["e2e_s"])) if not mine.empty else s["t_unix"]
+                    mine = (
+                        recs[recs["attempt"] == s["slice"]] if not recs.empty and "attempt" in recs else recs.iloc[0:0]
+                    )
+                    last = (
+                        max((float(a) + float(b or 0)) for a, b in zip(mine["start_unix_s"], mine["e2e_s"]))
+                        if not mine.empty
+                        else s["t_unix"]
+                    )
                     total += max(0.0, last - float(s["t_unix"]))
             kinds: Counter[str] = Counter()
             fail_times: list[float] = []
             if not recs.empty:
                 bad = recs[recs["status"] != "ok"]
                 kinds.update(str(k) for k in bad["error_kind"].fillna("unknown"))
-                fail_times += [_soak_time(offsets, sl, float(t)) for sl, t in zip(bad.get("attempt", [""] * len(bad)), bad["start_unix_s"])]
+                fail_times += [
+                    _soak_time(offsets, sl, float(t))
+                    for sl, t in zip(bad.get("attempt", [""] * len(bad)), bad["start_unix_s"])
+                ]
             verdicts = [v for v in run.soak_verdicts if v.get("config") == name]
             for v in verdicts:
                 if v.get("kind") in WATCHDOG_FAILURES:
@@ -60,37 +71,57 @@ def soak_table(runs: list[RunData]) -> pd.DataFrame:
             ftimes = [t for t in fail_times if t is not None]
             drift = [f"{v.get('metric')}: {v.get('message')}" for v in verdicts if v.get("kind") == "drift"]
             failing = [v for v in verdicts if verdict_fails(v)]
-            first_up = next((float(v["engine_uptime_s"]) for v in failing if v.get("engine_uptime_s") is not None), None)
+            first_up = next(
+                (float(v["engine_uptime_s"]) for v in failing if v.get("engine_uptime_s") is not None), None
+            )
             episodes = collapse_episodes(verdicts)
             cw = [w for w in run.soak_windows if w.get("config") == name]
-            rows.append({
-                "run": run.run_id, "config": name, "slices": len(order), "duration_s": total,
-                "requests": int(len(recs)), "requests_ok": int((recs["status"] == "ok").sum()) if not recs.empty else 0,
-                "failures": failures, "failures_by_kind": json.dumps(dict(sorted(kinds.items())), ensure_ascii=False),
-                "time_to_first_failure_s": min(ftimes) if ftimes else None,
-                "failures_per_hour": failures / (total / 3600.0) if total > 0 else None,
-                "error_rate_windows": sum(1 for v in verdicts if v.get("kind") == "error_rate"),
-                "restarts": sum(int(e.get("restarts") or 0) for e in ends.values() if e.get("config") == name),
-                "windows": sum(1 for w in run.soak_windows if w.get("config") == name),
-                "drift_verdicts": len(drift),
-                "drift": " | ".join(drift) if drift else "none",
-                "soak_verdict": "failed" if failing else "ok",
-                "first_failure_engine_uptime_h": first_up / 3600 if first_up is not None else None,
-                "first_failure": f"{failing[0]['kind']}" + (f" of {failing[0]['metric']}" if failing and failing[0].get("metric") else "") if failing else "none",
-                "collapse_episodes": " | ".join(episodes) if episodes else "none",
-                "max_engine_uptime_h": max((float(w.get("engine_uptime_s") or 0) for w in cw), default=0.0) / 3600 if cw else None,
-                "judged_windows": sum(1 for w in cw if w.get("judged")),
-                "canary": canary_cell(run.canary, verdicts, name),
-                **_soak_cpu([w for w in run.soak_windows if w.get("config") == name]),
-                **_soak_rates(cw),
-                **_soak_watch(cw, verdicts),
-            })
+            rows.append(
+                {
+                    "run": run.run_id,
+                    "config": name,
+                    "slices": len(order),
+                    "duration_s": total,
+                    "requests": len(recs),
+                    "requests_ok": int((recs["status"] == "ok").sum()) if not recs.empty else 0,
+                    "failures": failures,
+                    "failures_by_kind": json.dumps(dict(sorted(kinds.items())), ensure_ascii=False),
+                    "time_to_first_failure_s": min(ftimes) if ftimes else None,
+                    "failures_per_hour": failures / (total / 3600.0) if total > 0 else None,
+                    "error_rate_windows": sum(1 for v in verdicts if v.get("kind") == "error_rate"),
+                    "restarts": sum(int(e.get("restarts") or 0) for e in ends.values() if e.get("config") == name),
+                    "windows": sum(1 for w in run.soak_windows if w.get("config") == name),
+                    "drift_verdicts": len(drift),
+                    "drift": " | ".join(drift) if drift else "none",
+                    "soak_verdict": "failed" if failing else "ok",
+                    "first_failure_engine_uptime_h": first_up / 3600 if first_up is not None else None,
+                    "first_failure": f"{failing[0]['kind']}"
+                    + (f" of {failing[0]['metric']}" if failing and failing[0].get("metric") else "")
+                    if failing
+                    else "none",
+                    "collapse_episodes": " | ".join(episodes) if episodes else "none",
+                    "max_engine_uptime_h": max((float(w.get("engine_uptime_s") or 0) for w in cw), default=0.0) / 3600
+                    if cw
+                    else None,
+                    "judged_windows": sum(1 for w in cw if w.get("judged")),
+                    "canary": canary_cell(run.canary, verdicts, name),
+                    **_soak_cpu([w for w in run.soak_windows if w.get("config") == name]),
+                    **_soak_rates(cw),
+                    **_soak_watch(cw, verdicts),
+                }
+            )
     return pd.DataFrame(rows)
 
 
 # the engine's own series a soak window records (docs/soak.md#engine-view): absent, never 0, where an engine lacks one
-ENGINE_VIEW_LABELS = {"requests_running": "requests running", "requests_waiting": "requests waiting", "kv_usage": "KV usage",
-                      "preemptions": "preemptions", "prefix_hit_rate": "prefix-cache hit rate", "prompt_cache_mib": "prompt cache size"}
+ENGINE_VIEW_LABELS = {
+    "requests_running": "requests running",
+    "requests_waiting": "requests waiting",
+    "kv_usage": "KV usage",
+    "preemptions": "preemptions",
+    "prefix_hit_rate": "prefix-cache hit rate",
+    "prompt_cache_mib": "prompt cache size",
+}
 
 
 def _soak_watch(windows: list[dict[str, Any]], verdicts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -103,8 +134,11 @@ def _soak_watch(windows: list[dict[str, Any]], verdicts: list[dict[str, Any]]) -
         cap = last[0].get("prompt_cache_cap_mib")
         warned = any(v.get("kind") == "cache_cap" for v in verdicts)
         cap_text = f" toward its cap of {cap:,.0f} MiB" if isinstance(cap, int | float) and cap >= 0 else " with no cap"
-        growth = (f"cache growth {first[1]:,.0f} → {last[1]:,.0f} MiB{cap_text}, "
-                  + ("a cap larger than the memory left (cache_cap verdict)" if warned else "by design: it fits in the memory left"))
+        growth = f"cache growth {first[1]:,.0f} → {last[1]:,.0f} MiB{cap_text}, " + (
+            "a cap larger than the memory left (cache_cap verdict)"
+            if warned
+            else "by design: it fits in the memory left"
+        )
     explained = next((v for v in verdicts if isinstance((v.get("evidence") or {}).get("explanation"), dict)), None)
     held = [max(float(w.get("engine_rss_mib") or 0.0), float(w.get("engine_anon_mib") or 0.0)) for w in windows]
     return {
@@ -113,28 +147,58 @@ def _soak_watch(windows: list[dict[str, Any]], verdicts: list[dict[str, Any]]) -
         "stall_verdicts": sum(1 for v in verdicts if v.get("kind") == "stall"),
         "prompt_cache": growth,
         "peak_engine_memory_mib": max(held) if held else None,
-        "peak_swap_mib": max((float(w["engine_swap_mib"]) for w in windows if isinstance(w.get("engine_swap_mib"), int | float)), default=None),
-        "engine_requests_done": max((float(w["engine_requests_done"]) for w in windows if isinstance(w.get("engine_requests_done"), int | float)), default=None),
-        "engine_output_tokens_done": max((float(w["engine_output_tokens_done"]) for w in windows
-                                          if isinstance(w.get("engine_output_tokens_done"), int | float)), default=None),
-        "not_reported": ", ".join(label for key, label in ENGINE_VIEW_LABELS.items() if windows and all(w.get(key) is None for w in windows)),
-        "why": (f"{explained['kind']}" + (f" of {explained['metric']}" if explained.get("metric") else "")
-                + f": {explained['evidence']['explanation'].get('text')}") if explained else "",
+        "peak_swap_mib": max(
+            (float(w["engine_swap_mib"]) for w in windows if isinstance(w.get("engine_swap_mib"), int | float)),
+            default=None,
+        ),
+        "engine_requests_done": max(
+            (
+                float(w["engine_requests_done"])
+                for w in windows
+                if isinstance(w.get("engine_requests_done"), int | float)
+            ),
+            default=None,
+        ),
+        "engine_output_tokens_done": max(
+            (
+                float(w["engine_output_tokens_done"])
+                for w in windows
+                if isinstance(w.get("engine_output_tokens_done"), int | float)
+            ),
+            default=None,
+        ),
+        "not_reported": ", ".join(
+            label for key, label in ENGINE_VIEW_LABELS.items() if windows and all(w.get(key) is None for w in windows)
+        ),
+        "why": (
+            f"{explained['kind']}"
+            + (f" of {explained['metric']}" if explained.get("metric") else "")
+            + f": {explained['evidence']['explanation'].get('text')}"
+        )
+        if explained
+        else "",
     }
 
 
 def _soak_rates(windows: list[dict[str, Any]]) -> dict[str, Any]:
     """Requests per second over a configuration's soak windows (docs/soak.md#open-loop-arrivals): achieved and goodput
     pooled over the windows' seconds; open loop: offered (scheduled arrivals over the schedule's seconds), late sends."""
-    secs = [(w, float(w["t_end_unix"]) - float(w["t_start_unix"])) for w in windows if w.get("t_end_unix") and w.get("t_start_unix")]
+    secs = [
+        (w, float(w["t_end_unix"]) - float(w["t_start_unix"]))
+        for w in windows
+        if w.get("t_end_unix") and w.get("t_start_unix")
+    ]
     total = sum(s for _, s in secs)
 
     def pooled(key: str) -> float | None:
         have = [(float(w[key]), s) for w, s in secs if w.get(key) is not None]
         return sum(v * s for v, s in have) / sum(s for _, s in have) if have and sum(s for _, s in have) > 0 else None
 
-    spans = [(int(w.get("scheduled") or 0), float(w["soak_t_end_s"]) - float(w["soak_t_start_s"])) for w in windows
-             if w.get("soak_t_end_s") is not None and w.get("soak_t_start_s") is not None]
+    spans = [
+        (int(w.get("scheduled") or 0), float(w["soak_t_end_s"]) - float(w["soak_t_start_s"]))
+        for w in windows
+        if w.get("soak_t_end_s") is not None and w.get("soak_t_start_s") is not None
+    ]
     span = sum(s for _, s in spans)
     return {
         "achieved_rps": pooled("achieved_rps") if total > 0 else None,
@@ -155,7 +219,9 @@ def collapse_episodes(verdicts: list[dict[str, Any]]) -> list[str]:
         elif v.get("kind") == "recovered" and metric in open_:
             start = open_.pop(metric)
             ev = v.get("evidence") or {}
-            out.append(f"{metric}: {_uptime_text(start)} to {_uptime_text(v)} (worst {float(ev.get('size') or 0):+.0%})")
+            out.append(
+                f"{metric}: {_uptime_text(start)} to {_uptime_text(v)} (worst {float(ev.get('size') or 0):+.0%})"
+            )
     for metric, start in open_.items():
         change = (start.get("evidence") or {}).get("relative_change")
         out.append(f"{metric}: {float(change or 0):+.0%} from {_uptime_text(start)}, not recovered")
@@ -178,7 +244,10 @@ def after_soak_table(runs: list[RunData]) -> pd.DataFrame:
             continue
         rq = run.requests
         # an open-loop phase is keyed by its load (a rate, or 'stages'): its streams is max_in_flight, the same for all
-        after["key"] = [ld if isinstance(ld, str) else int(n) for ld, n in zip(after.get("load", [None] * len(after)), after["streams"])]
+        after["key"] = [
+            ld if isinstance(ld, str) else int(n)
+            for ld, n in zip(after.get("load", [None] * len(after)), after["streams"])
+        ]
         for (name, key), grp in after.groupby(["config", "key"], sort=True):
             open_loop = isinstance(key, str)
             pool = run.arrival_phases if open_loop else run.phases
@@ -191,10 +260,19 @@ def after_soak_table(runs: list[RunData]) -> pd.DataFrame:
             b_tps, a_tps = [float(x) for x in before["total_tps"]], [float(x) for x in grp["total_tps"]]
             lo, hi = t_interval(b_tps)
             b_med, a_med = float(pd.Series(b_tps).median()), float(pd.Series(a_tps).median())
-            row: dict[str, Any] = {"run": run.run_id, "config": name, "streams": int(n), "before_total_tps": b_med, "after_total_tps": a_med,
-                                   "after_vs_before": a_med / b_med if b_med else None, "before_ci_low": lo, "before_ci_high": hi,
-                                   "before_reps": len(b_tps), "after_reps": len(a_tps),
-                                   "engine_uptime_h": float(grp["engine_uptime_s"].max()) / 3600 if "engine_uptime_s" in grp else None}
+            row: dict[str, Any] = {
+                "run": run.run_id,
+                "config": name,
+                "streams": int(n),
+                "before_total_tps": b_med,
+                "after_total_tps": a_med,
+                "after_vs_before": a_med / b_med if b_med else None,
+                "before_ci_low": lo,
+                "before_ci_high": hi,
+                "before_reps": len(b_tps),
+                "after_reps": len(a_tps),
+                "engine_uptime_h": float(grp["engine_uptime_s"].max()) / 3600 if "engine_uptime_s" in grp else None,
+            }
             if open_loop:  # what the same schedule got, before and after
                 row["load"] = key
                 for label, ph in (("before", before), ("after", grp)):
@@ -225,9 +303,13 @@ def _pooled_acceptance(ph: pd.DataFrame) -> float | None:
 def _soak_cpu(windows: list[dict[str, Any]]) -> dict[str, Any]:
     """Median engine and harness (incl. Locust) cores over the soak's windows, and windows contaminated by others."""
     cpu = [w["cpu"] for w in windows if isinstance(w.get("cpu"), dict)]
-    med = lambda key: float(pd.Series([c[key] for c in cpu]).median()) if cpu else None  # noqa: E731
-    return {"engine_cores": med("engine_cores"), "harness_cores": med("harness_cores"), "other_cores": med("other_cores"),
-            "contaminated_windows": sum(1 for w in windows if w.get("contaminated")) if cpu else None}
+    med = lambda key: float(pd.Series([c[key] for c in cpu]).median()) if cpu else None
+    return {
+        "engine_cores": med("engine_cores"),
+        "harness_cores": med("harness_cores"),
+        "other_cores": med("other_cores"),
+        "contaminated_windows": sum(1 for w in windows if w.get("contaminated")) if cpu else None,
+    }
 
 
 def _soak_time(offsets: dict[str, tuple[float, float]], slice_id: str, t_unix: float) -> float | None:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pandas as pd
 
-from harness.report.load import RunData
 from harness.common.stats import break_even, expected_tokens_per_step, isnum, shown_difference
+from harness.report.load import RunData
 from harness.report.tables.common import as_float, config_spec
 
 
@@ -16,8 +16,10 @@ def _solo_vs_n1(solo: Any, n1: Any) -> str:
     """Why the verdict's solo ratio and this table's ratio at 1 stream can tell different stories ('' when they agree)."""
     if not (isnum(solo) and isnum(n1)) or ((solo > 1.0) == (n1 > 1.0) and abs(float(solo) / float(n1) - 1.0) < 0.1):
         return ""
-    return (f"solo decode {float(solo):.2f}× counts the decode rate after the first token; total t/s at N=1 {float(n1):.2f}× "
-            f"also counts prompt processing and the first token, which speculation does not speed up")
+    return (
+        f"solo decode {float(solo):.2f}× counts the decode rate after the first token; total t/s at N=1 {float(n1):.2f}× "
+        f"also counts prompt processing and the first token, which speculation does not speed up"
+    )
 
 
 def breakeven_table(verdict: pd.DataFrame, counts: list[int]) -> pd.DataFrame:
@@ -40,12 +42,25 @@ def breakeven_table(verdict: pd.DataFrame, counts: list[int]) -> pd.DataFrame:
         else:
             text = "no measured speedup"
         # what the intervals show at each N: a point above 1.0 whose interval straddles it is no win
-        shown = [f"N={n}: {shown_difference(v.get(f'speedup_{n}_ci_low'), v.get(f'speedup_{n}_ci_high')) or 'no interval'}"
-                 for n in counts if isnum(v.get(f"speedup_{n}"))]
-        rows.append({"run": v["run"], "config": v["config"], "algorithm": v["algorithm"], "synthetic": bool(v["synthetic"]),
-                     "shown_by_intervals": ", ".join(shown), "solo_vs_n1": _solo_vs_n1(v.get("solo_speedup"), v.get("speedup_1")),
-                     "break_even_kind": be["kind"], "break_even_streams": be["streams"],
-                     "evidence": json.dumps([[int(n), round(float(s), 6)] for n, s in ev]), "break_even": text})  # type: ignore[misc]
+        shown = [
+            f"N={n}: {shown_difference(v.get(f'speedup_{n}_ci_low'), v.get(f'speedup_{n}_ci_high')) or 'no interval'}"
+            for n in counts
+            if isnum(v.get(f"speedup_{n}"))
+        ]
+        rows.append(
+            {
+                "run": v["run"],
+                "config": v["config"],
+                "algorithm": v["algorithm"],
+                "synthetic": bool(v["synthetic"]),
+                "shown_by_intervals": ", ".join(shown),
+                "solo_vs_n1": _solo_vs_n1(v.get("solo_speedup"), v.get("speedup_1")),
+                "break_even_kind": be["kind"],
+                "break_even_streams": be["streams"],
+                "evidence": json.dumps([[int(n), round(float(s), 6)] for n, s in ev]),
+                "break_even": text,
+            }
+        )  # type: ignore[misc]
     return pd.DataFrame(rows)
 
 
@@ -53,7 +68,11 @@ def breakeven_table(verdict: pd.DataFrame, counts: list[int]) -> pd.DataFrame:
 def _solo_decode(run: RunData, name: str) -> tuple[float, float, dict[int, dict[str, Any]]]:
     """(decode seconds, tokens after the first) of the 1-stream measured requests, and their phases by repetition."""
     rq = run.requests
-    r = rq[(rq["config"] == name) & (rq["phase"] == "measure") & (rq["streams"] == 1) & (rq["status"] == "ok")] if not rq.empty else rq
+    r = (
+        rq[(rq["config"] == name) & (rq["phase"] == "measure") & (rq["streams"] == 1) & (rq["status"] == "ok")]
+        if not rq.empty
+        else rq
+    )
     secs = toks = 0.0
     for out, tps in zip(r.get("output_tokens", []), r.get("decode_tps", [])):
         if isnum(out) and isnum(tps) and tps > 0 and out > 1:
@@ -69,8 +88,15 @@ def explain_table(runs: list[RunData], verdict: pd.DataFrame) -> pd.DataFrame:
     """Predicted solo speedup from α, K and the measured cost of a step, beside the measured one."""
     rows: list[dict[str, Any]] = []
     for run in runs:
-        first_base = next((n for n in run.config_names if run.manifest["configurations"][n].get("algorithm") == "none"
-                           and run.manifest["configurations"][n].get("status") == "done"), None)
+        first_base = next(
+            (
+                n
+                for n in run.config_names
+                if run.manifest["configurations"][n].get("algorithm") == "none"
+                and run.manifest["configurations"][n].get("status") == "done"
+            ),
+            None,
+        )
         if first_base is None:
             continue
         for name in run.config_names:
@@ -91,9 +117,18 @@ def explain_table(runs: list[RunData], verdict: pd.DataFrame) -> pd.DataFrame:
             mean_len = 1 + accepted / steps if steps else None
             k, k_source = _k_of(run, name, drafted, steps)
             plain = max(0.0, toks - steps - accepted)  # decode steps that verified no draft: one token each
-            row: dict[str, Any] = {"run": run.run_id, "config": name, "algorithm": meta.get("algorithm"),
-                                   "synthetic": bool(meta.get("synthetic")), "acceptance": alpha, "k": k, "k_source": k_source,
-                                   "verify_steps": steps, "plain_steps": plain, "mean_accept_len": mean_len}
+            row: dict[str, Any] = {
+                "run": run.run_id,
+                "config": name,
+                "algorithm": meta.get("algorithm"),
+                "synthetic": bool(meta.get("synthetic")),
+                "acceptance": alpha,
+                "k": k,
+                "k_source": k_source,
+                "verify_steps": steps,
+                "plain_steps": plain,
+                "mean_accept_len": mean_len,
+            }
             e_pred = expected_tokens_per_step(min(1.0, alpha), int(k)) if alpha is not None and k else None
             t_step = (secs - plain * t_base) / steps if steps and t_base else None
             cost = t_step / t_base if t_step and t_base else None
@@ -159,10 +194,18 @@ def roofline_table(runs: list[RunData], verdict: pd.DataFrame) -> pd.DataFrame:
             v = verdict[(verdict["run"] == run.run_id) & (verdict["config"] == name)]
             solo = as_float(v["solo_decode_tps"].iloc[0]) if not v.empty else None
             roof = gbs * 1e9 / (mib * 2**20) if gbs and mib else None
-            rows.append({"run": run.run_id, "config": name, "bandwidth_gb_per_s": gbs,
-                         "bandwidth_method": bw.get("method") or "not measured (run made before the measurement existed)",
-                         "bytes_per_token_mib": mib, "roofline_tps": roof, "solo_decode_tps": solo,
-                         "roofline_pct": 100.0 * solo / roof if solo and roof else None})
+            rows.append(
+                {
+                    "run": run.run_id,
+                    "config": name,
+                    "bandwidth_gb_per_s": gbs,
+                    "bandwidth_method": bw.get("method") or "not measured (run made before the measurement existed)",
+                    "bytes_per_token_mib": mib,
+                    "roofline_tps": roof,
+                    "solo_decode_tps": solo,
+                    "roofline_pct": 100.0 * solo / roof if solo and roof else None,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -183,9 +226,14 @@ def k_sweep_table(runs: list[RunData], verdict: pd.DataFrame, counts: list[int])
             spec = config_spec(run, name)
             syn = (spec.get("synthetic") or {}).get("length")
             row: dict[str, Any] = {
-                "run": run.run_id, "sweep": group, "config": name, "algorithm": meta.get("algorithm"),
-                "k": meta.get("k"), "synthetic_length": syn,
-                "acceptance": as_float(v["acceptance"].iloc[0]), "mean_accept_len": as_float(v["mean_accept_len"].iloc[0]),
+                "run": run.run_id,
+                "sweep": group,
+                "config": name,
+                "algorithm": meta.get("algorithm"),
+                "k": meta.get("k"),
+                "synthetic_length": syn,
+                "acceptance": as_float(v["acceptance"].iloc[0]),
+                "mean_accept_len": as_float(v["mean_accept_len"].iloc[0]),
                 "solo_decode_tps": as_float(v["solo_decode_tps"].iloc[0]),
             }
             for n in counts:
