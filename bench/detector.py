@@ -78,7 +78,7 @@ def simulate(soak: Soak, seed: int) -> list[dict[str, Any]]:
     rng = np.random.default_rng(seed)
     ws, dur = soak.window_s, soak.hours * HOUR_S
     out: list[dict[str, Any]] = []
-    for i in range(int(round(dur / ws))):
+    for i in range(round(dur / ws)):
         a, b = i * ws, (i + 1) * ws
         sub = np.array(
             [users_at(soak.shape, a + (k + 0.5) * ws / SUBSAMPLES, dur) for k in range(SUBSAMPLES)], dtype=float
@@ -273,10 +273,11 @@ def _verdicts(
         for metric, bad in WATCHED.items():
             if metric in flagged or metric == "engine_memory_mib":
                 continue
-            if new:
-                pts = drift_points(wins[:j], metric)
-            else:
-                pts = [(w["t_unix"], w[metric], None) for w in wins[:j] if w.get(metric) is not None]
+            pts = (
+                drift_points(wins[:j], metric)
+                if new
+                else [(w["t_unix"], w[metric], None) for w in wins[:j] if w.get(metric) is not None]
+            )
             if len(pts) < 6:
                 continue
             tr = trend(

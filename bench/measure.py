@@ -9,6 +9,7 @@ figure taken while other processes were busy says so.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -243,10 +244,8 @@ def run_client(
             break
         time.sleep(0.1)
     proc.returncode = os.waitstatus_to_exitcode(status)
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)  # anything of the client's left behind
-    except ProcessLookupError:
-        pass
     res.wall_s = time.perf_counter() - t0
     srv_cpu = tree_cpu_seconds(server_pid) - srv0
     busy, mine = machine_busy_seconds() - busy0, self_cpu_seconds() - self0

@@ -9,7 +9,8 @@
 Every figure comes from the fake server's own log (bench/fake_server.py: when each request arrived), the same for
 every client: **achieved rate** (arrivals − 1 over first to last arrival), **send-time error** (each arrival against
 the ideal constant schedule, the i-th at anchor + i / R with the anchor the median of arrival i − i / R: p50 and p99
-of the absolute difference, ms; a client that drifts or falls behind shows it, one slow first connection does not), **late share** (arrivals more than 10 ms behind their ideal time, harness.load.schedule.LATE_AFTER_S),
+of the absolute difference, ms; a client that drifts or falls behind shows it, one slow first connection does not),
+**late share** (arrivals more than 10 ms behind their ideal time, harness.load.schedule.LATE_AFTER_S),
 the gaps' coefficient of variation (0 for a perfect constant rate), and the client's CPU. The harness's own count
 of late sends (its records) is shown beside the server's. Writes docs/performance.md's ``open-loop`` section.
 """
@@ -40,9 +41,9 @@ CLIENTS = ("harness", "locust", "guidellm", "aiperf")
 
 
 def _level(rate: float, seconds: float) -> Level:
-    n = max(2, int(round(rate * seconds)))
+    n = max(2, round(rate * seconds))
     return Level(
-        streams=int(math.ceil(rate * 0.5)) + 1,
+        streams=math.ceil(rate * 0.5) + 1,
         requests=n,
         max_tokens=MAX_TOKENS,
         ttft_ms=TTFT_MS,
@@ -198,14 +199,14 @@ def render(rows: list[dict[str, Any]], skipped: dict[str, str]) -> str:
         "client's own late count | client CPU s | failed | other cores | note |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for r in sorted(rows, key=lambda r: (r["rate_rps"], r["client"])):
-        lines.append(
-            f"| {r['client']} | {r['rate_rps']:g} | {r.get('arrivals', 0)} | {f(r.get('achieved_rps'), '.2f')} | "
-            f"{f(r.get('send_err_p50_ms'), '.1f')} / {f(r.get('send_err_p99_ms'), '.1f')} | {f(r.get('late_share'), '.0%')} | "
-            f"{f(r.get('gap_cv'), '.3f')} | {r.get('own_late', '–')} | {f(r.get('client_cpu_s'), '.2f')} | "
-            f"{r.get('failed') if r.get('failed') is not None else '–'} | {f(r.get('other_cores'), '.2f')}"
-            f"{' (contaminated)' if r.get('contaminated') else ''} | {r.get('note') or ''} |"
-        )
+    lines.extend(
+        f"| {r['client']} | {r['rate_rps']:g} | {r.get('arrivals', 0)} | {f(r.get('achieved_rps'), '.2f')} | "
+        f"{f(r.get('send_err_p50_ms'), '.1f')} / {f(r.get('send_err_p99_ms'), '.1f')} | {f(r.get('late_share'), '.0%')} | "
+        f"{f(r.get('gap_cv'), '.3f')} | {r.get('own_late', '–')} | {f(r.get('client_cpu_s'), '.2f')} | "
+        f"{r.get('failed') if r.get('failed') is not None else '–'} | {f(r.get('other_cores'), '.2f')}"
+        f"{' (contaminated)' if r.get('contaminated') else ''} | {r.get('note') or ''} |"
+        for r in sorted(rows, key=lambda r: (r["rate_rps"], r["client"]))
+    )
     lines += [f"\nSkipped: {c}: {why}" for c, why in skipped.items()]
     return "\n".join(lines)
 

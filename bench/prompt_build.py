@@ -40,8 +40,8 @@ def main(count: int = 2000) -> None:
         t = time.perf_counter()
         b = build(source, lengths, count, engine)
         took = time.perf_counter() - t
-        exact = sum(a == w for a, w in zip(b.input_tokens, b.input_drawn))
-        off = max(abs(a - w) for a, w in zip(b.input_tokens, b.input_drawn))
+        exact = sum(a == w for a, w in zip(b.input_tokens, b.input_drawn, strict=True))
+        off = max(abs(a - w) for a, w in zip(b.input_tokens, b.input_drawn, strict=True))
         print(
             f"built {count} prompts in {took:.1f} s ({count / took:.0f} a second); token count as drawn: {exact}/{count}, "
             f"at most {off} off; input drawn mean {statistics.mean(b.input_drawn):.1f}, sd {statistics.pstdev(b.input_drawn):.1f}; "

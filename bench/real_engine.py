@@ -109,7 +109,8 @@ def one(
 
 def render(rows: list[dict[str, Any]], env: dict[str, Any]) -> str:
     lines = [
-        "| client | streams | round | requests ok / failed | tokens | CPU s / 1k tokens (whole process) | client cores during run | peak RSS MiB | ITL p50 / p99 ms (per chunk) | engine cores | total t/s | other cores |",
+        "| client | streams | round | requests ok / failed | tokens | CPU s / 1k tokens (whole process) "
+        "| client cores during run | peak RSS MiB | ITL p50 / p99 ms (per chunk) | engine cores | total t/s | other cores |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
@@ -167,7 +168,8 @@ def main() -> int:
                 rows.append({**loc.to_dict(), "round": rnd})
                 print(
                     f"{loc.client} @{n} round {rnd}: {loc.to_dict()['cpu_s_per_1k_tokens'] or 0:.3f} s/1k tokens, "
-                    f"{loc.to_dict()['client_cores'] or 0:.4f} cores, failed {loc.failed} of {loc.requests_sent}, ITL p99 {loc.extra['itl_p99_ms'] or 0:.1f} ms, "
+                    f"{loc.to_dict()['client_cores'] or 0:.4f} cores, failed {loc.failed} of {loc.requests_sent}, "
+                    f"ITL p99 {loc.extra['itl_p99_ms'] or 0:.1f} ms, "
                     f"other {loc.other_cores:.3f} cores",
                     flush=True,
                 )

@@ -18,7 +18,7 @@ def _is_peer(client: str) -> bool:
 
 
 def render_client_overhead(data: dict[str, Any], png: Path) -> tuple[str, Path]:
-    rows = [r for r in data["results"]]
+    rows = list(data["results"])
     best_peer: dict[int, float] = {}
     for r in rows:
         v = r.get("cpu_s_per_1k_tokens")
@@ -39,8 +39,10 @@ def render_client_overhead(data: dict[str, Any], png: Path) -> tuple[str, Path]:
         lines.append(
             f"| {r['client']} | {r['streams']} | {_f(v, '.3f')} | {ratio} | {_f(r.get('client_cores'), '.3f')} | {_f(r['peak_rss_mib'], '.0f')} | "
             f"{r['achieved_streams']} | {r['tokens']:,} | {r['failed'] if r['failed'] is not None else '–'} | "
-            f"{_f(r['ttft_err_p50_ms'], '.2f')} / {_f(r['ttft_err_p99_ms'], '.2f')} | {_f(r['itl_err_p50_ms'], '.2f')} / {_f(r['itl_err_p99_ms'], '.2f')} | "
-            f"{_f(r['chunk_err_p50_ms'], '.3f')} / {_f(r['chunk_err_p99_ms'], '.3f')} | {_f(r['itl_p99_true_ms'], '.1f')} / {_f(r['itl_p99_reported_ms'], '.1f')} | "
+            f"{_f(r['ttft_err_p50_ms'], '.2f')} / {_f(r['ttft_err_p99_ms'], '.2f')} | "
+            f"{_f(r['itl_err_p50_ms'], '.2f')} / {_f(r['itl_err_p99_ms'], '.2f')} | "
+            f"{_f(r['chunk_err_p50_ms'], '.3f')} / {_f(r['chunk_err_p99_ms'], '.3f')} | "
+            f"{_f(r['itl_p99_true_ms'], '.1f')} / {_f(r['itl_p99_reported_ms'], '.1f')} | "
             f"{_f(r['other_cores'], '.2f')}{' ⚠' if r['contaminated'] else ''} | {note} |"
         )
     env = data.get("env", {})
@@ -76,9 +78,9 @@ def _plot(rows: list[dict[str, Any]], png: Path) -> None:
     for c in clients:
         pts = sorted((r["streams"], r) for r in rows if r["client"] == c)
         xs = [p[0] for p in pts]
-        for ax, key in zip(axes, ("cpu_s_per_1k_tokens", "client_cores", "itl_err_p99_ms")):
+        for ax, key in zip(axes, ("cpu_s_per_1k_tokens", "client_cores", "itl_err_p99_ms"), strict=True):
             ys = [p[1].get(key) for p in pts]
-            ok = [(x, y) for x, y in zip(xs, ys) if isinstance(y, (int, float)) and y > 0]
+            ok = [(x, y) for x, y in zip(xs, ys, strict=True) if isinstance(y, (int, float)) and y > 0]
             if ok:
                 ax.plot([o[0] for o in ok], [o[1] for o in ok], marker="o", label=c)
     for ax, title in zip(
@@ -88,6 +90,7 @@ def _plot(rows: list[dict[str, Any]], png: Path) -> None:
             "client cores during the run",
             "ITL p99 error vs server truth, ms",
         ),
+        strict=True,
     ):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")

@@ -41,7 +41,7 @@ def synthesise(out: Path, n_requests: int, seed: int = 7) -> Path:
     slices = [f"{c}-s{i + 1:03d}" for i, c in enumerate(configs)]
     per_cfg = duration  # each configuration soaks 8 h (one slice each, one after the other)
     events = []
-    for i, (c, s) in enumerate(zip(configs, slices)):
+    for i, (c, s) in enumerate(zip(configs, slices, strict=True)):
         start = t0 + i * per_cfg
         events.append({"event": "start", "slice": s, "config": c, "t_unix": start, "offset_s": 0.0, "slice_s": per_cfg})
         events.append(
@@ -58,7 +58,7 @@ def synthesise(out: Path, n_requests: int, seed: int = 7) -> Path:
         )
     (out / "soak_slices.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     windows = []
-    for i, (c, s) in enumerate(zip(configs, slices)):
+    for i, (c, s) in enumerate(zip(configs, slices, strict=True)):
         for w in range(int(per_cfg // 60)):
             a = t0 + i * per_cfg + w * 60
             windows.append(
@@ -96,7 +96,7 @@ def synthesise(out: Path, n_requests: int, seed: int = 7) -> Path:
         + "\n"
     )
     itl_pool = [",".join(f"{rnd.gauss(0.017, 0.002):.7f}" for _ in range(TOKENS - 1)) for _ in range(500)]
-    for i, (c, s) in enumerate(zip(configs, slices)):
+    for i, (c, s) in enumerate(zip(configs, slices, strict=True)):
         n = n_requests // len(configs)
         start0 = t0 + i * per_cfg
         for pid in (4101, 4102):
@@ -161,13 +161,15 @@ def main() -> int:
     load = os.getloadavg()[0]
     first = {**time_report(a.dir, a.dir.parent / "scale-report"), "load": load}
     print(
-        f"specsoak report, first (compacts to Parquet): {first['wall_s']:.1f} s wall, {first['cpu_s']:.1f} s CPU, peak RSS {first['peak_rss_mib']:.0f} MiB (load average {load:.2f})",
+        f"specsoak report, first (compacts to Parquet): {first['wall_s']:.1f} s wall, {first['cpu_s']:.1f} s CPU, "
+        f"peak RSS {first['peak_rss_mib']:.0f} MiB (load average {load:.2f})",
         flush=True,
     )
     load = os.getloadavg()[0]
     again = {**time_report(a.dir, a.dir.parent / "scale-report"), "load": load}
     print(
-        f"specsoak report, again (Parquet cache): {again['wall_s']:.1f} s wall, {again['cpu_s']:.1f} s CPU, peak RSS {again['peak_rss_mib']:.0f} MiB (load average {load:.2f})",
+        f"specsoak report, again (Parquet cache): {again['wall_s']:.1f} s wall, {again['cpu_s']:.1f} s CPU, "
+        f"peak RSS {again['peak_rss_mib']:.0f} MiB (load average {load:.2f})",
         flush=True,
     )
     (a.dir.parent / f"report_scale-{a.requests}.json").write_text(
@@ -181,8 +183,10 @@ def main() -> int:
             f"Synthetic run: {a.requests:,} soak requests over 2 × 8 h ({size / 2**20:,.0f} MiB of JSONL, 64 per-chunk ITLs each), "
             f"plus the quick run's phases. `specsoak report` as its own process:\n\n"
             "| report | wall s | CPU s | peak RSS MiB | load average at start |\n|---|---:|---:|---:|---:|\n"
-            f"| first: compacts soak/*.jsonl to Parquet, then reads it | {first['wall_s']:.1f} | {first['cpu_s']:.1f} | {first['peak_rss_mib']:.0f} | {first['load']:.2f} |\n"
-            f"| again: Parquet cache (what a soak leaves, it compacts each slice as it ends) | {again['wall_s']:.1f} | {again['cpu_s']:.1f} | {again['peak_rss_mib']:.0f} | {again['load']:.2f} |\n"
+            "| first: compacts soak/*.jsonl to Parquet, then reads it "
+            f"| {first['wall_s']:.1f} | {first['cpu_s']:.1f} | {first['peak_rss_mib']:.0f} | {first['load']:.2f} |\n"
+            "| again: Parquet cache (what a soak leaves, it compacts each slice as it ends) "
+            f"| {again['wall_s']:.1f} | {again['cpu_s']:.1f} | {again['peak_rss_mib']:.0f} | {again['load']:.2f} |\n"
         )
         replace_section(REPO / "docs" / "performance.md", "report-at-scale", md)
     return 0

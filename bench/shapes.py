@@ -99,10 +99,12 @@ def gc_pauses(seed: int, noise: float) -> Outcome:
 def _detect(windows: list[dict[str, Any]], settings: DetectorSettings) -> list[tuple[float, str, dict[str, Any]]]:
     det = ChangeDetector(settings)
     out = []
-    for w in windows:
-        for ev in det.update(w):
-            if ev.kind == "collapse":
-                out.append((w["engine_uptime_s"] / HOUR, ev.metric, {"onset": ev.onset_unix}))
+    out.extend(
+        (w["engine_uptime_s"] / HOUR, ev.metric, {"onset": ev.onset_unix})
+        for w in windows
+        for ev in det.update(w)
+        if ev.kind == "collapse"
+    )
     return out
 
 

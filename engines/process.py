@@ -4,6 +4,7 @@ harness, stop the whole group without orphans, describe how it ended, find the p
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -49,10 +50,8 @@ def stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> int | None:
 
 
 def signal_group(pid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def describe_exit(code: int | None) -> str:

@@ -170,7 +170,7 @@ def counters_delta(before: EngineCounters, after: EngineCounters) -> EngineCount
         draft_tokens=d(after.draft_tokens, before.draft_tokens),
         accepted_tokens=d(after.accepted_tokens, before.accepted_tokens),
         verify_steps=d(after.verify_steps, before.verify_steps),
-        accepted_per_position=tuple(a - b for a, b in zip(ap, bp)),
+        accepted_per_position=tuple(a - b for a, b in zip(ap, bp, strict=True)),
         requests_processing=after.requests_processing,
         requests_deferred=after.requests_deferred,
         kv_usage=after.kv_usage,

@@ -124,7 +124,8 @@ class Vllm(Engine):
     typical_start_s: ClassVar[float | None] = 60.0
     honoured_fields: ClassVar[dict[str, str]] = {
         **SHARED_FIELDS,
-        "server.binary": "the `vllm` script, or the Python of vLLM's venv (`-m vllm.entrypoints.openai.api_server`); default: `vllm` on PATH, else `.venv-vllm`",
+        "server.binary": "the `vllm` script, or the Python of vLLM's venv (`-m vllm.entrypoints.openai.api_server`); "
+        "default: `vllm` on PATH, else `.venv-vllm`",
         "server.model": "`vllm serve MODEL` / `--model` (a Hugging Face folder); also the request's `model`",
         "server.ctx_size": "`--max-model-len` = ctx_size / parallel",
         "server.parallel": "`--max-num-seqs`",
@@ -141,7 +142,8 @@ class Vllm(Engine):
         ENGINE_DRAFT_TOKENS: r1("vllm:spec_decode_num_draft_tokens_total"),
         ENGINE_ACCEPTED_TOKENS: r1("vllm:spec_decode_num_accepted_tokens_total"),
         # V0 had no drafts counter: every step emits its accepted tokens plus one
-        ENGINE_VERIFY_STEPS: f"({r1('vllm:spec_decode_num_drafts_total')} or ({r1('vllm:spec_decode_num_emitted_tokens_total')} - {r1('vllm:spec_decode_num_accepted_tokens_total')}))",
+        ENGINE_VERIFY_STEPS: f"({r1('vllm:spec_decode_num_drafts_total')} or "
+        f"({r1('vllm:spec_decode_num_emitted_tokens_total')} - {r1('vllm:spec_decode_num_accepted_tokens_total')}))",
         ENGINE_ACCEPTANCE: f"{r1('vllm:spec_decode_num_accepted_tokens_total')} / {r1('vllm:spec_decode_num_draft_tokens_total')}",
         ENGINE_RUNNING: sum_by("vllm:num_requests_running"),
         ENGINE_WAITING: sum_by("vllm:num_requests_waiting"),

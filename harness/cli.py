@@ -330,7 +330,12 @@ def verify(
     if report:
         _report([run_dir], None)
     out.print(
-        f"verify: {'every configuration gave the baseline' + chr(39) + 's outputs' if identical else 'outputs DIFFER from the baseline (see verify.jsonl)'}"
+        "verify: "
+        + (
+            "every configuration gave the baseline's outputs"
+            if identical
+            else "outputs DIFFER from the baseline (see verify.jsonl)"
+        )
     )
     if not identical:
         raise typer.Exit(EXIT_VERDICT)

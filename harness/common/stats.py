@@ -6,6 +6,7 @@ Pure functions of numbers, no I/O (tests/unit/test_report_stats.py); definitions
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 from collections.abc import Iterable, Sequence
@@ -98,7 +99,7 @@ def break_even(points: Sequence[tuple[int, float]]) -> dict[str, object]:
         return {"kind": "never", "streams": None, "evidence": [pts[-1]]}
     if all(s <= 1.0 for _, s in pts):
         return {"kind": "always", "streams": float(pts[0][0]), "evidence": [pts[0]]}
-    for (n1, s1), (n2, s2) in zip(pts, pts[1:]):
+    for (n1, s1), (n2, s2) in itertools.pairwise(pts):
         if s2 <= 1.0 < s1:
             at = n1 + (s1 - 1.0) * (n2 - n1) / (s1 - s2)
             return {"kind": "crosses", "streams": at, "evidence": [(n1, s1), (n2, s2)]}

@@ -341,10 +341,10 @@ def _fields_table(pre: str, model: type[BaseModel], docs: list[FieldDoc]) -> lis
 
 def _algorithm_table() -> list[str]:
     rows = ["| algorithm | " + " | ".join(ENGINE_NAMES) + " |", "|---|" + "---|" * len(ENGINE_NAMES)]
-    for algo in sorted(ALGORITHMS):
-        rows.append(
-            f"| `{algo}` | " + " | ".join("yes" if algo in ENGINES[e].methods else "–" for e in ENGINE_NAMES) + " |"
-        )
+    rows.extend(
+        f"| `{algo}` | " + " | ".join("yes" if algo in ENGINES[e].methods else "–" for e in ENGINE_NAMES) + " |"
+        for algo in sorted(ALGORITHMS)
+    )
     return rows
 
 
@@ -363,7 +363,8 @@ def _prompt_sets_table() -> list[str]:
         convs = sum(1 for p in prompts if p.followups)
         rows.append(
             f"| `builtin:{name}` | {len(prompts)} | {convs} | {statistics.median(len(t) for t in texts):g} | "
-            f"{statistics.median(len(t.split()) for t in texts):g} | {_cell(PROMPT_SET_PURPOSE.get(name, '(no description: add it to PROMPT_SET_PURPOSE)'))} |"
+            f"{statistics.median(len(t.split()) for t in texts):g} | "
+            f"{_cell(PROMPT_SET_PURPOSE.get(name, '(no description: add it to PROMPT_SET_PURPOSE)'))} |"
         )
     return rows
 

@@ -6,6 +6,7 @@ harness.config.checks.
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Annotated, Any, Literal
 
@@ -57,7 +58,7 @@ class Synthetic(_Strict):
     def _one_of(self) -> Synthetic:
         if (self.length is None) == (self.rates is None):
             raise ValueError("set exactly one of 'length' or 'rates'")
-        if self.rates is not None and any(b > a for a, b in zip(self.rates, self.rates[1:])):
+        if self.rates is not None and any(b > a for a, b in itertools.pairwise(self.rates)):
             raise ValueError(f"rates must be non-increasing, got {self.rates}")
         return self
 
@@ -803,7 +804,8 @@ class Soak(_Strict):
         None,
         gt=0,
         le=7 * 86_400,
-        description="alternate configurations every slice, restarting each engine per slice (resets the state a late collapse needs); default: one engine for the whole soak",
+        description="alternate configurations every slice, restarting each engine per slice "
+        "(resets the state a late collapse needs); default: one engine for the whole soak",
     )
     shape: Shape = Field(default_factory=Shape, description="traffic over time: closed-loop streams (Locust users)")
     arrival: SoakArrival | None = Field(

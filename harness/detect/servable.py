@@ -117,7 +117,7 @@ def meets_slo(
         return False
     if tps_min is not None and (number_or_none(decode_tps) is None or float(decode_tps) < tps_min):
         return False
-    if e2e_max is not None and (number_or_none(e2e_s) is None or float(e2e_s) + delay > e2e_max):
+    if e2e_max is not None and (number_or_none(e2e_s) is None or float(e2e_s) + delay > e2e_max):  # noqa: SIM103  one check per bound
         return False
     return True
 

@@ -56,7 +56,7 @@ def trend(
     if levels is not None:
         if len(levels) != len(t):
             raise ValueError(f"{len(t)} times but {len(levels)} levels")
-        lv = [x for x, k in zip(levels, keep) if k]
+        lv = [x for x, k in zip(levels, keep, strict=True) if k]
         if len(set(lv)) > 1:
             return _by_level(metric, t[keep], v[keep], lv, bad_direction, alpha, min_change)
     t, v = t[keep], v[keep]

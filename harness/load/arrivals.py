@@ -11,6 +11,7 @@ docs/metrics.md#open-loop-phases.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
@@ -57,10 +58,8 @@ async def _stopped_first(aw: Any, stop: asyncio.Event) -> bool:
     if task.done():
         return False
     task.cancel()
-    try:
+    with contextlib.suppress(asyncio.CancelledError):
         await task
-    except asyncio.CancelledError:
-        pass
     return True
 
 
@@ -131,7 +130,7 @@ async def run_arrivals(
 
         t0 = time.perf_counter_ns()
         for i, offset in enumerate(offsets_s):
-            due_ns = t0 + int(round(float(offset) * 1e9))
+            due_ns = t0 + round(float(offset) * 1e9)
             wait_s = (due_ns - time.perf_counter_ns()) / 1e9
             if stop.is_set() or (wait_s > 0 and await _stopped_first(asyncio.sleep(wait_s), stop)):
                 break

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -115,7 +116,7 @@ def per_token_gaps(chunk_gaps: Sequence[float], tokens: Sequence[int]) -> list[f
     first (a record's ``chunk_tokens[1:]``); the result is in the gaps' unit."""
     out: list[float] = []
     carry: float = 0
-    for gap, n in zip(chunk_gaps, tokens):
+    for gap, n in zip(chunk_gaps, tokens, strict=False):
         carry += gap
         if n > 0:
             out.extend([carry / n] * n)
@@ -159,7 +160,7 @@ class StreamParser:
             block = self._partial + block
         lines = block.split(b"\n")
         self._partial = lines.pop()
-        for line in lines:
+        for line in lines:  # noqa: SIM110  a plain loop on the per-read hot path
             if len(line) > 4 and not self.feed(line, now_ns):  # blank separators skipped without a call
                 return False
         return True
@@ -277,7 +278,7 @@ class StreamParser:
         per_chunk = self.tokens_per_chunk()
         # tokens that arrived after the first chunk, within t_last - t_first (docs/metrics.md)
         after_first = sum(per_chunk[1:]) if per_chunk is not None else n_tokens - 1
-        gaps_ns = [b - a for a, b in zip(ct, ct[1:])]
+        gaps_ns = [b - a for a, b in itertools.pairwise(ct)]
         token_gaps = sorted(per_token_gaps(gaps_ns, per_chunk[1:])) if per_chunk is not None else []
         e2e = (t_end_ns - self.t0) / 1e9
         stats = self.engine.request_spec_stats(self.final) if self.final else None

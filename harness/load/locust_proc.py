@@ -8,6 +8,7 @@ JSONL records the Locust processes append.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -102,7 +103,7 @@ class LocustProcess:
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
-                preexec_fn=set_parent_death_signal,
+                preexec_fn=set_parent_death_signal,  # noqa: PLW1509  prctl(PR_SET_PDEATHSIG) has no Popen argument
             )
         )
 
@@ -155,7 +156,5 @@ class LocustProcess:
 
 
 def _group(pid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -53,7 +53,7 @@ ARRIVAL: dict[str, Any] | None = CONFIG.get("arrival")  # open loop: PacingUser;
 
 def _writer() -> BatchedJsonlWriter:
     """Records go to disk in batches, within 1 s (docs/performance.md#records-on-disk)."""
-    global _WRITER
+    global _WRITER  # noqa: PLW0603  state of this one Locust process
     if _WRITER is None:
         path = Path(CONFIG["records_dir"]) / f"{CONFIG['slice_id']}-{os.getpid()}.jsonl"
         _WRITER = BatchedJsonlWriter(path, max_delay_s=1.0, threaded=False)
@@ -88,7 +88,7 @@ _EXHAUSTED = False
 
 
 def _exhausted(n: int) -> None:
-    global _EXHAUSTED
+    global _EXHAUSTED  # noqa: PLW0603  state of this one Locust process
     if _EXHAUSTED:
         return
     _EXHAUSTED = True
@@ -108,7 +108,7 @@ class _RecordingUser(User):
     _failures_in_a_row = 0
 
     def on_start(self) -> None:
-        global _T_START
+        global _T_START  # noqa: PLW0603  state of this one Locust process
         if _T_START is None:
             _T_START = time.perf_counter()
 
@@ -234,10 +234,7 @@ class StreamingUser(_RecordingUser):
 
     @task
     def converse(self) -> None:
-        if CONFIG["shape"].get("kind") == "replay":
-            prompt = self._next_replay()
-        else:
-            prompt = self._next_prompt()
+        prompt = self._next_replay() if CONFIG["shape"].get("kind") == "replay" else self._next_prompt()
         messages = list(prompt.messages)
         for turn, follow in enumerate((None, *prompt.followups)):
             if follow is not None:
@@ -298,7 +295,7 @@ class PacingUser(_RecordingUser):
         (Path(CONFIG["records_dir"]) / f"{CONFIG['slice_id']}-{os.getpid()}.pacing.json").write_text(json.dumps(start))
         sent: list[gevent.Greenlet] = []
         for i in mine:
-            due_ns = t0_ns + int(round((float(offsets[i]) - offset) * 1e9))
+            due_ns = t0_ns + round((float(offsets[i]) - offset) * 1e9)
             wait_s = (due_ns - time.perf_counter_ns()) / 1e9
             if wait_s > 0:
                 gevent.sleep(wait_s)

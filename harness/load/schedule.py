@@ -108,7 +108,7 @@ def arrival_prompt_offset(arrival: Arrival, repetitions: int, key: str, repetiti
     """Where open-loop phase (``key``, ``repetition``) starts in the prompt list: the phases, key by key and
     repetition by repetition, each use the next len(schedule) prompts (as ``runner_util.prompt_offset``)."""
     offset = 0
-    for k in arrival.keys():
+    for k in arrival.keys():  # noqa: SIM118  Arrival.keys() is the model's method (its phase keys), not a dict's
         for r in range(1, repetitions + 1):
             if (k, r) == (key, repetition):
                 return offset
@@ -223,7 +223,7 @@ def asked_rps(arrival: dict[str, Any], t0: float, t1: float, duration_s: float) 
 
 def level_of(rate_rps: float) -> int:
     """The change detector's load level of a rate: rates within LEVEL_STEP of each other share one."""
-    return int(round(math.log(rate_rps) / math.log(LEVEL_STEP))) if rate_rps > 0 else -(10**6)
+    return round(math.log(rate_rps) / math.log(LEVEL_STEP)) if rate_rps > 0 else -(10**6)
 
 
 def window_level(arrival: dict[str, Any], t0: float, t1: float, duration_s: float) -> int | None:
@@ -235,7 +235,7 @@ def window_level(arrival: dict[str, Any], t0: float, t1: float, duration_s: floa
     if arrival.get("stages"):
         bounds, _ = _stages(arrival)  # a stage shorter than the window may lie inside it
         first = math.floor(t0 / bounds[-1]) * bounds[-1]
-        for k in range(int(math.ceil((t1 - first) / bounds[-1])) + 1):
+        for k in range(math.ceil((t1 - first) / bounds[-1]) + 1):
             for x in first + k * bounds[-1] + bounds[:-1]:
                 if t0 < x < t1 and level_of(rate_at(arrival, float(x), duration_s)) != a:
                     return None

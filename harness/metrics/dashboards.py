@@ -671,19 +671,13 @@ def all_expressions() -> list[tuple[str, str, str]]:
     rules under uid ``rules:<engine>``)."""
     out: list[tuple[str, str, str]] = []
     for d in DASHBOARDS:
-        for p in d.panels:
-            for q in p.queries:
-                out.append((d.uid, f"panel '{p.title}' ({q.legend})", q.expr))
-        for a in d.annotations:
-            out.append((d.uid, f"annotation '{a.name}'", a.expr))
+        out.extend((d.uid, f"panel '{p.title}' ({q.legend})", q.expr) for p in d.panels for q in p.queries)
+        out.extend((d.uid, f"annotation '{a.name}'", a.expr) for a in d.annotations)
     for name, query in VARIABLE_QUERIES.items():
         out.append(("variables", f"variable ${name}", variable_selector(query)))
-    for r in rules.RECORDS:
-        out.append(("rules", f"record {r.record}", r.expr))
-    for er in rules.ENGINE_RECORDS:
-        out.append((f"rules:{er.engine}", f"record {er.record}", er.expr))
-    for al in rules.ALERTS:
-        out.append(("rules", f"alert {al.name} (its watched value)", al.value))
+    out.extend(("rules", f"record {r.record}", r.expr) for r in rules.RECORDS)
+    out.extend((f"rules:{er.engine}", f"record {er.record}", er.expr) for er in rules.ENGINE_RECORDS)
+    out.extend(("rules", f"alert {al.name} (its watched value)", al.value) for al in rules.ALERTS)
     return out
 
 

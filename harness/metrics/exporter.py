@@ -75,7 +75,8 @@ WINDOW_GAUGES: dict[str, tuple[str, str, float]] = {
     ),
     "probe_max_s": (
         "specsoak_soak_probe_max_seconds",
-        "the longest the health probe went without an answer in the last soak window (slowest probe, or the stretch between two healthy answers less the probe interval)",
+        "the longest the health probe went without an answer in the last soak window "
+        "(slowest probe, or the stretch between two healthy answers less the probe interval)",
         1.0,
     ),
     "requests_running": (
@@ -445,19 +446,22 @@ class MetricsExporter(BaseObserver):
         )
         self.soak_headroom = Gauge(
             "specsoak_soak_memory_headroom_seconds",
-            "seconds until the machine's available memory is used up at the engine's memory slope (+Inf when not growing, absent before the first forecast)",
+            "seconds until the machine's available memory is used up at the engine's memory slope "
+            "(+Inf when not growing, absent before the first forecast)",
             L,
             registry=r,
         )
         self.soak_gpu_memory = Gauge(
             "specsoak_soak_gpu_memory_bytes",
-            "GPU memory at the end of the last soak window (NVML): used and total over all GPUs, and the engine's processes where the driver reports them; absent without a GPU",
+            "GPU memory at the end of the last soak window (NVML): used and total over all GPUs, "
+            "and the engine's processes where the driver reports them; absent without a GPU",
             [*L, "kind"],
             registry=r,
         )
         self.soak_gpu_headroom = Gauge(
             "specsoak_soak_gpu_memory_headroom_seconds",
-            "seconds until the GPUs' free memory is used up at the used memory's slope (+Inf when not growing, absent before the first forecast or without a GPU)",
+            "seconds until the GPUs' free memory is used up at the used memory's slope "
+            "(+Inf when not growing, absent before the first forecast or without a GPU)",
             L,
             registry=r,
         )
@@ -528,7 +532,8 @@ class MetricsExporter(BaseObserver):
         )
         self.soak_goodput_rps = Gauge(
             "specsoak_soak_goodput_requests_per_second",
-            "requests of the last soak window that met the scenario's SLO (TTFT, per-token, end-to-end; from their scheduled time) / its seconds; absent without a per-request SLO",
+            "requests of the last soak window that met the scenario's SLO (TTFT, per-token, end-to-end; "
+            "from their scheduled time) / its seconds; absent without a per-request SLO",
             L,
             registry=r,
         )

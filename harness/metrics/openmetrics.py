@@ -12,6 +12,7 @@ engine's RSS and the engine's own /metrics. The engine counts as up from its sta
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from dataclasses import dataclass
@@ -54,10 +55,8 @@ def _events(run_dir: Path) -> tuple[dict[str, Any], list[tuple[float, int, str, 
         if not times:
             continue  # never started
         cap: dict[str, Any] = {}
-        try:
+        with contextlib.suppress(OSError, json.JSONDecodeError):
             cap = json.loads((run_dir / "capacity" / f"{name}.json").read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            pass
         first = min(times)
         start = max(t_run, first - float(cap.get("ready_s") or 0.0) - 0.001)
         ends = [float(r["start_unix_s"]) + float(r.get("e2e_s") or 0.0) for r in requests if r.get("config") == name]
@@ -69,18 +68,12 @@ def _events(run_dir: Path) -> tuple[dict[str, Any], list[tuple[float, int, str, 
         if cap:
             events.append((min(first, start + float(cap.get("ready_s") or 0.0)), 1, "capacity", (name, cap)))
         events.append((max(ends) + 0.001, 9, "config_end", (name, info.get("status") or "done")))
-    for r in requests:
-        events.append((float(r["start_unix_s"]) + float(r.get("e2e_s") or 0.0), 2, "request", r))
-    for p in phases:
-        events.append((float(p.get("end_unix_s") or p.get("start_unix_s") or 0.0), 3, "phase", p))
-    for f in failures:
-        events.append((float(f.get("unix_s") or 0.0), 4, "failure", f))
-    for w in windows:
-        events.append((float(w.get("t_end_unix") or w.get("t_unix") or 0.0), 5, "window", w))
-    for v in verdicts:
-        events.append((float(v.get("t_unix") or 0.0), 6, "verdict", v))
-    for c in round_summaries(read_jsonl(run_dir / CANARY), verdicts):
-        events.append((float(c["t_unix"]), 7, "canary", c))
+    events.extend((float(r["start_unix_s"]) + float(r.get("e2e_s") or 0.0), 2, "request", r) for r in requests)
+    events.extend((float(p.get("end_unix_s") or p.get("start_unix_s") or 0.0), 3, "phase", p) for p in phases)
+    events.extend((float(f.get("unix_s") or 0.0), 4, "failure", f) for f in failures)
+    events.extend((float(w.get("t_end_unix") or w.get("t_unix") or 0.0), 5, "window", w) for w in windows)
+    events.extend((float(v.get("t_unix") or 0.0), 6, "verdict", v) for v in verdicts)
+    events.extend((float(c["t_unix"]), 7, "canary", c) for c in round_summaries(read_jsonl(run_dir / CANARY), verdicts))
     events.sort(key=lambda e: (e[0], e[1]))
     return manifest, events
 
@@ -116,7 +109,7 @@ def export_openmetrics(run_dir: Path, step_s: float = 15.0) -> str:
     def snapshot(t: float, every: bool = False) -> None:
         """Write each metric whose value changed (all of them when ``every``), every sample of it:
         an OpenMetrics histogram point holds all its buckets, its count and its sum."""
-        t_ms = int(round(t * 1000))
+        t_ms = round(t * 1000)
         for fam in exp.registry.collect():
             meta.setdefault(fam.name, (fam.type, fam.documentation))
             groups: dict[Labels, list[tuple[str, Labels, float]]] = {}

@@ -86,7 +86,8 @@ RECORDS: tuple[Record, ...] = (
     ),
     Record(
         "specsoak:position_acceptance_ratio:rate5m",
-        f"sum by ({BY}, position) (rate(specsoak_accepted_tokens_per_position_total[5m])) / on ({BY}) group_left {rate('specsoak_verify_steps_total', '5m')}",
+        f"sum by ({BY}, position) (rate(specsoak_accepted_tokens_per_position_total[5m])) "
+        f"/ on ({BY}) group_left {rate('specsoak_verify_steps_total', '5m')}",
         "share of verification steps accepting at least position+1 drafted tokens",
     ),
     Record(
@@ -106,7 +107,8 @@ RECORDS: tuple[Record, ...] = (
     ),
     Record(
         "specsoak:total_tokens_per_second:vs_baseline",
-        'max without (job, instance) (specsoak_total_tokens_per_second) / on (run, streams) group_left max by (run, streams) (specsoak_total_tokens_per_second{algorithm="none"})',
+        "max without (job, instance) (specsoak_total_tokens_per_second) "
+        '/ on (run, streams) group_left max by (run, streams) (specsoak_total_tokens_per_second{algorithm="none"})',
         "total t/s @N relative to the run's configuration with algorithm none",
     ),
     Record(
@@ -168,7 +170,8 @@ ALERTS: tuple[Alert, ...] = (
         0.2,
         "10m",
         "warning",
-        "{{ $labels.config }}: acceptance is more than 20% away from its reference (soak: the change detector's; otherwise the run's measured phases)",
+        "{{ $labels.config }}: acceptance is more than 20% away from its reference "
+        "(soak: the change detector's; otherwise the run's measured phases)",
     ),
     Alert(
         "SpecsoakThroughputDrop",

@@ -81,8 +81,7 @@ def _save(out: Path, cfg: dict, tensors: dict, src: Path) -> None:
 def _gen(salt: int):
     import torch
 
-    g = torch.Generator().manual_seed(SEED + salt)
-    return g
+    return torch.Generator().manual_seed(SEED + salt)
 
 
 def _rand(shape: tuple[int, ...], g, std: float = 0.02):

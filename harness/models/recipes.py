@@ -135,7 +135,7 @@ def _run_vllm_script(py: Path, name: str, *args: str, what: str | None = None) -
     import subprocess
 
     script = Path(__file__).with_name(name)
-    p = subprocess.run([str(py), str(script), *args], capture_output=True, text=True, timeout=1800)
+    p = subprocess.run([str(py), str(script), *args], capture_output=True, text=True, timeout=1800, check=False)
     if p.returncode != 0:
         tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
         raise RecipeError(f"{what or script.name} failed (exit {p.returncode}): {' / '.join(tail)}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import psutil
@@ -18,8 +19,6 @@ def tree_sum(pid: int | None, of: Callable[[psutil.Process], float]) -> float:
         return 0.0
     total = 0.0
     for q in procs:
-        try:
+        with contextlib.suppress(psutil.Error):
             total += of(q)
-        except psutil.Error:
-            pass
     return total

@@ -173,7 +173,8 @@ DOC_ASKS = [
     "Rewrite this documentation of {name} so that it is easier to read:\n\n{text}",
 ]
 LONG_ASKS = [
-    "Review this module from the Python standard library ({name}). What does it do, how is it organised, and what would you improve?\n\n```python\n{text}\n```",
+    "Review this module from the Python standard library ({name}). "
+    "What does it do, how is it organised, and what would you improve?\n\n```python\n{text}\n```",
     "Summarise the following source file ({name}) in ten bullet points.\n\n```python\n{text}\n```",
     "List every public function in this code ({name}) with a one-line description of each.\n\n```python\n{text}\n```",
 ]

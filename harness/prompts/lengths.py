@@ -210,7 +210,7 @@ def measurement_requests(m: Any) -> int:
     if m.arrival is not None:
         from harness.load.schedule import schedule
 
-        return sum(len(schedule(m.arrival, k, r)) for k in m.arrival.keys() for r in range(1, m.repetitions + 1))
+        return sum(len(schedule(m.arrival, k, r)) for k in m.arrival.keys() for r in range(1, m.repetitions + 1))  # noqa: SIM118  Arrival.keys() is the model's method (its phase keys), not a dict's
     return sum(m.streams) * m.requests_per_stream * m.repetitions
 
 

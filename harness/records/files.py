@@ -8,6 +8,7 @@ skipped on read, never fatal. Schemas: docs/metrics.md#records.
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import json
 import os
@@ -101,10 +102,8 @@ class JsonlWriter:
             self._f.flush()
             os.fsync(self._f.fileno())
         except OSError:
-            try:
+            with contextlib.suppress(OSError):
                 self._f.close()  # drops what the buffer still holds (its flush fails again on a full disk)
-            except OSError:
-                pass
             try:
                 os.truncate(self.path, start)
                 self._f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
@@ -121,10 +120,8 @@ class JsonlWriter:
             raise ResultsError(f"cannot append to {self.path}: {what}; records written before are kept") from exc
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self._f.close()
-        except OSError:
-            pass
 
     def __enter__(self) -> JsonlWriter:
         return self

@@ -146,6 +146,7 @@ def build_report(
                 for v, lb in zip(
                     verdict.get("max_streams", [None] * len(verdict)),
                     verdict.get("max_streams_is_lower_bound", [False] * len(verdict)),
+                    strict=True,
                 )
             ],
         )
@@ -195,7 +196,8 @@ def _blocks(
                 "by `baseline:`), the geometric mean of the paired ratios (repetition r of the configuration over repetition r of its",
                 "baseline: the same prompts, and in the interleaved design the same block, seconds apart); the bracket is its 95%",
                 "Student-t interval, on the logarithms (`[–]` with fewer than two pairs); `no difference shown` when it straddles 1.0.",
-                "The design and what differs between pairs: see *Measurement design* below. Acceptance = accepted / drafted tokens; mean length = 1 + accepted / verify steps",
+                "The design and what differs between pairs: see *Measurement design* below. "
+                "Acceptance = accepted / drafted tokens; mean length = 1 + accepted / verify steps",
                 "(bonus token counted), from the engine's /metrics deltas. Max streams: the largest N meeting the SLO, from the ramp or the",
                 "measured N (see below; `≥`: no N tried failed). Slots, ctx and memory: the engine's start-up log. `[synthetic]` rows use synthetic",
                 "acceptance: their speed is a cost measurement, their output is not valid. Definitions: docs/metrics.md.",
@@ -321,7 +323,9 @@ def _blocks(
             "judged_on": "judged on",
             "contaminated_phases": "contaminated phases",
         }
-        shown_rs = rs.assign(saturated_why=[w if s_ else "no" for s_, w in zip(rs["saturated"], rs["saturated_why"])])
+        shown_rs = rs.assign(
+            saturated_why=[w if s_ else "no" for s_, w in zip(rs["saturated"], rs["saturated_why"], strict=True)]
+        )
         b.append(table(_show(shown_rs, ["run"] * multi + ["config"] + list(cols), cols)))
         if images.get("sweep"):
             b.append(img(images["sweep"], "request-rate sweep: achieved and goodput against offered"))
@@ -338,7 +342,9 @@ def _blocks(
             else "The scenario has no `slo:` section: a stream count counts as served when none of its requests failed."
         )
         shown_ms = ms.assign(
-            max_streams=[_max_streams(v, lb) for v, lb in zip(ms["max_streams"], ms["max_streams_is_lower_bound"])]
+            max_streams=[
+                _max_streams(v, lb) for v, lb in zip(ms["max_streams"], ms["max_streams_is_lower_bound"], strict=True)
+            ]
         )
         ramped = bool((ms["max_streams_source"] == "adaptive ramp").any())
         b += [

@@ -123,7 +123,7 @@ def render(table: pd.DataFrame, width: int) -> list[str]:
 
         def line(values: list[str]) -> str:
             return "  ".join(
-                v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(values, widths))
+                v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(values, widths, strict=True))
             ).rstrip()
 
         return [line(cols), line(["─" * w for w in widths]), *(line(row) for row in cells)]
@@ -131,7 +131,7 @@ def render(table: pd.DataFrame, width: int) -> list[str]:
     for row in cells:
         out.append(row[0])
         current = ""
-        for pair in (f"{c} {v}" for c, v in zip(cols[1:], row[1:])):
+        for pair in (f"{c} {v}" for c, v in zip(cols[1:], row[1:], strict=True)):
             candidate = f"{current} · {pair}" if current else f"  {pair}"
             if current and len(candidate) > width:
                 out.append(current)

@@ -201,8 +201,8 @@ def compare_summary(table: pd.DataFrame) -> dict[str, Any]:
     diffs = table["difference"].map(lambda v: abs(float(v)) if isnum(v) else None).dropna()
     return {
         "figures": len(table),
-        "agree": int((table["agree"] == True).sum()),  # noqa: E712 - a column of True/False/None
-        "disagree": int((table["agree"] == False).sum()),
+        "agree": int((table["agree"] == True).sum()),  # noqa: E712  a column of True/False/None
+        "disagree": int((table["agree"] == False).sum()),  # noqa: E712  a column of True/False/None
         "no_interval": int((~judged).sum()),
         "median_abs_difference": float(diffs.median()) if len(diffs) else None,
     }

@@ -132,8 +132,8 @@ def soak_timeline(runs: list[RunData], path: Path) -> Path | None:
         t0 = float(wins[0]["t_unix"])
         x = [(float(w["engine_uptime_s"]) if one_engine else float(w["t_unix"]) - t0) / unit_s for w in wins]
         judged = [bool(w.get("judged", True)) for w in wins]
-        for ax, (key, ylabel) in zip(axes[:3], panels):
-            pts = [(xx, w.get(key), j) for xx, w, j in zip(x, wins, judged) if isnum(w.get(key))]
+        for ax, (key, ylabel) in zip(axes[:3], panels, strict=True):
+            pts = [(xx, w.get(key), j) for xx, w, j in zip(x, wins, judged, strict=True) if isnum(w.get(key))]
             ax.plot([p[0] for p in pts], [p[1] for p in pts], color=colour, lw=0.8, label=label)
             ax.scatter([p[0] for p in pts if p[2]], [p[1] for p in pts if p[2]], s=6, color=colour)
             ax.scatter(
@@ -145,11 +145,11 @@ def soak_timeline(runs: list[RunData], path: Path) -> Path | None:
                 lw=0.6,
             )
             ax.set_ylabel(ylabel)
-        rss = [(xx, w.get("engine_rss_mib")) for xx, w in zip(x, wins) if isnum(w.get("engine_rss_mib"))]
-        har = [(xx, w.get("harness_rss_mib")) for xx, w in zip(x, wins) if isnum(w.get("harness_rss_mib"))]
+        rss = [(xx, w.get("engine_rss_mib")) for xx, w in zip(x, wins, strict=True) if isnum(w.get("engine_rss_mib"))]
+        har = [(xx, w.get("harness_rss_mib")) for xx, w in zip(x, wins, strict=True) if isnum(w.get("harness_rss_mib"))]
         axes[3].plot([p[0] for p in rss], [p[1] for p in rss], color=colour, label=f"{label} engine")
         axes[3].plot([p[0] for p in har], [p[1] for p in har], color=colour, ls="--", label=f"{label} harness + Locust")
-        cpu = [(xx, w["cpu"]) for xx, w in zip(x, wins) if isinstance(w.get("cpu"), dict)]
+        cpu = [(xx, w["cpu"]) for xx, w in zip(x, wins, strict=True) if isinstance(w.get("cpu"), dict)]
         for key, ls, what in (
             ("engine_cores", "-", "engine"),
             ("harness_cores", "--", "harness + Locust"),
@@ -227,9 +227,9 @@ def failure_timelines(runs: list[RunData], out: Path) -> list[Path]:
             fig, axes = plt.subplots(
                 len(panels), 1, figsize=(8.5, 1.6 * len(panels) + 1.0), dpi=100, sharex=True, squeeze=False
             )
-            for ax, (keys, label) in zip(axes[:, 0], panels):
+            for ax, (keys, label) in zip(axes[:, 0], panels, strict=True):
                 for k in keys:
-                    pts = [(xx, v) for xx, w in zip(x, wins) if (v := series_value(w, k)) is not None]
+                    pts = [(xx, v) for xx, w in zip(x, wins, strict=True) if (v := series_value(w, k)) is not None]
                     if pts:
                         ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=0.9, marker=".", ms=3, label=k)
                 ax.set_ylabel(label, fontsize=8)
@@ -318,7 +318,7 @@ def memory_bars(memory: pd.DataFrame, path: Path, multi: bool) -> Path | None:
     mem = memory[memory["target_weights_mib"].notna()]
     if mem.empty:
         return None
-    labels = [_label(r, c, bool(s), multi) for r, c, s in zip(mem["run"], mem["config"], mem["synthetic"])]
+    labels = [_label(r, c, bool(s), multi) for r, c, s in zip(mem["run"], mem["config"], mem["synthetic"], strict=True)]
     fig, ax = plt.subplots(figsize=(9.0, 1.4 + 0.55 * len(mem)), dpi=110)
     left = np.zeros(len(mem))
     for j, (col, name) in enumerate(_MEM_PARTS):
@@ -407,7 +407,7 @@ def control_over_time(control: pd.DataFrame, summary: pd.DataFrame, path: Path, 
             color=color,
             label=_label(str(run_id), str(base), False, multi),
         )
-        for xx, rep in zip(x, g["repetition"]):
+        for xx, rep in zip(x, g["repetition"], strict=True):
             ax.annotate(
                 str(int(rep)),
                 (xx, float(g[g["repetition"] == rep]["control_decode_tps"].iloc[0])),
@@ -446,7 +446,9 @@ def rate_sweep(sweep: pd.DataFrame, saturation: pd.DataFrame, path: Path, multi:
     for i, ((run, name), grp) in enumerate(sweep.groupby(["run", "config"], sort=False)):
         g = grp.sort_values("rate_rps")
         color = _COLORS[i % len(_COLORS)]
-        offered = [_f(v) if _f(v) is not None else float(r) for v, r in zip(g["offered_rps"], g["rate_rps"])]
+        offered = [
+            _f(v) if _f(v) is not None else float(r) for v, r in zip(g["offered_rps"], g["rate_rps"], strict=True)
+        ]
         achieved = [_f(v) for v in g["achieved_rps"]]
         base = g["algorithm"].iloc[0] == "none"
         ax.plot(

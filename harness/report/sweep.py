@@ -50,7 +50,7 @@ def _clean(p: pd.DataFrame) -> pd.DataFrame:
 def _by_rep(p: pd.DataFrame, col: str) -> dict[int, float]:
     if p.empty or col not in p:
         return {}
-    return {int(r): float(v) for r, v in zip(p["repetition"], p[col]) if isnum(v)}
+    return {int(r): float(v) for r, v in zip(p["repetition"], p[col], strict=True) if isnum(v)}
 
 
 def rate_sweep_table(runs: list[RunData], verdict: pd.DataFrame) -> pd.DataFrame:
@@ -62,7 +62,7 @@ def rate_sweep_table(runs: list[RunData], verdict: pd.DataFrame) -> pd.DataFrame
         rule = _rule(run)
         cfgs = run.manifest.get("configurations", {})
         vrun = verdict[verdict["run"] == run.run_id] if not verdict.empty and "baseline" in verdict else pd.DataFrame()
-        baseline_of = dict(zip(vrun["config"], vrun["baseline"])) if not vrun.empty else {}
+        baseline_of = dict(zip(vrun["config"], vrun["baseline"], strict=True)) if not vrun.empty else {}
         for name in run.config_names:
             mine = rp[rp["config"] == name]
             base_name = baseline_of.get(name)

@@ -245,7 +245,9 @@ def _missing_records(p: pd.DataFrame, r: pd.DataFrame) -> tuple[int, int]:
     if "attempt" in p and not r.empty and "attempt" in r:
         have = r["attempt"].value_counts()
         missing = sum(
-            max(0, int(n) - int(have.get(a, 0))) for a, n in zip(p["attempt"], p["requests"]) if isinstance(a, str)
+            max(0, int(n) - int(have.get(a, 0)))
+            for a, n in zip(p["attempt"], p["requests"], strict=True)
+            if isinstance(a, str)
         )
     else:
         missing = max(0, expected - len(r))
@@ -257,7 +259,7 @@ def _tps_by_rep(ph: pd.DataFrame, config: str, n: int) -> dict[int, float]:
     if ph.empty:
         return {}
     p = ph[(ph["config"] == config) & (ph["streams"] == n)]
-    return {int(r): float(t) for r, t in zip(p["repetition"], p["total_tps"])}
+    return {int(r): float(t) for r, t in zip(p["repetition"], p["total_tps"], strict=True)}
 
 
 def solo_by_rep(rq: pd.DataFrame, config: str) -> dict[int, float]:
@@ -297,33 +299,39 @@ def display_table(df: pd.DataFrame, counts: list[int], multi_run: bool) -> pd.Da
         out["run"] = df["run"]
         if "engine" in df and df["engine"].nunique() > 1:  # runs of several engines: say which row is which
             out["engine"] = df["engine"]
-    out["configuration"] = [f"{c} [synthetic]" if s else c for c, s in zip(df["config"], df["synthetic"])]
+    out["configuration"] = [f"{c} [synthetic]" if s else c for c, s in zip(df["config"], df["synthetic"], strict=True)]
     out["algorithm"] = df["algorithm"]
     loads = [
         c[len("achieved_rps_") :] for c in df.columns if c.startswith("achieved_rps_")
     ]  # open-loop phases, in order
-    itself = [c == b for c, b in zip(df["config"], df.get("baseline", [None] * len(df)))]  # a baseline's own row
+    itself = [
+        c == b for c, b in zip(df["config"], df.get("baseline", [None] * len(df)), strict=True)
+    ]  # a baseline's own row
     if counts or not loads:  # a run of open-loop phases only has no solo figure
         out["solo decode t/s"] = df["solo_decode_tps"].map(_fmt1)
         out["solo vs baseline [95% CI]"] = [
             "(baseline)" if me else _fmtci(v, lo, hi)
-            for me, v, lo, hi in zip(itself, df["solo_speedup"], df["solo_speedup_ci_low"], df["solo_speedup_ci_high"])
+            for me, v, lo, hi in zip(
+                itself, df["solo_speedup"], df["solo_speedup_ci_low"], df["solo_speedup_ci_high"], strict=True
+            )
         ]
     for n in counts:
         out[f"total t/s @{n}"] = df[f"total_tps_{n}"].map(_fmt1)
         out[f"@{n} vs baseline [95% CI]"] = [
             "(baseline)" if me else _fmtci(v, lo, hi)
-            for me, v, lo, hi in zip(itself, df[f"speedup_{n}"], df[f"speedup_{n}_ci_low"], df[f"speedup_{n}_ci_high"])
+            for me, v, lo, hi in zip(
+                itself, df[f"speedup_{n}"], df[f"speedup_{n}_ci_low"], df[f"speedup_{n}_ci_high"], strict=True
+            )
         ]
     for key in loads:
         label = load_label(key)
         out[f"offered / achieved rps {label}"] = [
-            f"{_fmt2(o)} / {_fmt2(a)}" for o, a in zip(df[f"offered_rps_{key}"], df[f"achieved_rps_{key}"])
+            f"{_fmt2(o)} / {_fmt2(a)}" for o, a in zip(df[f"offered_rps_{key}"], df[f"achieved_rps_{key}"], strict=True)
         ]
         out[f"goodput rps {label}"] = df[f"goodput_rps_{key}"].map(_fmt2)
         out[f"late {label}"] = [
             _late(n, of, d)
-            for n, of, d in zip(df[f"late_{key}"], df[f"scheduled_{key}"], df[f"max_send_delay_s_{key}"])
+            for n, of, d in zip(df[f"late_{key}"], df[f"scheduled_{key}"], df[f"max_send_delay_s_{key}"], strict=True)
         ]
     out["acceptance"] = df["acceptance"].map(_fmt2)
     out["mean length"] = df["mean_accept_len"].map(_fmt2)
@@ -333,19 +341,20 @@ def display_table(df: pd.DataFrame, counts: list[int], multi_run: bool) -> pd.Da
         # under the scenario's memory budget (the memory table), marked ✓ when the fill check proved it
         out["servable ctx/slot (budget)"] = [
             _fmt0(v) + (" ✓" if f == "ok" else " ✗" if f in ("failed", "engine_failed") else "")
-            for v, f in zip(df["servable_ctx_per_slot"], df.get("fill_check", [None] * len(df)))
+            for v, f in zip(df["servable_ctx_per_slot"], df.get("fill_check", [None] * len(df)), strict=True)
         ]
     out["slots"] = df["slots"].map(_fmt0)
     out["memory MiB"] = df["memory_mib"].map(_fmt0)
     out["failures"] = [
-        _failures(ok, failed, f) for ok, failed, f in zip(df["requests_ok"], df["requests_failed"], df["failure"])
+        _failures(ok, failed, f)
+        for ok, failed, f in zip(df["requests_ok"], df["requests_failed"], df["failure"], strict=True)
     ]
     if "engine_agreement" in df:
         out["engine agreement"] = df["engine_agreement"].fillna("–")
     if "records_missing" in df and (df["records_missing"].fillna(0) > 0).any():
         out["request records read"] = [
             f"✗ {int(e - m)} of {int(e)}" if m else "all"
-            for e, m in zip(df["records_expected"], df["records_missing"].fillna(0))
+            for e, m in zip(df["records_expected"], df["records_missing"].fillna(0), strict=True)
         ]
     if "soak" in df and df["soak"].map(lambda v: isinstance(v, str) and v != "").any():
         out["soak"] = df["soak"].map(lambda v: v if isinstance(v, str) and v else "–")

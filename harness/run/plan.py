@@ -99,7 +99,7 @@ def _phases(sc: Scenario, reps: str) -> list[str]:
     if m.arrival is not None:
         a = m.arrival
         gaps = a.kind + (f" (cv {a.cv:g})" if a.cv is not None else "")
-        for key in a.keys():
+        for key in a.keys():  # noqa: SIM118  Arrival.keys() is the model's method (its phase keys), not a dict's
             rate = a.rate_of(key)
             what = (
                 f"{a.requests} requests at {rate:g} rps"
@@ -116,10 +116,10 @@ def _phases(sc: Scenario, reps: str) -> list[str]:
                 f"rate{'s' if a.saturation.stop_after > 1 else ''} in a row saturated (the estimate counts every rate)"
             )
         return out
-    for n in m.streams:
-        out.append(
-            f"{n} stream{'s' if n > 1 else ''}{reps}: {n * m.requests_per_stream} requests of {m.max_tokens} tokens"
-        )
+    out.extend(
+        f"{n} stream{'s' if n > 1 else ''}{reps}: {n * m.requests_per_stream} requests of {m.max_tokens} tokens"
+        for n in m.streams
+    )
     return out
 
 
@@ -249,7 +249,8 @@ def plan_lines(loaded: LoadedScenario, engine_cls: type[Engine]) -> list[str]:
                 )
             else:
                 lines.append(
-                    f"  soak {cfg.name}: {start}; {describe_duration(soak.duration_s)} on {'the attached server' if attached else 'that one engine'}; {shape}; {prompts}; "
+                    f"  soak {cfg.name}: {start}; {describe_duration(soak.duration_s)} "
+                    f"on {'the attached server' if attached else 'that one engine'}; {shape}; {prompts}; "
                     f"watchdog windows of {describe_duration(soak.watchdog.window_s)}"
                 )
                 lines.append(f"    after the soak, on the same engine: {again}; {stop}")

@@ -338,7 +338,8 @@ class Runner:
                 streams = load
                 acc = rec.get("acceptance")
                 self.console.print(
-                    f"  {'after soak: ' if phase == 'after_soak' else ''}{streams:>3} stream{'s' if streams > 1 else ' '} rep {rep}: {rec['total_tps']:.1f} t/s total"
+                    f"  {'after soak: ' if phase == 'after_soak' else ''}{streams:>3} stream{'s' if streams > 1 else ' '} "
+                    f"rep {rep}: {rec['total_tps']:.1f} t/s total"
                     + (
                         f", solo decode {rec['median_decode_tps']:.1f} t/s"
                         if streams == 1 and rec["median_decode_tps"]
@@ -385,7 +386,8 @@ class Runner:
         rec = self.phases.run(cfg, session, spec, out).record
         gp = rec.get("goodput_rps")
         self.console.print(
-            f"  {'after soak: ' if phase == 'after_soak' else ''}{load_label(key)} rep {rep}: offered {rec['offered_rps'] or 0:.2f} rps, achieved {rec['achieved_rps'] or 0:.2f}"
+            f"  {'after soak: ' if phase == 'after_soak' else ''}{load_label(key)} rep {rep}: "
+            f"offered {rec['offered_rps'] or 0:.2f} rps, achieved {rec['achieved_rps'] or 0:.2f}"
             + (f", goodput {gp:.2f}" if gp is not None else "")
             + f", late {rec['late']}/{rec['scheduled']}"
             + (f" (max delay {rec['max_send_delay_s']:.2f} s)" if rec["late"] else "")

@@ -78,7 +78,7 @@ def first_difference(
     a, b, method = (
         (ref_tokens, tokens, "tokens") if ref_tokens is not None and tokens is not None else (ref_text, text, "text")
     )
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return False, i, method
     same = len(a) == len(b)
@@ -507,6 +507,12 @@ def for_slice(ctx: RunContext, cfg: Configuration, session: EngineSession, slice
     )
 
 
+def _differing(ans: Sequence[CanaryAnswer], pick: Callable[[CanaryAnswer], Difference | None]) -> int | None:
+    """How many of a round's answered prompts differ from a reference (``pick``), or None when none was compared."""
+    diffs = [d for a in ans if a.status == "ok" and (d := pick(a)) is not None]
+    return sum(not d.identical for d in diffs) if diffs else None
+
+
 def round_summaries(records: Iterable[dict[str, Any]], verdicts: Iterable[dict[str, Any]] = ()) -> list[dict[str, Any]]:
     """Each recorded round as ``Canary.summary`` gave it (a run folder replayed: ``specsoak export``); ``diverged`` once a
     divergence verdict of the configuration precedes the round's end."""
@@ -522,10 +528,6 @@ def round_summaries(records: Iterable[dict[str, Any]], verdicts: Iterable[dict[s
     for (config, slice_id, rnd), ans in rounds.items():
         t = max(a.t_unix for a in ans)
 
-        def differing(pick: Callable[[CanaryAnswer], Difference | None]) -> int | None:
-            diffs = [d for a in ans if a.status == "ok" and (d := pick(a)) is not None]
-            return sum(not d.identical for d in diffs) if diffs else None
-
         base = next((a.vs_baseline.reference for a in ans if a.vs_baseline is not None), None)
         out.append(
             {
@@ -535,8 +537,8 @@ def round_summaries(records: Iterable[dict[str, Any]], verdicts: Iterable[dict[s
                 "t_unix": t,
                 "answers": len(ans),
                 "errors": sum(a.status != "ok" for a in ans),
-                "differing_first": differing(lambda a: a.vs_first),
-                "differing_baseline": differing(lambda a: a.vs_baseline),
+                "differing_first": _differing(ans, lambda a: a.vs_first),
+                "differing_baseline": _differing(ans, lambda a: a.vs_baseline),
                 "baseline": base,
                 "diverged": div_t.get(config, float("inf")) <= t + 1.0,
                 "error": next((a.error for a in ans if a.error), None),

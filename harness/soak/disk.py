@@ -175,12 +175,12 @@ class DiskWatch:
 def engine_log_notes(run_dir: Path, run_id: str) -> list[str]:
     """The report's notes on engine logs that hit their bound: how much each dropped, and what it keeps."""
     out = []
-    for s in summarise_logs(run_dir):
-        if s.dropped_bytes > 0:
-            out.append(
-                f"**Engine log** (run {run_id}): {s.dropped_bytes / MIB:,.1f} MiB dropped from {s.log} "
-                f"(of {s.written_bytes / MIB:,.1f} MiB written; kept: its start-up section, the newest output in "
-                f"{s.segments} gzip segment{'s' if s.segments != 1 else ''}, {s.kept_bytes / MIB:,.1f} MiB on disk; "
-                "report.engine_log_max_mib)."
-            )
+    out.extend(
+        f"**Engine log** (run {run_id}): {s.dropped_bytes / MIB:,.1f} MiB dropped from {s.log} "
+        f"(of {s.written_bytes / MIB:,.1f} MiB written; kept: its start-up section, the newest output in "
+        f"{s.segments} gzip segment{'s' if s.segments != 1 else ''}, {s.kept_bytes / MIB:,.1f} MiB on disk; "
+        "report.engine_log_max_mib)."
+        for s in summarise_logs(run_dir)
+        if s.dropped_bytes > 0
+    )
     return out

@@ -88,10 +88,11 @@ def series_value(window: dict[str, Any], metric: str) -> float | None:
     """A window's value of an explained series (flat fields, the CPU split, the longest stall)."""
     if metric == "longest_stall_s":
         return longest_stall(window)
-    if metric == "engine_cores":
-        v = window.get("engine_cores", (window.get("cpu") or {}).get("engine_cores"))
-    else:
-        v = window.get(metric)
+    v = (
+        window.get("engine_cores", (window.get("cpu") or {}).get("engine_cores"))
+        if metric == "engine_cores"
+        else window.get(metric)
+    )
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and np.isfinite(v) else None
 
 

@@ -32,6 +32,7 @@ rules of harness/soak/watchdog.py, both pure.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import json
 import os
 import time
@@ -430,10 +431,8 @@ class SoakSlice:
         """The slice's records as Parquet too, now that no one appends to them: the report only reads."""
         from harness.records.columnar import compact_files
 
-        try:
+        with contextlib.suppress(OSError):  # the report compacts what is missing
             compact_files(files)
-        except OSError:
-            pass  # the report compacts what is missing
 
     def _healthy(self) -> bool:
         timeout = min(5.0, max(0.5, self.wd.hang_s / 3))

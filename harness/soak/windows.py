@@ -103,7 +103,7 @@ def window_figures(
         "requests": len(ended),
         "errors": errors,
         "error_kinds": dict(kinds),
-        "output_tokens": int(round(tokens)),
+        "output_tokens": round(tokens),
         "streaming_requests": streaming,
         # nothing streamed is an output rate of 0, not "no value": a collapse to zero shows
         "output_tps": tokens / seconds if seconds > 0 else None,

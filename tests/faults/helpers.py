@@ -65,6 +65,7 @@ def cli(
         timeout=timeout,
         env=full,
         preexec_fn=pre,
+        check=False,
     )
 
 

@@ -68,7 +68,7 @@ _ROWS = pytest.StashKey[list[Fault]]()
 @pytest.fixture
 def fault_log(request: pytest.FixtureRequest) -> Iterator[FaultLog]:
     rows = request.config.stash.setdefault(_ROWS, [])
-    yield FaultLog(rows, request.node.nodeid)
+    return FaultLog(rows, request.node.nodeid)
 
 
 def figures(rows: list[Fault]) -> dict[str, int]:
@@ -173,7 +173,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         result = "detected" if r["detected"] else "**NOT DETECTED**"
         test = r["test"].split("::")[0].rsplit("/", 1)[-1] + "::" + r["test"].split("::")[-1]
         out.append(
-            f"| {r['area']} | {_cell(r['fault'])} | {_cell(r['how'])} | {_cell(r['expected'])} | {_cell(r['observed'])} | {result} | `{_cell(test)}` |"
+            f"| {r['area']} | {_cell(r['fault'])} | {_cell(r['how'])} | {_cell(r['expected'])} | "
+            f"{_cell(r['observed'])} | {result} | `{_cell(test)}` |"
         )
     return "\n".join(out) + "\n"
 

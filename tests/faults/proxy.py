@@ -31,6 +31,7 @@ canary must call it a divergence).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import struct
@@ -170,10 +171,8 @@ class FaultProxy:
 
     async def _sleep(self, seconds: float) -> None:
         assert self._closing is not None
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._closing.wait(), seconds)
-        except TimeoutError:
-            pass
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
@@ -220,9 +219,10 @@ class FaultProxy:
             return web.Response(status=up.status, body=data, content_type=up.content_type)
 
     async def _forward_corrupted(self, request: web.Request, body: bytes) -> web.Response:
-        async with aiohttp.ClientSession() as session, session.post(
-            self.upstream + request.path_qs, data=body, headers=self._upstream_headers(request)
-        ) as up:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(self.upstream + request.path_qs, data=body, headers=self._upstream_headers(request)) as up,
+        ):
             data = await up.read()
             if up.status != 200:
                 return web.Response(status=up.status, body=data, content_type=up.content_type)
@@ -231,9 +231,10 @@ class FaultProxy:
 
     async def _forward_stream(self, request: web.Request, body: bytes, fault: str) -> web.StreamResponse:
         timeout = aiohttp.ClientTimeout(total=300)
-        async with aiohttp.ClientSession(timeout=timeout) as session, session.post(
-            self.upstream + request.path_qs, data=body, headers=self._upstream_headers(request)
-        ) as up:
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.post(self.upstream + request.path_qs, data=body, headers=self._upstream_headers(request)) as up,
+        ):
             if up.status != 200:
                 return web.Response(status=up.status, body=await up.read(), content_type=up.content_type)
             resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})

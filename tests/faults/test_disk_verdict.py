@@ -76,7 +76,7 @@ def test_a_filling_results_disk_stops_the_soak_with_a_disk_verdict_before_it_is_
         run = wait_for(
             lambda: next(results.glob("*-disk"), None) if results.exists() else None, 60, "the run folder", proc
         )
-        wait_for(lambda: (run / "soak_slices.jsonl").exists(), 240, "the soak to start", proc)
+        wait_for((run / "soak_slices.jsonl").exists, 240, "the soak to start", proc)
         filler.start()
         out = finish(proc, 300)
     finally:

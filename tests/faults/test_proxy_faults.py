@@ -81,7 +81,7 @@ def test_each_proxy_fault_is_a_failed_record_of_its_kind_through_run_streams(
         applied = list(proxy.seen)
     assert applied == SCHEDULE
     assert len(records) == len(seen) == len(SCHEDULE)
-    by_fault = dict(zip(SCHEDULE, sorted(records, key=lambda r: r.index)))
+    by_fault = dict(zip(SCHEDULE, sorted(records, key=lambda r: r.index), strict=True))
     for fault, rec in by_fault.items():
         want = expected_kind(fault)
         assert rec.error_kind == want, (fault, rec.error_kind, rec.error)
@@ -156,13 +156,13 @@ def test_each_proxy_fault_is_a_failed_record_of_its_kind_in_a_real_run(
     records = sorted(read_jsonl(run_dir / "requests.jsonl"), key=lambda r: r["index"])
     lines = (run_dir / "requests.jsonl").read_text().splitlines()
     assert len(records) == len(lines) == len(faults)
-    for fault, rec in zip(faults, records):
+    for fault, rec in zip(faults, records, strict=True):
         assert rec["error_kind"] == expected_kind(fault, stall_is_timeout=True), (fault, rec["error"])
     (phase,) = list(read_jsonl(run_dir / "phases.jsonl"))
     assert phase["requests"] == len(faults) and phase["errors"] == len(faults) - 1 and phase["ok"] == 1
     assert phase["output_tokens"] == MAX_TOKENS  # only the clean request's tokens count: no duplicate, no partial
     first = True
-    for fault, rec in zip(faults, records):
+    for fault, rec in zip(faults, records, strict=True):
         if fault in rows:
             # the one run completed counts once
             rows[fault].done(

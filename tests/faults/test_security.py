@@ -166,7 +166,7 @@ def test_hostile_model_path_api_key_and_umask_000_in_a_real_run(
     assert not leaks, leaks
     assert KEY not in p.stdout + p.stderr
     assert manifest(run)["scenario_parsed"]["server"]["api_key_env"] == "SPECSOAK_TEST_API_KEY"
-    files = [f for f in run.rglob("*")]
+    files = list(run.rglob("*"))
     rows[1].done(f"key found in 0 of {len(files)} files of the run folder, nor in the CLI's output")
 
     writable = [f"{f} {oct(f.stat().st_mode & 0o777)}" for f in [results, run, *files] if f.stat().st_mode & 0o022]

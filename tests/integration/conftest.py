@@ -78,6 +78,7 @@ def run_scenario(data: dict[str, Any], folder: Path, timeout: float = 900, expec
         text=True,
         timeout=timeout,
         env=dict(os.environ, COLUMNS="200"),
+        check=False,
     )
     assert p.returncode == expect_rc, p.stderr[-3000:]
     return next((folder / "results").glob(f"*-{data['name']}"))

@@ -4,6 +4,7 @@ recorded late with their delay, and the achieved rate and the goodput fall behin
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -73,7 +74,7 @@ def test_poisson_send_times_fit_the_asked_rate(tmp_path: Path) -> None:
         len(recs) == 60 and max(r["send_delay_s"] for r in recs) < 0.25
     )  # each sent at its time (a busy CPU: some ms late)
     sends = sorted(r["start_unix_s"] for r in recs)
-    gaps = [b - a for a, b in zip(sends, sends[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(sends)]
     fit = stats.kstest(gaps, "expon", args=(0, 1 / rate))
     assert fit.pvalue > 0.05, fit
     for wrong in (rate / 2, rate * 2):  # the test has the power to tell the rate apart

@@ -55,6 +55,7 @@ def _run(folder: Path, data: dict[str, Any], timeout: float = 600) -> tuple[int,
         text=True,
         timeout=timeout,
         env=dict(os.environ, COLUMNS="200"),
+        check=False,
     )
     return p.returncode, p.stdout + p.stderr, next((folder / "results").glob(f"*-{data['name']}"))
 

@@ -14,6 +14,7 @@ after the first half.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -69,10 +70,8 @@ class SlowFromNthEngine(threading.Thread):
 
 
 def _cont(eng: psutil.Process) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(eng.pid, signal.SIGCONT)
-    except ProcessLookupError:
-        pass
 
 
 def _run(tmp_path: Path, design: str, slow_from: int) -> tuple[Path, SlowFromNthEngine]:

@@ -141,7 +141,12 @@ def _scenario(tmp_path: Path, configs: list[dict[str, object]], max_tokens: int 
 def _cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, COLUMNS="200")
     return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=timeout, env=env
+        [sys.executable, "-m", "harness.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
     )
 
 

@@ -17,7 +17,7 @@ import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import yaml
@@ -59,7 +59,7 @@ def prometheus_bin() -> str:
 
 
 def _promtool(promtool: str, *args: str, cwd: Path | None = None) -> str:
-    proc = subprocess.run([promtool, *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+    proc = subprocess.run([promtool, *args], capture_output=True, text=True, timeout=60, cwd=cwd, check=False)
     assert proc.returncode == 0, f"promtool {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout + proc.stderr
 
@@ -94,7 +94,12 @@ def test_promtool_rule_tests_can_fail(promtool: str, tmp_path: Path) -> None:
     (tmp_path / "rules.yml").write_text(yaml.safe_dump(doc))
     (tmp_path / "rules.test.yml").write_text(yaml.safe_dump(ruletests.rule_tests_document("rules.yml")))
     proc = subprocess.run(
-        [promtool, "test", "rules", "rules.test.yml"], capture_output=True, text=True, timeout=60, cwd=tmp_path
+        [promtool, "test", "rules", "rules.test.yml"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        check=False,
     )
     assert proc.returncode != 0 and "SpecsoakErrorRate" in proc.stdout + proc.stderr
 
@@ -538,6 +543,7 @@ def test_cli_run_serves_metrics_and_writes_targets(llama_server_bin: Path, tmp_p
         capture_output=True,
         text=True,
         timeout=300,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Prometheus metrics at http://127.0.0.1:" in proc.stderr
@@ -562,7 +568,11 @@ class _GrowingCapture:
     or summary's buckets, sum and count) times n, every gauge and quantile as captured, so each rate
     keeps the capture's proportions."""
 
-    SUFFIXES = {"counter": ("", "_total"), "histogram": ("_bucket", "_sum", "_count"), "summary": ("_sum", "_count")}
+    SUFFIXES: ClassVar[dict[str, tuple[str, ...]]] = {
+        "counter": ("", "_total"),
+        "histogram": ("_bucket", "_sum", "_count"),
+        "summary": ("_sum", "_count"),
+    }
 
     def __init__(self, text: str):
         self.lines = text.splitlines()

@@ -31,9 +31,9 @@ def test_the_servers_tokenizer_counts_the_built_prompts(self_draft_server: Llama
     b = build(source, lengths, 25, engine)
     assert b.counted_in == "tokens"
     # each built text, tokenized again by the server, is as long as drawn (the builder adjusts the window until it is)
-    exact = sum(got == want for got, want in zip(b.input_tokens, b.input_drawn))
-    assert exact >= 23 and all(abs(got - want) <= 2 for got, want in zip(b.input_tokens, b.input_drawn)), list(
-        zip(b.input_tokens, b.input_drawn)
+    exact = sum(got == want for got, want in zip(b.input_tokens, b.input_drawn, strict=True))
+    assert exact >= 23 and all(abs(got - want) <= 2 for got, want in zip(b.input_tokens, b.input_drawn, strict=True)), (
+        list(zip(b.input_tokens, b.input_drawn, strict=True))
     )
     assert [len(engine.tokenize(p.messages[0]["content"])) for p in b.prompts] == b.input_tokens
     assert len({p.messages[0]["content"] for p in b.prompts}) == 25

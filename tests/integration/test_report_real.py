@@ -61,7 +61,12 @@ def _scenario(d: Path) -> Path:
 def _cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, COLUMNS="200")
     return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=timeout, env=env
+        [sys.executable, "-m", "harness.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
     )
 
 
@@ -171,6 +176,7 @@ def test_html_report_renders_in_headless_chromium(real_run: Path, tmp_path: Path
         capture_output=True,
         text=True,
         timeout=180,
+        check=False,
     )
     m = re.search(r"data-imgs=\"([^\"]*)\"", dom.stdout)
     assert m, dom.stderr[-2000:]
@@ -190,6 +196,7 @@ def test_html_report_renders_in_headless_chromium(real_run: Path, tmp_path: Path
         capture_output=True,
         text=True,
         timeout=180,
+        check=False,
     )
     assert shot.is_file()
     pixels = np.asarray(Image.open(shot).convert("RGB"))

@@ -16,6 +16,7 @@ the planted soak on the halved engine too.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -149,10 +150,8 @@ class DutyCyclePlant(threading.Thread):
         except psutil.Error:
             pass  # the engine is gone: the harness stopped it
         finally:
-            try:
+            with contextlib.suppress(psutil.Error):
                 eng.send_signal(signal.SIGCONT)
-            except psutil.Error:
-                pass
 
 
 def _logs_to_soak(eng: psutil.Process | None, harness_pid: int) -> bool:
@@ -211,7 +210,7 @@ def planted(prometheus: tuple[Prometheus, int, Path]) -> Iterator[dict[str, Any]
         plant.done.set()
         plant.join(10)
     run_dir = next((tmp / "results").glob("*-collapse"))
-    yield {"proc": proc, "out": out, "run_dir": run_dir, "plant": plant, "t0": t0, "t1": time.time(), "prom": prom}
+    return {"proc": proc, "out": out, "run_dir": run_dir, "plant": plant, "t0": t0, "t1": time.time(), "prom": prom}
 
 
 def _verdicts(run_dir: Path) -> list[dict[str, Any]]:

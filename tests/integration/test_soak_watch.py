@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -69,10 +70,8 @@ class GrowingPauses(threading.Thread):
         except psutil.Error:
             pass
         finally:
-            try:
+            with contextlib.suppress(psutil.Error):
                 eng.send_signal(signal.SIGCONT)
-            except psutil.Error:
-                pass
 
 
 def _write(folder: Path, data: dict[str, Any]) -> Path:

@@ -21,7 +21,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "SPECSOAK_TEST_UNSET_KEY_VAR"}
     env["COLUMNS"] = "400"
     return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=120, env=env
+        [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=120, env=env, check=False
     )
 
 
@@ -62,7 +62,7 @@ def test_every_bad_scenario_is_exit_2_one_line_naming_file_and_field_nothing_sta
         for name in sorted(INDEX)
     }
     with ThreadPoolExecutor(4) as pool:
-        found = dict(zip(sorted(INDEX), pool.map(check, sorted(INDEX))))
+        found = dict(zip(sorted(INDEX), pool.map(check, sorted(INDEX)), strict=True))
     assert not results.exists(), "a run folder was created for bad input"
     problems = [p for ps in found.values() for p in ps]
     assert not problems, "\n".join(problems)

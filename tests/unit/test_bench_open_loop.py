@@ -15,7 +15,7 @@ def _log(arrivals_s: list[float]) -> ServerLog:
 
 def test_a_client_on_schedule_has_no_error_whatever_its_first_connection() -> None:
     on_time = [100.0 + i / 10 for i in range(50)]
-    f = send_figures(_log([on_time[0] + 0.05] + on_time[1:]), 10.0)  # the first one 50 ms late: one arrival, not all
+    f = send_figures(_log([on_time[0] + 0.05, *on_time[1:]]), 10.0)  # the first one 50 ms late: one arrival, not all
     assert f["achieved_rps"] == pytest.approx(10.0, rel=0.02) and f["send_err_p50_ms"] == pytest.approx(0.0, abs=1e-3)
     assert f["late_share"] == pytest.approx(1 / 50) and f["gap_cv"] < 0.1
 

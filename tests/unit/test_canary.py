@@ -34,6 +34,9 @@ REF = (10, 11, 12, 13, 14)
 
 
 # ---- comparison ---------------------------------------------------------------------------------------------
+_TWO_ROUNDS = Rule(confirm_rounds=2)
+
+
 def test_first_difference_by_token_ids_when_both_have_them() -> None:
     assert first_difference(REF, "abc", REF, "xyz") == (True, None, "tokens")  # ids equal: the text is not looked at
     assert first_difference(REF, "", (10, 11, 99, 13, 14), "") == (False, 2, "tokens")
@@ -161,7 +164,7 @@ class FakeEngine:
             return Answer(p.id, error="HTTPError: HTTP Error 400: Bad Request")
         toks = tuple(range(len(p.id), len(p.id) + 8))
         if self.corrupt_after is not None and self.calls > self.corrupt_after and p.id == "canary-count":
-            toks = toks[:5] + (999, 998, 997)
+            toks = (*toks[:5], 999, 998, 997)
         return Answer(p.id, " ".join(map(str, toks)), toks, draft_tokens=8, accepted_tokens=6)
 
 
@@ -169,7 +172,7 @@ def _canary(
     run_dir: Path,
     ask: Any,
     slice_id: str = "spec-s001",
-    rule: Rule = Rule(confirm_rounds=2),
+    rule: Rule = _TWO_ROUNDS,
     every_s: float = 10.0,
     baseline: str | None = None,
     config: str = "spec",
@@ -307,7 +310,7 @@ def test_the_canary_is_on_by_default_only_where_a_speculative_configuration_soak
     assert not canary_enabled(_scenario({"canary": {"enabled": False}}))
     c = _scenario({}).soak.canary  # type: ignore[union-attr]
     assert (c.every_s, c.max_tokens, c.prompts) == (300.0, 64, None)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="every_s"):
         _scenario({"canary": {"every_s": 0}})
 
 

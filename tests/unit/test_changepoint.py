@@ -242,9 +242,9 @@ def test_detect_series_restarts_and_refuses_mixed_configurations() -> None:
 
 
 def test_settings_are_checked() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="confirm_windows"):
         DetectorSettings(confirm_windows=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="refine_windows must be >= reference_windows"):
         DetectorSettings(reference_windows=10, refine_windows=5)
     assert DetectorSettings().threshold == 5.0
 

@@ -37,7 +37,7 @@ def test_prompt_offsets_give_each_phase_its_own_prompts_in_either_design() -> No
             off = prompt_offset(rps, streams, reps, n, r)
             seen.extend(range(off, off + n * rps))
     assert seen == list(range(len(seen)))  # consecutive, no overlap: what the sequential runner always sent
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="no phase with 2 streams and repetition 1"):
         prompt_offset(rps, streams, reps, 2, 1)
 
 
@@ -131,6 +131,7 @@ def test_cli_compare_exit_codes(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=120,
+        check=False,
     )
     assert p.returncode == 0, p.stdout + p.stderr
     assert "6 of 6 ratios agree" in p.stdout and (tmp_path / "cmp" / "compare.md").is_file()
@@ -141,7 +142,11 @@ def test_cli_compare_exit_codes(tmp_path: Path) -> None:
             r["total_tps"] *= 2
     (b / "phases.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     p = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "compare", str(a), str(b)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "harness.cli", "compare", str(a), str(b)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert p.returncode == 1 and "5 of 6 ratios agree" in p.stdout, p.stdout
     p = subprocess.run(
@@ -149,5 +154,6 @@ def test_cli_compare_exit_codes(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=120,
+        check=False,
     )
     assert p.returncode == 2 and "not a run folder" in p.stderr

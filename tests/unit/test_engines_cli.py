@@ -22,7 +22,7 @@ DRAFTED = {"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"}
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "harness.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
     )
 
 

@@ -192,7 +192,9 @@ def test_pynvml_missing_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_real_pynvml_says_why_without_a_driver_and_measures_with_one() -> None:
     smi = shutil.which("nvidia-smi")
-    driver = bool(smi) and subprocess.run([str(smi), "-L"], capture_output=True, timeout=60).returncode == 0
+    driver = (
+        bool(smi) and subprocess.run([str(smi), "-L"], capture_output=True, timeout=60, check=False).returncode == 0
+    )
     with GpuMeter() as meter:  # the installed nvidia-ml-py
         s = meter.sample({os.getpid()})
         d = s.to_dict()
@@ -283,5 +285,5 @@ def _memory_rows(md: str) -> dict[str, dict[str, str]]:
         cells = [c.strip() for c in line.strip("|").split("|")]
         if len(cells) != len(head):
             break
-        rows[cells[0]] = dict(zip(head, cells))
+        rows[cells[0]] = dict(zip(head, cells, strict=True))
     return rows

@@ -100,11 +100,11 @@ def test_no_import_cycle() -> None:
 
     def visit(m: str, path: list[str]) -> list[str] | None:
         if m in path:
-            return path[path.index(m) :] + [m]
+            return [*path[path.index(m) :], m]
         if m in done:
             return None
         for dep in sorted(graph[m]):
-            if (cycle := visit(dep, path + [m])) is not None:
+            if (cycle := visit(dep, [*path, m])) is not None:
                 return cycle
         done.add(m)
         return None
@@ -117,7 +117,7 @@ def test_no_import_cycle() -> None:
 
 
 @pytest.mark.parametrize(
-    "source, expected",
+    ("source", "expected"),
     [
         ("import harness.soak.slice\n", [(1, "harness.soak.slice")]),
         ("from harness.soak import canary\n", [(1, "harness.soak.canary")]),

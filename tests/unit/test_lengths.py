@@ -106,7 +106,7 @@ def test_windows_stay_distinct_when_they_wrap_round_a_short_text() -> None:
     b = build(src, lengths, 600, CharTokenizer())  # 30,000 characters asked of 890: windows wrap round many times
     assert len({p.messages[0]["content"] for p in b.prompts}) == 600
     periodic = [Prompt("a", [{"role": "user", "content": "the quick brown fox. " * 40}])]  # 21 distinct windows in all
-    with pytest.raises(PromptError, match="every window of 50 tokens .* is used"):
+    with pytest.raises(PromptError, match=r"every window of 50 tokens .* is used"):
         build(periodic, lengths, 30, CharTokenizer())
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import re
@@ -74,10 +75,8 @@ def on_disk(log: Path) -> int:
     total = 0
     for p in log.parent.glob(log.name + "*"):
         if not p.name.endswith((".json", ".json.tmp")):
-            try:
+            with contextlib.suppress(FileNotFoundError):  # renamed or dropped by a rotation meanwhile
                 total += p.stat().st_size
-            except FileNotFoundError:
-                pass  # renamed or dropped by a rotation meanwhile
     return total
 
 
@@ -113,7 +112,7 @@ def test_the_log_stays_under_its_bound_with_the_start_up_section_whole(tmp_path:
     text = eng.log_path.read_text()
     lines = text.splitlines()
     assert lines[0].startswith("# [") and lines[STARTUP_LINES + 1] == "fake: listening on http://127.0.0.1:1"
-    assert [ln for ln in lines[1 : STARTUP_LINES + 1]] == [
+    assert list(lines[1 : STARTUP_LINES + 1]) == [
         f"startup {i:05d} capacity line of the fake engine" for i in range(STARTUP_LINES)
     ]
     assert eng.capacity().slots == STARTUP_LINES  # the capacity parser reads the whole start-up section

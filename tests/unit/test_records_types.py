@@ -12,7 +12,7 @@ from harness.records.types import Failure, JsonRecord, SoakWindow, Verdict
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 KINDS: dict[str, type[JsonRecord]] = {"verdicts.jsonl": Verdict, "windows.jsonl": SoakWindow, "failures.jsonl": Failure}
-FILES = sorted(p for p in (FIXTURES / "soak_records").glob("*/*.jsonl")) + [FIXTURES / "run_quick" / "failures.jsonl"]
+FILES = [*sorted(p for p in (FIXTURES / "soak_records").glob("*/*.jsonl")), FIXTURES / "run_quick" / "failures.jsonl"]
 
 
 def _line(record: dict) -> str:

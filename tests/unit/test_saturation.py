@@ -111,7 +111,7 @@ def test_no_slo_means_no_goodput_bound_and_old_records_fall_back_to_achieved_ove
 def test_a_rate_over_repetitions_is_judged_on_the_medians() -> None:
     reps = [_phase(4.0, completion=0.5), _phase(4.0, completion=0.95), _phase(4.0, completion=0.97)]
     assert not judge_rate(reps, RULE).saturated  # one slow repetition of three
-    assert judge_rate(reps[:1] + [_phase(4.0, completion=0.7)] + reps[2:], RULE).saturated
+    assert judge_rate([*reps[:1], _phase(4.0, completion=0.7), *reps[2:]], RULE).saturated
 
 
 def _j(saturated: bool, why: str = "x") -> Judgement:

@@ -29,6 +29,7 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
         text=True,
         timeout=300,
         env={**os.environ, **(env or {})},
+        check=False,
     )
 
 

@@ -82,7 +82,7 @@ def test_multi_token_chunks_from_running_usage() -> None:
     tokens = [2, 3, 1, 4, 2]
     arrivals_ms = [100, 160, 170, 250, 270]  # per-chunk gaps 60, 10, 80, 20 ms
     lines, total = [(line(capture_chunks()[0]), 50 * MS)], 0
-    for n, t in zip(tokens, arrivals_ms):
+    for n, t in zip(tokens, arrivals_ms, strict=True):
         total += n
         lines.append(
             (
@@ -114,7 +114,7 @@ def test_per_token_percentiles_interpolate() -> None:
     tokens = [1, 1, 2, 1]
     arrivals_ms = [100, 110, 150, 180]  # per-token gaps: 10, 20, 20, 30 ms
     lines, total = [], 0
-    for n, t in zip(tokens, arrivals_ms):
+    for n, t in zip(tokens, arrivals_ms, strict=True):
         total += n
         lines.append((line(text_chunk("y", usage={"completion_tokens": total})), t * MS))
     lines += [(line(finish_and_usage(5)[0]), 190 * MS)]
@@ -161,9 +161,10 @@ def test_multi_token_chunks_without_counts_are_unknown_per_token() -> None:
 def test_a_chunk_with_no_new_token_passes_its_gap_on() -> None:
     counts = [1, 2, 2, 4]  # the third chunk is text held back from earlier tokens
     lines = [
-        (line(text_chunk("w", usage={"completion_tokens": c})), t * MS) for c, t in zip(counts, (100, 110, 120, 150))
+        (line(text_chunk("w", usage={"completion_tokens": c})), t * MS)
+        for c, t in zip(counts, (100, 110, 120, 150), strict=True)
     ]
-    rec = run(lines + [(line(finish_and_usage(4)[0]), 160 * MS)])
+    rec = run([*lines, (line(finish_and_usage(4)[0]), 160 * MS)])
     assert rec.chunk_tokens == [1, 1, 0, 2]
     assert per_token_gaps([10, 10, 30], [1, 0, 2]) == [10, 20, 20]
     assert rec.itl_token_p50_s == 0.02 and rec.decode_tps == pytest.approx(3 / 0.050)

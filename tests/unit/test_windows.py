@@ -266,7 +266,7 @@ def test_drift_compares_like_load_with_like() -> None:
             "engine_memory_mib": 100.0,
             "engine_uptime_s": 900,
         }
-        for x, d, lv in zip(t, decode, level)
+        for x, d, lv in zip(t, decode, level, strict=True)
     ]
     wins[5]["load_settled"] = False
     wins[6]["load_level"] = None

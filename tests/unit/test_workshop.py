@@ -175,7 +175,7 @@ def test_workshop_reference_resolves_through_the_cache(
 ) -> None:
     monkeypatch.setenv(workshop.CACHE_ENV, str(built["smollm2-eagle3"].parent))
     assert resolve_model("workshop:smollm2-eagle3", tmp_path) == built["smollm2-eagle3"]
-    with pytest.raises(ModelNotFound, match="unknown workshop model 'nope'; known: .*smollm2-dflash"):
+    with pytest.raises(ModelNotFound, match=r"unknown workshop model 'nope'; known: .*smollm2-dflash"):
         resolve_model("workshop:nope", tmp_path)
 
 

@@ -196,7 +196,7 @@ def _max_streams_of(
     verdicts: dict[int, Any] = {}
     for n, rn in steps:
         v = slo_verdict(
-            zip(rn["status"], rn.get("decode_tps", [None] * len(rn)), rn.get("ttft_s", [None] * len(rn))),
+            zip(rn["status"], rn.get("decode_tps", [None] * len(rn)), rn.get("ttft_s", [None] * len(rn)), strict=True),
             tps_min,
             ttft_max,
         )

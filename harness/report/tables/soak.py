@@ -48,7 +48,9 @@ def soak_table(runs: list[RunData]) -> pd.DataFrame:
                         recs[recs["attempt"] == s["slice"]] if not recs.empty and "attempt" in recs else recs.iloc[0:0]
                     )
                     last = (
-                        max((float(a) + float(b or 0)) for a, b in zip(mine["start_unix_s"], mine["e2e_s"]))
+                        max(
+                            (float(a) + float(b or 0)) for a, b in zip(mine["start_unix_s"], mine["e2e_s"], strict=True)
+                        )
                         if not mine.empty
                         else s["t_unix"]
                     )
@@ -60,7 +62,7 @@ def soak_table(runs: list[RunData]) -> pd.DataFrame:
                 kinds.update(str(k) for k in bad["error_kind"].fillna("unknown"))
                 fail_times += [
                     _soak_time(offsets, sl, float(t))
-                    for sl, t in zip(bad.get("attempt", [""] * len(bad)), bad["start_unix_s"])
+                    for sl, t in zip(bad.get("attempt", [""] * len(bad)), bad["start_unix_s"], strict=True)
                 ]
             verdicts = [v for v in run.soak_verdicts if v.get("config") == name]
             for v in verdicts:
@@ -246,7 +248,7 @@ def after_soak_table(runs: list[RunData]) -> pd.DataFrame:
         # an open-loop phase is keyed by its load (a rate, or 'stages'): its streams is max_in_flight, the same for all
         after["key"] = [
             ld if isinstance(ld, str) else int(n)
-            for ld, n in zip(after.get("load", [None] * len(after)), after["streams"])
+            for ld, n in zip(after.get("load", [None] * len(after)), after["streams"], strict=True)
         ]
         for (name, key), grp in after.groupby(["config", "key"], sort=True):
             open_loop = isinstance(key, str)

@@ -74,13 +74,13 @@ def _solo_decode(run: RunData, name: str) -> tuple[float, float, dict[int, dict[
         else rq
     )
     secs = toks = 0.0
-    for out, tps in zip(r.get("output_tokens", []), r.get("decode_tps", [])):
+    for out, tps in zip(r.get("output_tokens", []), r.get("decode_tps", []), strict=False):
         if isnum(out) and isnum(tps) and tps > 0 and out > 1:
             secs += (out - 1) / tps
             toks += out - 1
     ph = run.phases
     p = ph[(ph["config"] == name) & (ph["streams"] == 1)] if not ph.empty else ph
-    by_rep = {int(rep): c for rep, c in zip(p.get("repetition", []), p.get("counters", []))}
+    by_rep = {int(rep): c for rep, c in zip(p.get("repetition", []), p.get("counters", []), strict=False)}
     return secs, toks, by_rep
 
 
