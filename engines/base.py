@@ -253,8 +253,8 @@ class Engine(ABC):
                     f"with 200 within {timeout_s:.0f} s (specsoak does not start an attached server)"
                 )
             if time.perf_counter() > deadline:
-                reason = self.failure_reason(self.read_log())
-                raise EngineHung(f"{self.name} not ready after {timeout_s:.0f} s" + (f": {reason}" if reason else ""))
+                why = self.failure_reason(self.read_log())
+                raise EngineHung(f"{self.name} not ready after {timeout_s:.0f} s" + (f": {why}" if why else ""))
             time.sleep(0.2)
 
     def http_get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes]:

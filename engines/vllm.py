@@ -405,4 +405,4 @@ def _at_least(version: str | None, wanted: tuple[int, int]) -> bool:
     if not version:
         return False
     m = re.match(r"(\d+)\.(\d+)", version)
-    return bool(m) and (int(m.group(1)), int(m.group(2))) >= wanted
+    return m is not None and (int(m.group(1)), int(m.group(2))) >= wanted

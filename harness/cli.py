@@ -6,7 +6,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -14,6 +14,10 @@ from rich.table import Table
 from typer.exceptions import TyperException
 
 from harness.common.errors import EXIT_ENGINE, EXIT_INPUT, EXIT_OK, EXIT_SOAK, EXIT_VERDICT, HarnessError, ScenarioError
+
+if TYPE_CHECKING:  # imported where used: `specsoak --help` stays quick
+    from harness.config.loader import LoadedScenario
+    from harness.run.runner import RunResult
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Is speculative decoding worth it on your box? Measure it."
@@ -25,7 +29,7 @@ out = Console(soft_wrap=True, width=_PIPE_WIDTH)
 err = Console(stderr=True, soft_wrap=True)
 
 
-def _load(path: Path, check_model_files: bool = True):  # type: ignore[no-untyped-def]
+def _load(path: Path, check_model_files: bool = True) -> LoadedScenario:
     import yaml
 
     from engines import ENGINES
@@ -70,7 +74,7 @@ def run(
     raise typer.Exit(_exit_code(result))
 
 
-def _exit_code(result) -> int:  # type: ignore[no-untyped-def]
+def _exit_code(result: RunResult) -> int:
     """3 when a configuration could not be measured, else 4 when a soak failed, else 0 (the README's table)."""
     if result.failed_configs:
         err.print(
@@ -130,15 +134,20 @@ def resume(
 
 
 def _run_observed(
-    loaded, results: Path, metrics_port: int | None, metrics_host: str, linger_s: float, resume_dir: Path | None = None
-):  # type: ignore[no-untyped-def]
+    loaded: LoadedScenario,
+    results: Path,
+    metrics_port: int | None,
+    metrics_host: str,
+    linger_s: float,
+    resume_dir: Path | None = None,
+) -> RunResult:
     """The run with its observers: the engines' file_sd targets file always, the exporter when asked."""
     import time
 
     from harness.metrics.targets import EngineTargetsFile
     from harness.run.runner import Runner
 
-    observers: list = [EngineTargetsFile(results)]
+    observers: list[Any] = [EngineTargetsFile(results)]
     exporter = None
     if metrics_port is not None:
         from harness.metrics.exporter import MetricsExporter

@@ -10,7 +10,7 @@ import itertools
 import math
 import numbers
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 from scipy import stats
@@ -84,7 +84,13 @@ def expected_tokens_per_step(alpha: float, k: int) -> float:
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
-def break_even(points: Sequence[tuple[int, float]]) -> dict[str, object]:
+class BreakEven(TypedDict):
+    kind: str  # crosses, never, always, mixed or unknown
+    streams: float | None
+    evidence: list[tuple[int, float]]  # the (streams, speedup) points behind the kind
+
+
+def break_even(points: Sequence[tuple[int, float]]) -> BreakEven:
     """Where a speedup curve stops beating 1.0, from (streams, speedup) points.
 
     Returns ``kind`` = ``crosses`` (with ``streams`` linearly interpolated between the last

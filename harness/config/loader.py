@@ -7,6 +7,7 @@ Every error names the file, the line where YAML can tell it, the field, and what
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,9 @@ class LoadedScenario:
         return self.models[ref]
 
     def target_of(self, cfg: Configuration) -> Path:
-        return self.models[cfg.model or self.scenario.server.model]
+        ref = cfg.model or self.scenario.server.model
+        assert ref is not None, "load_scenario sets server.model (from the attached server when the scenario has none)"
+        return self.models[ref]
 
 
 def _with_served_model(p: Path, lines: Any, scenario: Scenario) -> Scenario:
@@ -93,7 +96,7 @@ def load_scenario(
     lines = _line_finder(text)
     key_env = scenario.server.api_key_env
     if key_env and not os.environ.get(key_env):
-        loc = ("server", "api_key_env")
+        loc: tuple[Any, ...] = ("server", "api_key_env")
         raise ScenarioError(
             f"{p}{lines(loc)}: {_dotted(loc)}: environment variable '{key_env}' is not set (the API key is read from it)"
         )
@@ -108,6 +111,9 @@ def load_scenario(
                     f"'{cfg.algorithm}'; it has: {', '.join(sorted(known_algorithms))}"
                 )
     models: dict[str, Path] = {}
+    assert scenario.server.model is not None, (
+        "the schema requires server.model without server.url; with one it was read above"
+    )
     refs: list[tuple[tuple[Any, ...], str]] = [(("server", "model"), scenario.server.model)]
     for i, cfg in enumerate(scenario.configurations):
         if cfg.model:
@@ -192,7 +198,7 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     return model
 
 
-def _line_finder(text: str):  # type: ignore[no-untyped-def]
+def _line_finder(text: str) -> Callable[[tuple[Any, ...]], str]:
     """Map a field location to ':LINE' in the YAML text (the deepest node that exists)."""
     try:
         root = yaml.compose(text)

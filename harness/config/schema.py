@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
@@ -138,8 +138,9 @@ class Configuration(_Strict):
                 raise ValueError(
                     "sweep.k cannot be combined with synthetic.rates (their count is k); use synthetic.length"
                 )
+            swept: list[float | None] = list(self.sweep.synthetic_length or [])
             for k in self.sweep.k:
-                for length in self.sweep.synthetic_length or ([self.synthetic.length] if self.synthetic else []):
+                for length in swept or ([self.synthetic.length] if self.synthetic else []):
                     if length is not None and not 1.0 <= length <= k + 1:
                         raise ValueError(
                             f"sweep: synthetic length {length:g} is outside [1, k+1] = [1, {k + 1}] for k = {k}"
@@ -757,7 +758,8 @@ class Watchdog(_Strict):
         return v
 
     def action(self, kind: str) -> str:
-        return self.actions.get(kind, DEFAULT_ACTIONS.get(kind, "record"))  # type: ignore[call-overload]
+        mine = self.actions.get(cast(VerdictKind, kind))  # a kind the scenario does not name is simply absent
+        return mine if mine is not None else DEFAULT_ACTIONS.get(kind, "record")
 
 
 class Canary(_Strict):

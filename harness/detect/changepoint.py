@@ -356,7 +356,7 @@ class ChangeDetector:
         return _JUDGED
 
 
-def _relative_sd(rule: MetricRule, x: Any, sd: Any) -> float | None:
+def _relative_sd(rule: MetricRule, x: object, sd: object) -> float | None:
     """A window's count sd as the rule measures change: relative to the window's value, or absolute."""
     x, sd = number_or_none(x, finite=True), number_or_none(sd, finite=True)
     if sd is None or x is None:

@@ -65,6 +65,7 @@ _num = number_or_none
 def ratios(phase: Mapping[str, Any]) -> tuple[float | None, float | None, float | None]:
     """(completion ratio, late share, goodput ratio) of one open-loop phase record (docs/metrics.md#rate-sweep)."""
     comp, sched = _num(phase.get("completion_rps")), _num(phase.get("schedule_rps"))
+    completion: float | None
     if comp is not None and sched:
         completion = comp / sched
     else:  # records from before completion_rps, or a phase with fewer than two completions

@@ -199,7 +199,7 @@ def build_truncated(out: Path, n_blocks: int) -> None:
     for field in src.fields.values():
         if field.name.startswith("GGUF.") or field.name == "general.architecture":
             continue
-        value = None
+        value: int | str | None = None
         if field.name == "llama.block_count":
             value = n_blocks
         elif field.name == "general.name":
@@ -224,7 +224,7 @@ def build_f32(out: Path) -> None:
     for field in src.fields.values():
         if field.name.startswith("GGUF.") or field.name == "general.architecture":
             continue
-        value = None
+        value: int | str | None = None
         if field.name == "general.file_type":
             value = _FTYPE_ALL_F32
         elif field.name == "general.name":

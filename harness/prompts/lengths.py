@@ -197,7 +197,7 @@ def _window(tok: Tokenizer, body: list[int], start: int, n: int, seen: set[str])
     )
 
 
-def cache_path(run_dir: Path, which: str, model: str, lengths: Any, source_ref: str, count: int) -> Path:
+def cache_path(run_dir: Path, which: str, model: str | None, lengths: Any, source_ref: str, count: int) -> Path:
     """Where a build is kept in the run folder: one per target model and lengths block (resume and slices reuse it)."""
     key = hashlib.sha256(
         json.dumps([model, lengths.model_dump(), source_ref, count], sort_keys=True).encode()
@@ -238,7 +238,7 @@ def built_or_cached(
     return built.prompts
 
 
-def soak_prompts(run_dir: Path, model: str, soak: Any, source: Sequence[Prompt], engine: Any) -> list[Prompt]:
+def soak_prompts(run_dir: Path, model: str | None, soak: Any, source: Sequence[Prompt], engine: Any) -> list[Prompt]:
     """The soak's prompts at drawn lengths (``soak.lengths``), built with the target's tokenizer on the first slice."""
     from harness.common.errors import ScenarioError
 

@@ -17,6 +17,7 @@ import io
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import pyarrow as pa
@@ -24,6 +25,9 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from harness.records.files import read_jsonl
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 COMPACT_DIR = ".compact"
 BLOCK_BYTES = 8 << 20
@@ -87,12 +91,13 @@ class _UpToLastNewline(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, b: bytearray) -> int:  # type: ignore[override]
-        n = min(len(b), self._left)
+    def readinto(self, b: Buffer, /) -> int:
+        view = memoryview(b).cast("B")
+        n = min(len(view), self._left)
         if n <= 0:
             return 0
         data = self._f.read(n)
-        b[: len(data)] = data
+        view[: len(data)] = data
         self._left -= len(data)
         return len(data)
 

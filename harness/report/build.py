@@ -162,14 +162,14 @@ def build_report(
         shown,
         page,
         tables,
-        tuple(i for i in images.values() if i is not None),
+        tuple(p for i in images.values() for p in (i if isinstance(i, list) else [i]) if p is not None),
         tuple(read_problems(runs)),
     )
 
 
 # ---- the document ---------------------------------------------------------------------------------
 def _blocks(
-    runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame, images: dict[str, Path | None], multi: bool
+    runs: list[RunData], t: dict[str, pd.DataFrame], shown: pd.DataFrame, images: dict[str, Any], multi: bool
 ) -> list[Block]:
     b: list[Block] = [h(1, "specsoak report")]
     items = []
@@ -254,14 +254,14 @@ def _blocks(
     if be.empty:
         b.append(p("No speculative configuration was measured against a baseline."))
     else:
-        cols = ["config", "algorithm", "break_even", "shown_by_intervals"] + (
+        be_cols = ["config", "algorithm", "break_even", "shown_by_intervals"] + (
             ["solo_vs_n1"] if (be["solo_vs_n1"] != "").any() else []
         )
         b += [
             table(
                 _show(
                     be,
-                    ["run"] * multi + cols,
+                    ["run"] * multi + be_cols,
                     {
                         "break_even": "stops beating the baseline at",
                         "shown_by_intervals": "what the intervals show",

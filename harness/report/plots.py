@@ -161,7 +161,7 @@ def soak_timeline(runs: list[RunData], path: Path) -> Path | None:
         for v in verdicts:
             if v.get("kind") not in ("collapse", "recovered", "crash", "hang", "memory"):
                 continue
-            up = v.get("engine_uptime_s") if one_engine else float(v["t_unix"]) - t0
+            up: Any = v.get("engine_uptime_s") if one_engine else float(v["t_unix"]) - t0  # a number, or not shown
             if not isnum(up):
                 continue
             for ax in axes:
@@ -229,7 +229,7 @@ def failure_timelines(runs: list[RunData], out: Path) -> list[Path]:
             )
             for ax, (keys, label) in zip(axes[:, 0], panels, strict=True):
                 for k in keys:
-                    pts = [(xx, v) for xx, w in zip(x, wins, strict=True) if (v := series_value(w, k)) is not None]
+                    pts = [(xx, val) for xx, w in zip(x, wins, strict=True) if (val := series_value(w, k)) is not None]
                     if pts:
                         ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=0.9, marker=".", ms=3, label=k)
                 ax.set_ylabel(label, fontsize=8)
@@ -447,7 +447,7 @@ def rate_sweep(sweep: pd.DataFrame, saturation: pd.DataFrame, path: Path, multi:
         g = grp.sort_values("rate_rps")
         color = _COLORS[i % len(_COLORS)]
         offered = [
-            _f(v) if _f(v) is not None else float(r) for v, r in zip(g["offered_rps"], g["rate_rps"], strict=True)
+            o if (o := _f(v)) is not None else float(r) for v, r in zip(g["offered_rps"], g["rate_rps"], strict=True)
         ]
         achieved = [_f(v) for v in g["achieved_rps"]]
         base = g["algorithm"].iloc[0] == "none"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from harness.common.errors import EngineError
 from harness.common.net import free_port
@@ -126,7 +127,7 @@ def soak_campaign(
     soak_failed = []
     for cfg in cfgs:
         bad = [v for v in verdicts if v["config"] == cfg.name and verdict_fails(v)]
-        summary = {
+        summary: dict[str, Any] = {
             "status": "failed" if bad or cfg.name in stopped else "ok",
             "soak_s": round(elapsed.get(cfg.name, 0.0), 1),
             "stopped_by": stopped.get(cfg.name),

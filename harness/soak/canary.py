@@ -141,6 +141,9 @@ class CanaryAnswer:
         )
 
 
+Pick = Callable[[CanaryAnswer], Difference | None]  # which comparison of an answer to read
+
+
 def first_answers(records: Iterable[dict[str, Any]], config: str) -> dict[str, CanaryAnswer]:
     """Each prompt's first successful answer of ``config``: its reference for the whole soak, resumes included."""
     out: dict[str, CanaryAnswer] = {}
@@ -225,10 +228,11 @@ class Judge:
     ) -> Divergence | None:
         """One round's answers: update the streaks and return the first divergence the rule calls (None: none)."""
         found: Divergence | None = None
-        for ref_name, refs, pick in (
+        against: tuple[tuple[str, dict[str, CanaryAnswer], Pick], ...] = (
             ("first", firsts, lambda a: a.vs_first),
             ("baseline", baseline, lambda a: a.vs_baseline),
-        ):
+        )
+        for ref_name, refs, pick in against:
             differing = []
             for a in answers:
                 d: Difference | None = pick(a)
@@ -507,7 +511,7 @@ def for_slice(ctx: RunContext, cfg: Configuration, session: EngineSession, slice
     )
 
 
-def _differing(ans: Sequence[CanaryAnswer], pick: Callable[[CanaryAnswer], Difference | None]) -> int | None:
+def _differing(ans: Sequence[CanaryAnswer], pick: Pick) -> int | None:
     """How many of a round's answered prompts differ from a reference (``pick``), or None when none was compared."""
     diffs = [d for a in ans if a.status == "ok" and (d := pick(a)) is not None]
     return sum(not d.identical for d in diffs) if diffs else None
@@ -569,7 +573,8 @@ def canary_cell(records: Sequence[dict[str, Any]], verdicts: Sequence[dict[str, 
         )
     else:
         parts.append("✓" if ok else "✗ no answer")
-    for label, pick in (("first", lambda a: a.vs_first), ("baseline", lambda a: a.vs_baseline)):
+    picks: tuple[tuple[str, Pick], ...] = (("first", lambda a: a.vs_first), ("baseline", lambda a: a.vs_baseline))
+    for label, pick in picks:
         diffs = [d for a in ok if (d := pick(a)) is not None]
         if diffs:
             parts.append(

@@ -174,7 +174,7 @@ class DiskWatch:
 
 def engine_log_notes(run_dir: Path, run_id: str) -> list[str]:
     """The report's notes on engine logs that hit their bound: how much each dropped, and what it keeps."""
-    out = []
+    out: list[str] = []
     out.extend(
         f"**Engine log** (run {run_id}): {s.dropped_bytes / MIB:,.1f} MiB dropped from {s.log} "
         f"(of {s.written_bytes / MIB:,.1f} MiB written; kept: its start-up section, the newest output in "

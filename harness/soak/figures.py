@@ -127,8 +127,8 @@ def cache_outlook(
 def stall_trend(windows: Sequence[dict[str, Any]]) -> tuple[float | None, float | None]:
     """(longest stall of the soak, Theil-Sen slope of each window's longest stall over engine uptime in s/h): the
     shape of pauses that lengthen with uptime. (None, None) without stalls; slope None with fewer than 6 windows."""
-    pts = [(w.get("engine_uptime_s"), longest_stall(w)) for w in windows]
-    pts = [(float(u), float(s)) for u, s in pts if isinstance(u, int | float) and s is not None]
+    raw = [(w.get("engine_uptime_s"), longest_stall(w)) for w in windows]
+    pts = [(float(u), float(s)) for u, s in raw if isinstance(u, int | float) and s is not None]
     if not pts:
         return None, None
     worst = max(s for _, s in pts)

@@ -597,7 +597,8 @@ class SoakSlice:
         streamed inside it, the work done since the engine started (``counters``: its totals at the window's end)."""
         t0, t1 = win["t_start_unix"], win["t_end_unix"]
         ended, self.unassigned = take_ended(self.unassigned, t1, last)
-        previous = (self.history.get(self.cfg.name) or [None])[-1]
+        earlier = self.history.get(self.cfg.name)
+        previous = earlier[-1] if earlier else None
         backlog = None
         if self.arrival is not None:
             soak_t1 = min(self._soak_time(t1), self.offset_s + self.slice_s)

@@ -110,15 +110,16 @@ def headroom(
     in MiB/h), this engine process only; (None, slope) when it does not grow, (None, None) before there is a forecast.
     ``gpu``: the GPUs' used memory against their free memory instead (None without NVML). ``history``: the
     configuration's earlier windows; ``win`` is the one being judged."""
-    pid, t_unix = win.get("engine_pid"), float(win.get("t_unix"))
+    pid = win.get("engine_pid")
+    t_unix = win.t_unix if isinstance(win, SoakWindow) else float(win["t_unix"])
     key = "gpu_used_mib" if gpu else "engine_memory_mib"
     pts = [
         (float(w["t_unix"]), float(w[key]))
         for w in history
         if w.get("engine_pid") == pid and w.get(key) is not None and w["t_unix"] >= t_unix - wd.memory_fit_s
     ]
-    if win.get(key) is not None:
-        pts.append((t_unix, float(win.get(key))))
+    if (now := win.get(key)) is not None:
+        pts.append((t_unix, float(now)))
     if len(pts) < 3:
         return None, None
     if gpu:

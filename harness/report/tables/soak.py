@@ -56,7 +56,7 @@ def soak_table(runs: list[RunData]) -> pd.DataFrame:
                     )
                     total += max(0.0, last - float(s["t_unix"]))
             kinds: Counter[str] = Counter()
-            fail_times: list[float] = []
+            fail_times: list[float | None] = []
             if not recs.empty:
                 bad = recs[recs["status"] != "ok"]
                 kinds.update(str(k) for k in bad["error_kind"].fillna("unknown"))

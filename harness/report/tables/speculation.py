@@ -31,14 +31,14 @@ def breakeven_table(verdict: pd.DataFrame, counts: list[int]) -> pd.DataFrame:
         be = break_even(pts)
         ev = be["evidence"]
         if be["kind"] == "crosses":
-            (n1, s1), (n2, s2) = ev  # type: ignore[misc]
+            (n1, s1), (n2, s2) = ev
             text = f"{be['streams']:.1f} streams (N={n1}: {s1:.2f}×, N={n2}: {s2:.2f}×)"
         elif be["kind"] == "never":
-            text = f"never within measured N (still {ev[0][1]:.2f}× at N={ev[0][0]})"  # type: ignore[index]
+            text = f"never within measured N (still {ev[0][1]:.2f}× at N={ev[0][0]})"
         elif be["kind"] == "always":
-            text = f"always: no gain even at N={ev[0][0]} ({ev[0][1]:.2f}×)"  # type: ignore[index]
+            text = f"always: no gain even at N={ev[0][0]} ({ev[0][1]:.2f}×)"
         elif be["kind"] == "mixed":
-            text = "mixed: " + ", ".join(f"N={n}: {s:.2f}×" for n, s in ev)  # type: ignore[misc]
+            text = "mixed: " + ", ".join(f"N={n}: {s:.2f}×" for n, s in ev)
         else:
             text = "no measured speedup"
         # what the intervals show at each N: a point above 1.0 whose interval straddles it is no win
@@ -60,7 +60,7 @@ def breakeven_table(verdict: pd.DataFrame, counts: list[int]) -> pd.DataFrame:
                 "evidence": json.dumps([[int(n), round(float(s), 6)] for n, s in ev]),
                 "break_even": text,
             }
-        )  # type: ignore[misc]
+        )
     return pd.DataFrame(rows)
 
 
