@@ -210,7 +210,7 @@ async def serve(schedule: Schedule, log: Path, port_file: Path | None) -> None:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]  # a started site has a server
     if port_file is not None:
         tmp = port_file.with_name(port_file.name + ".tmp")
         tmp.write_text(str(port))

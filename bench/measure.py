@@ -197,7 +197,7 @@ def start_server(level: Level, work: Path) -> tuple[subprocess.Popen[bytes], str
         "--port-file",
         str(port_file),
     ]
-    out = open(work / "server.out", "wb")  # noqa: SIM115 - the child owns it
+    out = open(work / "server.out", "wb")  # noqa: SIM115  the child owns it
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     out.close()
     deadline = time.monotonic() + 30
@@ -219,7 +219,7 @@ def run_client(
         tree_cpu_seconds(server_pid),
         time.perf_counter(),
     )
-    out = open(work / "client.out", "wb")  # noqa: SIM115
+    out = open(work / "client.out", "wb")  # noqa: SIM115  the child owns it
     proc = subprocess.Popen(
         cmd,
         cwd=REPO,

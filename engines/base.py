@@ -14,8 +14,9 @@ import subprocess
 import time
 import urllib.error
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from engines.errors import (
     EngineError,
@@ -47,6 +48,8 @@ SHARED_FIELDS: dict[str, str] = {
     "server.env": "added to the engine process's environment",
     "configurations[].engine_args": "appended after server.extra_args",
 }
+
+_Parsed = TypeVar("_Parsed")  # what a tokenizer endpoint's answer parses to
 
 
 class Engine(ABC):
@@ -287,12 +290,12 @@ class Engine(ABC):
 
     def tokenize(self, text: str) -> list[int]:
         """``text`` in the target's own tokens (no special tokens added), through the engine's tokenizer endpoint."""
-        return self._tokenizer_call(self.tokenize_path, self.tokenize_body(text), self.parse_tokens)  # type: ignore[no-any-return]
+        return self._tokenizer_call(self.tokenize_path, self.tokenize_body(text), self.parse_tokens)
 
     def detokenize(self, tokens: list[int]) -> str:
-        return self._tokenizer_call(self.detokenize_path, self.detokenize_body(tokens), self.parse_text)  # type: ignore[no-any-return]
+        return self._tokenizer_call(self.detokenize_path, self.detokenize_body(tokens), self.parse_text)
 
-    def _tokenizer_call(self, path: str | None, body: dict[str, Any], parse: Any) -> Any:
+    def _tokenizer_call(self, path: str | None, body: dict[str, Any], parse: Callable[[Any], _Parsed]) -> _Parsed:
         if path is None:
             raise EngineError(f"{self.name} has no tokenizer endpoint")
         try:

@@ -268,7 +268,7 @@ class BoundedLog:
 
     def _append(self, data: bytes) -> None:
         if self._file is None:
-            self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 - closed in _finish or on rotation
+            self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115  closed in _finish or on rotation
         self._file.write(data)
 
     def _finish(self) -> None:

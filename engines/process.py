@@ -30,7 +30,7 @@ def spawn(cmd: list[str], extra_env: dict[str, str], stdout: int) -> subprocess.
         stdout=stdout,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        preexec_fn=set_parent_death_signal,  # noqa: PLW1509 - only prctl, no locks
+        preexec_fn=set_parent_death_signal,  # noqa: PLW1509  the callable only calls prctl: no locks
     )
 
 

@@ -23,4 +23,4 @@ def llamacpp_fixtures() -> Path:
 
 
 # the fault ledger: `fault_log` for the fault tests, their figures at the end of the session
-from tests.faults.ledger import fault_log, pytest_terminal_summary  # noqa: E402,F401
+from tests.faults.ledger import fault_log, pytest_terminal_summary  # noqa: E402,F401  pytest's hooks and fixtures, after the path set-up above

@@ -29,7 +29,7 @@ def number_or_none(v: object, finite: bool = False) -> float | None:
     if v is None or isinstance(v, (bool, np.bool_)):
         return None
     try:
-        f = float(v)  # type: ignore[arg-type]
+        f = float(v)  # type: ignore[arg-type]  # any object: what float() refuses is caught below
     except (TypeError, ValueError, OverflowError):
         return None
     return None if math.isnan(f) or (finite and math.isinf(f)) else f
@@ -67,9 +67,9 @@ def shown_difference(lo: object, hi: object) -> str | None:
     straddles it, None without an interval: a ratio is never called a win or a loss on its point alone."""
     if not (isnum(lo) and isnum(hi)):
         return None
-    if float(lo) > 1.0:  # type: ignore[arg-type]
+    if float(lo) > 1.0:  # type: ignore[arg-type]  # isnum() checked both are real numbers
         return "faster"
-    if float(hi) < 1.0:  # type: ignore[arg-type]
+    if float(hi) < 1.0:  # type: ignore[arg-type]  # isnum() checked both are real numbers
         return "slower"
     return "no difference shown"
 

@@ -181,7 +181,7 @@ def default_of(f: FieldDoc) -> str:
     info = f.info
     if info.default is PydanticUndefined and info.default_factory is None:
         return "**required**"
-    value = info.default_factory() if info.default_factory is not None else info.default  # type: ignore[call-arg]
+    value = info.default_factory() if info.default_factory is not None else info.default  # type: ignore[call-arg]  # the schema's factories take no argument
     if isinstance(value, BaseModel):
         return "the defaults below"
     if value is None:

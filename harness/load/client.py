@@ -253,7 +253,7 @@ class StreamParser:
         n = len(self.chunk_times)
         known = self.chunk_tokens
         if n and None not in known:
-            return known  # type: ignore[return-value]
+            return known  # type: ignore[return-value]  # `None not in known` was checked just above
         reported = _count(self.usage.get("completion_tokens"))
         if reported is None or reported == n or (reported == n + 1 and self.finish == "stop"):
             return [1] * n

@@ -93,7 +93,7 @@ class LocustProcess:
             )
 
     def _spawn(self, role: str, cmd: list[str], env: dict[str, str]) -> None:
-        log = open(self.log_dir / f"locust-{self.slice_id}-{role}.log", "ab", buffering=0)  # noqa: SIM115 - closed in stop()
+        log = open(self.log_dir / f"locust-{self.slice_id}-{role}.log", "ab", buffering=0)  # noqa: SIM115  closed in stop()
         self._logs.append(log)
         self.procs.append(
             subprocess.Popen(

@@ -175,7 +175,7 @@ def _json_list(text: str, where: str) -> list[tuple[int, Any]]:
 
 
 def _blank(text: str, pos: int) -> int:
-    return _BLANK.match(text, pos).end()  # type: ignore[union-attr]
+    return _BLANK.match(text, pos).end()  # type: ignore[union-attr]  # the pattern matches the empty string: never None
 
 
 def _not_json(where: str, n: int, exc: BaseException) -> PromptError:

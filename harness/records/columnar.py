@@ -73,7 +73,7 @@ class _UpToLastNewline(io.RawIOBase):
     """A file read only up to its last complete line (a torn last record is not read)."""
 
     def __init__(self, path: Path):
-        self._f = open(path, "rb")  # noqa: SIM115 - closed in close()
+        self._f = open(path, "rb")  # noqa: SIM115  closed in close()
         size = os.fstat(self._f.fileno()).st_size
         end = size
         while end > 0:

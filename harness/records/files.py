@@ -87,7 +87,7 @@ class JsonlWriter:
         self.path = path
         try:
             _drop_torn_tail(path)
-            self._f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+            self._f = open(path, "a", encoding="utf-8")  # noqa: SIM115  closed in close()
         except OSError as exc:
             raise ResultsError(f"cannot write {path}: {exc.strerror}") from exc
 
@@ -106,7 +106,7 @@ class JsonlWriter:
                 self._f.close()  # drops what the buffer still holds (its flush fails again on a full disk)
             try:
                 os.truncate(self.path, start)
-                self._f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+                self._f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115  closed in close()
             except OSError:
                 pass
             raise

@@ -150,7 +150,8 @@ class SoakSlice:
         self.ctx = ctx
         self.cfg = cfg
         self.session = session
-        self.soak: Soak = ctx.sc.soak  # type: ignore[assignment]
+        assert ctx.sc.soak is not None, "a slice belongs to a scenario with a soak: section"
+        self.soak: Soak = ctx.sc.soak
         self.wd = self.soak.watchdog
         self.slice_id = slice_id
         self.slice_s = slice_s

@@ -2,4 +2,4 @@
 
 from __future__ import annotations
 
-from tests.integration.conftest import llama_server_bin, smollm2  # noqa: F401 - fixtures
+from tests.integration.conftest import llama_server_bin, smollm2  # noqa: F401  fixtures, used by name

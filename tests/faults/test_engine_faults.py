@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,7 +32,7 @@ from tests.faults.ledger import FaultLog
 pytestmark = pytest.mark.engine
 
 
-def _failed_run(tmp_path: Path, p, kind: str) -> tuple[Path, dict]:  # type: ignore[no-untyped-def]
+def _failed_run(tmp_path: Path, p: Any, kind: str) -> tuple[Path, dict[str, Any]]:
     assert p.returncode == 3, p.stderr[-3000:]
     assert "Traceback" not in p.stderr and "configurations failed: baseline" in p.stderr
     run = run_dir(tmp_path / "results")

@@ -41,7 +41,7 @@ ALL_ENGINES = [ENGINES[n] for n in ENGINE_NAMES]  # every input goes to every en
 
 def fuzz(f: F) -> F:
     """The active profile ("ci" unless SPECSOAK_FUZZ=long) on one fuzz test."""
-    return settings(settings.get_profile(PROFILE))(f)  # type: ignore[no-any-return]
+    return settings(settings.get_profile(PROFILE))(f)  # type: ignore[no-any-return]  # hypothesis' settings() returns its argument
 
 
 # ---- seeds: the real captures ----------------------------------------------------------------

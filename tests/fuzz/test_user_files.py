@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from hypothesis import given
@@ -34,7 +35,7 @@ def json_files(draw: st.DrawFn, seeds: list[object]) -> bytes:
     return b"\n".join(json.dumps(i).encode() for i in items) + b"\n"
 
 
-def _check(data: bytes, name: str, check) -> None:  # type: ignore[no-untyped-def]
+def _check(data: bytes, name: str, check: Callable[[Path], object]) -> None:
     with tempfile.TemporaryDirectory(prefix="specsoak-fuzz-") as d:
         path = Path(d) / name
         path.write_bytes(data)

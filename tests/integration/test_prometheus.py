@@ -110,7 +110,7 @@ class Prometheus:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
-        self._log_f = open(log, "wb")  # noqa: SIM115 - closed in stop()
+        self._log_f = open(log, "wb")  # noqa: SIM115  closed in stop()
         self.proc = subprocess.Popen(
             [
                 binary,

@@ -61,7 +61,7 @@ def measure(engine: LlamaCpp, requests: int, max_tokens: int) -> Measured:
 def launch(model: Path, tmp_path: Path, name: str, **spec: object) -> LlamaCpp:
     spec = {"ctx_size": 2048, **spec}
     return start(
-        LaunchSpec(model=model, parallel=1, threads=2, port=free_port(), **spec),  # type: ignore[arg-type]
+        LaunchSpec(model=model, parallel=1, threads=2, port=free_port(), **spec),  # type: ignore[arg-type]  # **spec: LaunchSpec's keyword arguments
         tmp_path / f"{name}.server.log",
     )
 

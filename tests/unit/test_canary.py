@@ -308,7 +308,7 @@ def test_the_canary_is_on_by_default_only_where_a_speculative_configuration_soak
     assert not canary_enabled(_scenario({"configurations": ["base"]}))
     assert canary_enabled(_scenario({"configurations": ["base"], "canary": {"enabled": True}}))
     assert not canary_enabled(_scenario({"canary": {"enabled": False}}))
-    c = _scenario({}).soak.canary  # type: ignore[union-attr]
+    c = _scenario({}).soak.canary  # type: ignore[union-attr]  # _scenario has a soak: section
     assert (c.every_s, c.max_tokens, c.prompts) == (300.0, 64, None)
     with pytest.raises(ValueError, match="every_s"):
         _scenario({"canary": {"every_s": 0}})
@@ -316,7 +316,7 @@ def test_the_canary_is_on_by_default_only_where_a_speculative_configuration_soak
 
 def test_divergence_stops_the_configuration_and_fails_its_soak_unless_set_to_record() -> None:
     assert DEFAULT_ACTIONS["divergence"] == "stop_config"
-    assert _scenario({"watchdog": {"actions": {"divergence": "record"}}}).soak.watchdog.action("divergence") == "record"  # type: ignore[union-attr]
+    assert _scenario({"watchdog": {"actions": {"divergence": "record"}}}).soak.watchdog.action("divergence") == "record"  # type: ignore[union-attr]  # has a soak:
     assert verdict_fails({"kind": "divergence", "action": "stop_config"})
     assert not verdict_fails({"kind": "divergence", "action": "record"})
 

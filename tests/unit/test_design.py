@@ -119,7 +119,7 @@ def test_compare_agrees_with_itself_and_catches_a_run_outside_the_interval(tmp_p
     b.loc[b["config"] == "draft-self-k3", ["speedup_4", "speedup_4_ci_low", "speedup_4_ci_high"]] = [0.80, 0.75, 0.85]
     cmp = compare_table(a, b)
     row = cmp[(cmp["config"] == "draft-self-k3") & (cmp["figure"] == "@4 vs baseline")].iloc[0]
-    assert row["agree"] is False or row["agree"] == False  # noqa: E712
+    assert row["agree"] is False or row["agree"] == False  # noqa: E712  numpy.False_ is not False
     assert row["difference"] == pytest.approx(0.80 / a.set_index("config").loc["draft-self-k3", "speedup_4"] - 1)
     assert compare_summary(cmp)["disagree"] == 1
 

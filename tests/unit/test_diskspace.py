@@ -61,7 +61,7 @@ def test_the_watch_stops_before_the_disk_is_full(tmp_path: Path) -> None:
     watch = DiskWatch(tmp_path, Watchdog(window_s=60, disk_min_free_mib=1024), free=lambda: next(free))
     assert watch.check(0.0) is None  # no rate yet, plenty free
     assert watch.check(60.0) is None  # 100 MiB a window: 39 windows left
-    message, evidence = watch.check(120.0)  # type: ignore[misc]
+    message, evidence = watch.check(120.0)  # type: ignore[misc]  # this check fires: not None
     assert (
         "fills at" in message and evidence["free_mib"] == 3000
     )  # 1900 MiB a window: under the floor within two windows
@@ -70,7 +70,7 @@ def test_the_watch_stops_before_the_disk_is_full(tmp_path: Path) -> None:
 
 def test_the_watch_below_its_floor_and_the_default_action() -> None:
     watch = DiskWatch(Path("/"), Watchdog(disk_min_free_mib=1024), free=lambda: 1000 * MIB)
-    message, _ = watch.check(0.0)  # type: ignore[misc]
+    message, _ = watch.check(0.0)  # type: ignore[misc]  # this check fires: not None
     assert "below soak.watchdog.disk_min_free_mib" in message
     wd = Watchdog()
     assert wd.action("disk") == "stop_run" and verdict_fails({"kind": "disk", "action": "stop_run"})

@@ -25,7 +25,7 @@ ENV_VAR = {"llamacpp": "LLAMA_API_KEY", "vllm": "VLLM_API_KEY", "tgi": "API_KEY"
 
 def engine(name: str, tmp_path: Path, binary: Path | None = None, **spec: object) -> Engine:
     binary = binary or tmp_path / {"sglang": "python3"}.get(name, name)
-    return ENGINES[name](LaunchSpec(model=tmp_path / "m", port=4321, binary=binary, **spec), tmp_path / "e.server.log")  # type: ignore[arg-type]
+    return ENGINES[name](LaunchSpec(model=tmp_path / "m", port=4321, binary=binary, **spec), tmp_path / "e.server.log")  # type: ignore[arg-type]  # **spec: the test's own keyword arguments
 
 
 def rendered(cmd: list[str]) -> str:

@@ -209,7 +209,7 @@ def test_trtllm_reads_speculation_from_the_llm_args_dump(tmp_path: Path) -> None
     assert (older.slots, older.ctx_per_slot) == (8, 4096)
     log = tmp_path / "e.server.log"
     eng = TrtLlm(LaunchSpec(model=Path("/m"), algorithm="draft-eagle3", k=3), log)
-    eng.http_get = lambda path, timeout=5.0: (200, b"")  # type: ignore[method-assign]
+    eng.http_get = lambda path, timeout=5.0: (200, b"")  # type: ignore[method-assign]  # a canned answer, no server
     log.write_text(text("trtllm", "eagle3.server.log"))
     eng.check_speculation()
     log.write_text("[TRT-LLM] [I] LLM Args:\nmodel='/m' speculative_config=None backend='pytorch'\n")

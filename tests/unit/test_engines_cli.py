@@ -85,7 +85,7 @@ def method_flags(engine: str, algo: str, cmd: list[str], eng: object) -> object:
             )
         }
     if engine == "trtllm":
-        return eng.options().get("speculative_config")  # type: ignore[attr-defined]
+        return eng.options().get("speculative_config")  # type: ignore[attr-defined]  # vLLM's adapter has options()
     return _after(cmd, "--speculate")
 
 

@@ -260,12 +260,12 @@ def test_sglang_without_requests_counter_counts_one_extra_per_request() -> None:
 def test_sglang_drafted_tokens_from_chain_length(tmp_path: Path) -> None:
     spec = LaunchSpec(model=Path("/m"), algorithm="draft-eagle3", draft=Path("/d"), k=3)
     eng = SGLang(spec, tmp_path / "x.log")
-    eng.http_get = lambda path, timeout=5.0: (200, text("sglang", "eagle3.metrics.txt").encode())  # type: ignore[method-assign]
+    eng.http_get = lambda path, timeout=5.0: (200, text("sglang", "eagle3.metrics.txt").encode())  # type: ignore[method-assign]  # a captured answer, no server
     c = eng.scrape()
     assert c.draft_tokens == 4000 * 3
     assert acceptance_figures(c)["acceptance"] == pytest.approx(8700 / 12000)
     base = SGLang(LaunchSpec(model=Path("/m")), tmp_path / "y.log")
-    base.http_get = eng.http_get  # type: ignore[method-assign]
+    base.http_get = eng.http_get  # type: ignore[method-assign]  # the same captured answer
     assert base.scrape().accepted_tokens is None
 
 
@@ -349,7 +349,7 @@ def test_tgi_skipped_tokens_histogram(tmp_path: Path) -> None:
     # steps: the skipped-tokens histogram counts one observation per step, each request's first (prefill) included
     assert (c.accepted_tokens, c.verify_steps, c.output_tokens) == (770, 510 - 10, 1280)
     eng = Tgi(LaunchSpec(model=Path("/m"), algorithm="ngram", k=2), tmp_path / "t.log")
-    eng.http_get = lambda path, timeout=5.0: (200, text("tgi", "ngram.metrics.txt").encode())  # type: ignore[method-assign]
+    eng.http_get = lambda path, timeout=5.0: (200, text("tgi", "ngram.metrics.txt").encode())  # type: ignore[method-assign]  # a captured answer, no server
     f = acceptance_figures(eng.scrape())
     assert f["mean_accept_len"] == pytest.approx(1 + 770 / 500)
     assert f["acceptance"] == pytest.approx(770 / 1000)

@@ -16,16 +16,16 @@ PLAN = {
 
 def test_the_estimate_starts_from_the_plan_and_follows_the_pace() -> None:
     p = Progress(dict(PLAN), phases_total=4, started=0.0)
-    p.elapsed_s = lambda: 0.0  # type: ignore[method-assign]
+    p.elapsed_s = lambda: 0.0  # type: ignore[method-assign]  # a fixed clock
     assert p.left_s() == 1000.0
     # two phases done in 400 s, twice the plan's 100 s each: the two left will take 400 s too
     p.phase_done()
     p.phase_done()
-    p.elapsed_s = lambda: 400.0  # type: ignore[method-assign]
+    p.elapsed_s = lambda: 400.0  # type: ignore[method-assign]  # a fixed clock
     assert p.left_s() == 400.0 + 600.0
     # the soak is exact: 200 of its 600 s done
     p.soak_done_s = 200.0
-    p.elapsed_s = lambda: 600.0  # type: ignore[method-assign]
+    p.elapsed_s = lambda: 600.0  # type: ignore[method-assign]  # a fixed clock
     assert p.left_s() == 400.0 + 400.0
     assert "2/4 phases" in p.line("x") and "about 13 min left" in p.line("x")
     rec = p.record()

@@ -35,7 +35,7 @@ def test_a_failed_append_leaves_the_file_whole(tmp_path: Path, cls: type[JsonlWr
     w.write({"a": 1})
     if isinstance(w, BatchedJsonlWriter):
         w.flush()
-    w._f = _FillsUp(w._f)  # type: ignore[assignment]
+    w._f = _FillsUp(w._f)  # type: ignore[assignment]  # a file that fills up
     with pytest.raises(ResultsError, match="disk full"):  # noqa: PT012  the plain writer fails in write, the batched in flush
         w.write({"b": "x" * 100})
         if isinstance(w, BatchedJsonlWriter):

@@ -344,9 +344,9 @@ def test_the_runner_skips_rates_past_saturation_and_counts_them_done() -> None:
             float(load[:-3]), completion=1.0 if load == "0.5rps" or rep == 2 else 0.3
         )  # rep 2 keeps up at every rate
 
-    state = RunState(sc, None, None)  # type: ignore[arg-type]
+    state = RunState(sc, None, None)  # type: ignore[arg-type]  # the parts this test does not reach
     state.manifest = {"configurations": {"b": {}}}
-    state.write = lambda: None  # type: ignore[method-assign]
+    state.write = lambda: None  # type: ignore[method-assign]  # no run folder
     fake = SimpleNamespace(
         sc=sc,
         console=SimpleNamespace(print=lambda *a: None),
@@ -357,24 +357,24 @@ def test_the_runner_skips_rates_past_saturation_and_counts_them_done() -> None:
     )
     cfg = SimpleNamespace(name="b")
     for rep in (1, 2):
-        Runner._measure(fake, cfg, None, None, reps=[rep])  # type: ignore[arg-type]
+        Runner._measure(fake, cfg, None, None, reps=[rep])  # type: ignore[arg-type]  # a stand-in runner, no engine
     assert measured == [("0.5rps", 1), ("6rps", 1), ("0.5rps", 2), ("6rps", 2), ("12rps", 2)]
-    assert state.phases_done(cfg)  # type: ignore[arg-type]
+    assert state.phases_done(cfg)  # type: ignore[arg-type]  # a stand-in configuration
     assert state.manifest["configurations"]["b"]["sweep_skipped"] == [["12rps", 1]]
     state.done_phases, measured[:] = set(), []
     sc2 = sc.model_copy(
         update={
             "measurement": sc.measurement.model_copy(
                 update={
-                    "arrival": sc.measurement.arrival.model_copy(  # type: ignore[union-attr]
+                    "arrival": sc.measurement.arrival.model_copy(  # type: ignore[union-attr]  # this scenario has an arrival
                         update={"saturation": sc.measurement.arrival.saturation.model_copy(update={"stop_after": None})}
                     )
                 }
             )
         }
-    )  # type: ignore[union-attr]
+    )  # type: ignore[union-attr]  # this scenario has an arrival
     fake.sc = state.sc = sc2
-    Runner._measure(fake, cfg, None, None, reps=[1])  # type: ignore[arg-type]
+    Runner._measure(fake, cfg, None, None, reps=[1])  # type: ignore[arg-type]  # a stand-in runner, no engine
     assert measured == [("0.5rps", 1), ("6rps", 1), ("12rps", 1)]  # no stop_after: every rate
 
 

@@ -36,8 +36,8 @@ def test_servable_context_is_budget_minus_fixed_over_kv_per_token() -> None:
     unified = servable_context({**CAP, "kv_unified": True}, 512)
     assert unified is not None and unified.ctx_per_slot == unified.ctx_total
     # a budget below the fixed cost serves nothing, never a negative context
-    assert servable_context(CAP, 50).ctx_total == 0  # type: ignore[union-attr]
-    assert servable_context(CAP, None).ctx_total is None  # type: ignore[union-attr]
+    assert servable_context(CAP, 50).ctx_total == 0  # type: ignore[union-attr]  # a capacity given: not None
+    assert servable_context(CAP, None).ctx_total is None  # type: ignore[union-attr]  # a capacity given: not None
     assert servable_context({"slots": 4, "target": {}}, 512) is None
 
 

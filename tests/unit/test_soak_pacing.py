@@ -33,7 +33,7 @@ from tests.unit.test_scenario import GOOD, write
 
 
 def _arrival(**kw: object) -> dict[str, object]:
-    return SoakArrival(**kw).model_dump()  # type: ignore[arg-type]
+    return SoakArrival(**kw).model_dump()  # type: ignore[arg-type]  # **kw: the test's own fields
 
 
 def test_a_poisson_soak_schedule_has_exponential_gaps_at_the_asked_rate() -> None:

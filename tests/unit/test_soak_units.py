@@ -73,8 +73,8 @@ def test_planted_decline_is_found_with_its_evidence() -> None:
 
 def test_rise_in_a_bad_metric_and_rise_in_a_good_one() -> None:
     t, y = _series(4, +0.25)
-    assert trend("ttft_p95_s", t, y, bad_direction=+1).drifting  # type: ignore[union-attr]
-    assert not trend("acceptance", t, y, bad_direction=-1).drifting  # type: ignore[union-attr]
+    assert trend("ttft_p95_s", t, y, bad_direction=+1).drifting  # type: ignore[union-attr]  # enough points: not None
+    assert not trend("acceptance", t, y, bad_direction=-1).drifting  # type: ignore[union-attr]  # enough points: not None
 
 
 def test_small_but_significant_change_is_below_the_effect_size() -> None:

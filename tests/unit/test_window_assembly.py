@@ -100,4 +100,4 @@ def test_counters_that_fell_inside_a_window_are_the_engines_totals() -> None:
     after = EngineCounters(output_tokens=40.0)  # restarted inside the window
     assert window_delta(before, after) == after
     assert window_delta(None, after) is None
-    assert window_delta(EngineCounters(output_tokens=10.0), after).output_tokens == 30.0  # type: ignore[union-attr]
+    assert window_delta(EngineCounters(output_tokens=10.0), after).output_tokens == 30.0  # type: ignore[union-attr]  # both scrapes given: not None

@@ -55,7 +55,7 @@ def test_chunks_are_rebuilt_from_start_ttft_and_gaps() -> None:
     assert list(times - T0) == pytest.approx([1.0, 1.5, 2.0, 3.0]) and list(tok) == [1, 2, 1, 3]
     # a stream that did not say its chunks' tokens: the output tokens spread evenly over the chunks
     blind = {**_rec(T0, 1.0, [1.0, 1.0]), "chunk_tokens": None, "output_tokens": 9}
-    assert list(chunk_times(blind)[1]) == [3.0, 3.0, 3.0]  # type: ignore[index]
+    assert list(chunk_times(blind)[1]) == [3.0, 3.0, 3.0]  # type: ignore[index]  # a record with chunk times: not None
     assert chunk_times({"start_unix_s": T0, "ttft_s": None, "status": "error"}) is None
 
 
@@ -250,8 +250,8 @@ def test_drift_compares_like_load_with_like() -> None:
     t = [T0 + 60.0 * i for i in range(120)]
     level = [-17 if i < 60 else -7 for i in range(120)]
     decode = [(40.0 if i < 60 else 16.4) * (1 + 0.03 * rng.standard_normal()) for i in range(120)]  # -59% at the step
-    assert trend("decode_tps", t, decode, -1).drifting  # type: ignore[union-attr]
-    assert not trend("decode_tps", t, decode, -1, levels=level).drifting  # type: ignore[union-attr]
+    assert trend("decode_tps", t, decode, -1).drifting  # type: ignore[union-attr]  # enough points: not None
+    assert not trend("decode_tps", t, decode, -1, levels=level).drifting  # type: ignore[union-attr]  # enough points: not None
     # a decline inside each level is still a drift
     sinking = [d * (1 - 0.25 * i / 120) for i, d in enumerate(decode)]
     tr = trend("decode_tps", t, sinking, -1, levels=level)
