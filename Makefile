@@ -1,4 +1,4 @@
-# The README's two commands: `make run` and `make test`. .ci/run calls `make test`.
+# The README's two commands: `make run` and `make test`. .ci/run calls `make lint`, then `make test`.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
