@@ -111,7 +111,7 @@ def headroom(
     ``gpu``: the GPUs' used memory against their free memory instead (None without NVML). ``history``: the
     configuration's earlier windows; ``win`` is the one being judged."""
     pid = win.get("engine_pid")
-    t_unix = win.t_unix if isinstance(win, SoakWindow) else float(win["t_unix"])
+    t_unix = float(win.t_unix if isinstance(win, SoakWindow) else win["t_unix"])
     key = "gpu_used_mib" if gpu else "engine_memory_mib"
     pts = [
         (float(w["t_unix"]), float(w[key]))
