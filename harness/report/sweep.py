@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.common.stats import isnum, ratio_interval
+from harness.common.stats import isnum, median, ratio_interval
 from harness.detect.saturation import Judgement, PaysAt, Rule, judge_rate, pays_at, saturation_point, stops_paying
 from harness.report.load import RunData
 
@@ -22,11 +22,6 @@ from harness.report.load import RunData
 def _rule(run: RunData) -> Rule:
     arrival = (run.scenario.get("measurement") or {}).get("arrival") or {}
     return Rule.of(arrival.get("saturation") or {})
-
-
-def _median(values: Any) -> float | None:
-    s = pd.Series(list(values), dtype="float64").dropna()
-    return float(s.median()) if len(s) else None
 
 
 def _rate_phases(run: RunData) -> pd.DataFrame:
@@ -72,8 +67,8 @@ def rate_sweep_table(runs: list[RunData], verdict: pd.DataFrame) -> pd.DataFrame
                 p = _clean(p_all)  # contaminated repetitions left out where clean ones exist
                 recs = p.to_dict("records")
                 j = judge_rate(recs, rule)
-                lat = _median(p["e2e_from_schedule_p50_s"]) if "e2e_from_schedule_p50_s" in p else None
-                gp = _median(p["goodput_rps"]) if "goodput_rps" in p else None
+                lat = median(p["e2e_from_schedule_p50_s"]) if "e2e_from_schedule_p50_s" in p else None
+                gp = median(p["goodput_rps"]) if "goodput_rps" in p else None
                 row: dict[str, Any] = {
                     "run": run.run_id,
                     "config": name,
@@ -82,8 +77,8 @@ def rate_sweep_table(runs: list[RunData], verdict: pd.DataFrame) -> pd.DataFrame
                     "load": str(p["load"].iloc[0]),
                     "repetitions": len(p_all),
                     "judged_on": len(p),
-                    "offered_rps": _median(p["offered_rps"]),
-                    "achieved_rps": _median(p["achieved_rps"]),
+                    "offered_rps": median(p["offered_rps"]),
+                    "achieved_rps": median(p["achieved_rps"]),
                     "completion_ratio": j.completion_ratio,
                     "late_share": j.late_share,
                     "goodput_rps": gp,
@@ -108,7 +103,7 @@ def rate_sweep_table(runs: list[RunData], verdict: pd.DataFrame) -> pd.DataFrame
                         lat_ratio, _, _ = ratio_interval(
                             [mine_lat[r] / base_lat[r] for r in mine_lat if base_lat.get(r)]
                         )
-                        base_gp = _median(b["goodput_rps"]) if "goodput_rps" in b else None
+                        base_gp = median(b["goodput_rps"]) if "goodput_rps" in b else None
                         pa = pays_at(float(rate), lat_ratio, gp, base_gp)
                         row.update(
                             latency_vs_baseline=pa.latency_ratio, goodput_vs_baseline=pa.goodput_ratio, pays=pa.pays

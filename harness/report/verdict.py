@@ -11,14 +11,9 @@ from typing import Any
 import pandas as pd
 
 from engines.types import EngineCounters, acceptance_figures
-from harness.common.stats import ratio_interval, shown_difference
+from harness.common.stats import median, ratio_interval, shown_difference
 from harness.config.schema import load_label
 from harness.report.load import RunData
-
-
-def _median(values: Any) -> float | None:
-    s = pd.Series(values, dtype="float64").dropna()
-    return float(s.median()) if len(s) else None
 
 
 def _sum(values: Any) -> float | None:
@@ -85,17 +80,17 @@ def verdict_table(runs: list[RunData]) -> pd.DataFrame:
                 "status": meta.get("status"),
             }
             solo_req = r[(r["phase"] == "measure") & (r["streams"] == 1) & (r["status"] == "ok")] if not r.empty else r
-            row["solo_decode_tps"] = _median(solo_req["decode_tps"]) if not solo_req.empty else None
+            row["solo_decode_tps"] = median(solo_req["decode_tps"]) if not solo_req.empty else None
             for n in counts:
                 pn = p_closed[p_closed["streams"] == n] if not p_closed.empty else p_closed
-                row[f"total_tps_{n}"] = _median(pn["total_tps"]) if not pn.empty else None
-                row[f"goodput_rps_{n}"] = _median(pn["goodput_rps"]) if not pn.empty and "goodput_rps" in pn else None
+                row[f"total_tps_{n}"] = median(pn["total_tps"]) if not pn.empty else None
+                row[f"goodput_rps_{n}"] = median(pn["goodput_rps"]) if not pn.empty and "goodput_rps" in pn else None
             for key in loads:
                 pk = pa[pa["load"] == key] if not pa.empty else pa
                 for col in ("offered_rps", "achieved_rps", "goodput_rps"):
-                    row[f"{col}_{key}"] = _median(pk[col]) if not pk.empty and col in pk else None
+                    row[f"{col}_{key}"] = median(pk[col]) if not pk.empty and col in pk else None
                 # not total_tps_{key}: that prefix is the closed-loop columns' (total_tps_N)
-                row[f"arrival_total_tps_{key}"] = _median(pk["total_tps"]) if not pk.empty else None
+                row[f"arrival_total_tps_{key}"] = median(pk["total_tps"]) if not pk.empty else None
                 row[f"late_{key}"] = _sum(pk["late"]) if not pk.empty and "late" in pk else None
                 row[f"scheduled_{key}"] = _sum(pk["scheduled"]) if not pk.empty and "scheduled" in pk else None
                 delays = pd.Series(
@@ -114,7 +109,7 @@ def verdict_table(runs: list[RunData]) -> pd.DataFrame:
                 client = _sum(p["client_draft_tokens"]) if "client_draft_tokens" in p else None
                 row["client_drafted_tokens"] = client
                 row["contaminated_phases"] = int(p["contaminated"].sum())
-                row["harness_cores"] = _median([c.get("harness_cores") for c in p["cpu"]])
+                row["harness_cores"] = median([c.get("harness_cores") for c in p["cpu"]])
                 row["other_cores_max"] = float(max(c.get("other_cores", 0.0) for c in p["cpu"]))
             else:
                 row.update(
@@ -269,7 +264,7 @@ def solo_by_rep(rq: pd.DataFrame, config: str) -> dict[int, float]:
     r = rq[(rq["config"] == config) & (rq["phase"] == "measure") & (rq["streams"] == 1) & (rq["status"] == "ok")]
     out: dict[int, float] = {}
     for rep, grp in r.groupby("repetition", sort=True):
-        m = _median(grp["decode_tps"])
+        m = median(grp["decode_tps"])
         if m is not None:
             out[int(rep)] = m
     return out

@@ -87,16 +87,45 @@ class Observers:
         self._obs = list(observers or [])
         self._warn = warn or (lambda msg: None)
 
-    def __getattr__(self, name: str) -> Any:
-        if not name.startswith("on_"):
-            raise AttributeError(name)
+    def _each(self, name: str, *args: Any) -> None:
+        for obs in list(self._obs):
+            try:
+                getattr(obs, name)(*args)
+            except Exception as exc:
+                self._warn(f"observer {type(obs).__name__}.{name} failed and is dropped: {exc}")
+                self._obs.remove(obs)
 
-        def call(*args: Any, **kwargs: Any) -> None:
-            for obs in list(self._obs):
-                try:
-                    getattr(obs, name)(*args, **kwargs)
-                except Exception as exc:
-                    self._warn(f"observer {type(obs).__name__}.{name} failed and is dropped: {exc}")
-                    self._obs.remove(obs)
+    def on_run_start(self, manifest: dict[str, Any]) -> None:
+        self._each("on_run_start", manifest)
 
-        return call
+    def on_config_start(
+        self, config: str, algorithm: str, synthetic: bool, engine: str, engine_url: str, engine_pid: int | None
+    ) -> None:
+        self._each("on_config_start", config, algorithm, synthetic, engine, engine_url, engine_pid)
+
+    def on_capacity(self, config: str, capacity: dict[str, Any]) -> None:
+        self._each("on_capacity", config, capacity)
+
+    def on_request(self, record: dict[str, Any]) -> None:
+        self._each("on_request", record)
+
+    def on_phase(self, record: dict[str, Any]) -> None:
+        self._each("on_phase", record)
+
+    def on_failure(self, record: dict[str, Any]) -> None:
+        self._each("on_failure", record)
+
+    def on_window(self, record: dict[str, Any]) -> None:
+        self._each("on_window", record)
+
+    def on_verdict(self, record: dict[str, Any]) -> None:
+        self._each("on_verdict", record)
+
+    def on_canary(self, record: dict[str, Any]) -> None:
+        self._each("on_canary", record)
+
+    def on_config_end(self, config: str, status: str) -> None:
+        self._each("on_config_end", config, status)
+
+    def on_run_end(self, status: str, reason: str) -> None:
+        self._each("on_run_end", status, reason)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.common.stats import isnum
 from harness.report.load import RunData
 
 
@@ -17,8 +16,3 @@ def config_spec(run: RunData, name: str) -> dict[str, Any]:
         if c.get("name") == name:
             return dict(c)
     return {}
-
-
-def as_float(v: Any) -> float | None:
-    """A real number as float; None for anything else (None, NaN, a boolean, text)."""
-    return float(v) if isnum(v) else None

@@ -6,18 +6,17 @@ from typing import Any
 
 import pandas as pd
 
-from harness.common.stats import isnum
+from harness.common.stats import isnum, number_or_none
 from harness.detect.servable import kv_kib_per_token, servable_context, slo_verdict
 from harness.probe.gpu import MIB
 from harness.report.load import RunData
-from harness.report.tables.common import as_float
 
 
 def memory_table(runs: list[RunData], budget_override_mib: float | None = None) -> pd.DataFrame:
     """Seed 000's DFlash table: what each configuration costs in memory, from the start-up log."""
     rows: list[dict[str, Any]] = []
     for run in runs:
-        budget = budget_override_mib or as_float((run.scenario.get("report") or {}).get("memory_budget_mib"))
+        budget = budget_override_mib or number_or_none((run.scenario.get("report") or {}).get("memory_budget_mib"))
         # a fill check belongs to the budget it was made for: none under another budget
         fills = {f["config"]: f for f in run.fill_checks if f.get("budget_mib") == budget} if budget else {}
         for name in run.config_names:
@@ -38,15 +37,17 @@ def memory_table(runs: list[RunData], budget_override_mib: float | None = None) 
             d = cap.get("draft") or {}
             ctx = cap.get("ctx_total")
             row.update(
-                target_weights_mib=as_float(t.get("model_mib")),
-                drafter_weights_mib=as_float(d.get("model_mib")) if d else 0.0,
-                target_kv_mib=as_float(t.get("kv_mib")),
-                draft_kv_mib=as_float(d.get("kv_mib")) if d else 0.0,
+                target_weights_mib=number_or_none(t.get("model_mib")),
+                drafter_weights_mib=number_or_none(d.get("model_mib")) if d else 0.0,
+                target_kv_mib=number_or_none(t.get("kv_mib")),
+                draft_kv_mib=number_or_none(d.get("kv_mib")) if d else 0.0,
                 target_kv_kib_per_token=kv_kib_per_token(t.get("kv_mib"), ctx),
                 draft_kv_kib_per_token=kv_kib_per_token(d.get("kv_mib"), ctx) if d else 0.0,
-                compute_mib=(as_float(t.get("compute_mib")) or 0.0) + (as_float(d.get("compute_mib")) or 0.0),
-                draft_compute_mib=as_float(d.get("compute_mib")) if d else 0.0,
-                recurrent_mib=(as_float(t.get("recurrent_mib")) or 0.0) + (as_float(d.get("recurrent_mib")) or 0.0),
+                compute_mib=(number_or_none(t.get("compute_mib")) or 0.0)
+                + (number_or_none(d.get("compute_mib")) or 0.0),
+                draft_compute_mib=number_or_none(d.get("compute_mib")) if d else 0.0,
+                recurrent_mib=(number_or_none(t.get("recurrent_mib")) or 0.0)
+                + (number_or_none(d.get("recurrent_mib")) or 0.0),
                 recurrent_cells=t.get("recurrent_cells"),
                 slots=cap.get("slots"),
                 ctx_total=cap.get("ctx_total"),
@@ -126,8 +127,8 @@ def max_streams_table(runs: list[RunData], slo_override: dict[str, float] | None
     rows: list[dict[str, Any]] = []
     for run in runs:
         slo = dict(slo_override or run.scenario.get("slo") or {})
-        tps_min = as_float(slo.get("per_stream_tps_min"))
-        ttft_max = as_float(slo.get("ttft_p95_s_max"))
+        tps_min = number_or_none(slo.get("per_stream_tps_min"))
+        ttft_max = number_or_none(slo.get("ttft_p95_s_max"))
         rq = run.requests
         ramp_steps: dict[str, list[dict[str, Any]]] = {}
         for rec in run.ramp:

@@ -7,9 +7,9 @@ from typing import Any
 
 import pandas as pd
 
-from harness.common.stats import break_even, expected_tokens_per_step, isnum, shown_difference
+from harness.common.stats import break_even, expected_tokens_per_step, isnum, number_or_none, shown_difference
 from harness.report.load import RunData
-from harness.report.tables.common import as_float, config_spec
+from harness.report.tables.common import config_spec
 
 
 def _solo_vs_n1(solo: Any, n1: Any) -> str:
@@ -146,7 +146,7 @@ def explain_table(runs: list[RunData], verdict: pd.DataFrame) -> pd.DataFrame:
             else:
                 row["modelled_solo_speedup_at_measured_length"] = None
             v = verdict[(verdict["run"] == run.run_id) & (verdict["config"] == name)]
-            row["measured_solo_speedup"] = as_float(v["solo_speedup"].iloc[0]) if not v.empty else None
+            row["measured_solo_speedup"] = number_or_none(v["solo_speedup"].iloc[0]) if not v.empty else None
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -185,14 +185,16 @@ def roofline_table(runs: list[RunData], verdict: pd.DataFrame) -> pd.DataFrame:
     rows: list[dict[str, Any]] = []
     for run in runs:
         bw = (run.manifest.get("machine") or {}).get("memory_bandwidth") or {}
-        gbs = as_float(bw.get("gb_per_s"))
+        gbs = number_or_none(bw.get("gb_per_s"))
         for name in run.config_names:
             if run.manifest["configurations"][name].get("algorithm") != "none":
                 continue
             cap = run.capacity.get(name, {})
-            mib = as_float(cap.get("model_file_mib")) or as_float((cap.get("target") or {}).get("model_mib"))
+            mib = number_or_none(cap.get("model_file_mib")) or number_or_none(
+                (cap.get("target") or {}).get("model_mib")
+            )
             v = verdict[(verdict["run"] == run.run_id) & (verdict["config"] == name)]
-            solo = as_float(v["solo_decode_tps"].iloc[0]) if not v.empty else None
+            solo = number_or_none(v["solo_decode_tps"].iloc[0]) if not v.empty else None
             roof = gbs * 1e9 / (mib * 2**20) if gbs and mib else None
             rows.append(
                 {
@@ -232,12 +234,12 @@ def k_sweep_table(runs: list[RunData], verdict: pd.DataFrame, counts: list[int])
                 "algorithm": meta.get("algorithm"),
                 "k": meta.get("k"),
                 "synthetic_length": syn,
-                "acceptance": as_float(v["acceptance"].iloc[0]),
-                "mean_accept_len": as_float(v["mean_accept_len"].iloc[0]),
-                "solo_decode_tps": as_float(v["solo_decode_tps"].iloc[0]),
+                "acceptance": number_or_none(v["acceptance"].iloc[0]),
+                "mean_accept_len": number_or_none(v["mean_accept_len"].iloc[0]),
+                "solo_decode_tps": number_or_none(v["solo_decode_tps"].iloc[0]),
             }
             for n in counts:
-                row[f"total_tps_{n}"] = as_float(v[f"total_tps_{n}"].iloc[0]) if f"total_tps_{n}" in v else None
+                row[f"total_tps_{n}"] = number_or_none(v[f"total_tps_{n}"].iloc[0]) if f"total_tps_{n}" in v else None
             rows.append(row)
     df = pd.DataFrame(rows)
     if df.empty:
