@@ -15,7 +15,9 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 @pytest.mark.parametrize(("golden", "folder"), [("quick", "run_quick"), ("soak", "run_soak_cache")])
-def test_the_report_tables_are_what_the_code_before_the_redesign_wrote(tmp_path: Path, golden: str, folder: str) -> None:
+def test_the_report_tables_are_what_the_code_before_the_redesign_wrote(
+    tmp_path: Path, golden: str, folder: str
+) -> None:
     run = tmp_path / folder
     shutil.copytree(FIXTURES / folder, run)
     out = tmp_path / "out"
@@ -32,4 +34,6 @@ def test_the_report_tables_are_what_the_code_before_the_redesign_wrote(tmp_path:
     written = sorted(f.name for f in out.glob("*.csv"))
     assert written == [f.name for f in expected]
     for f in expected:
-        assert (out / f.name).read_text() == f.read_text(), f"{f.name} differs from the table written before the redesign"
+        assert (out / f.name).read_text() == f.read_text(), (
+            f"{f.name} differs from the table written before the redesign"
+        )
