@@ -197,7 +197,7 @@ def soak_requests_frame(soak_dir: Path, columns: list[str] | None = None) -> pd.
     # several Locust processes write side by side: one order, whatever the file names (arrow's sort is stable)
     table = pa.concat_tables(tables).sort_by([("start_unix_s", "ascending"), ("id", "ascending")])
     del tables
-    df = table.to_pandas(self_destruct=True, split_blocks=True)
+    df: pd.DataFrame = table.to_pandas(self_destruct=True, split_blocks=True)
     del table
     pa.default_memory_pool().release_unused()
     return df

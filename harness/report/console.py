@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.common.stats import isnum
+from harness.common.stats import isnum, number_or_none
 
 SHOWN_MARK = "*"  # after a ratio whose interval excludes 1.0
 
@@ -97,13 +97,15 @@ def findings(verdict: pd.DataFrame) -> list[str]:
             for label, key in (("solo", "solo_speedup"), (f"at {n} streams", f"speedup_{n}") if n else (None, None)):
                 if key is None or not isnum(r.get(key)):
                     continue
-                lo, hi, v = r.get(f"{key}_ci_low"), r.get(f"{key}_ci_high"), float(r[key])
-                if isnum(lo) and isnum(hi) and (float(lo) > 1.0 or float(hi) < 1.0):
-                    parts.append(
-                        f"{'faster' if v > 1 else 'slower'} {label} ({v:.2f}× [{float(lo):.2f}, {float(hi):.2f}])"
-                    )
-                elif isnum(lo) and isnum(hi):
-                    parts.append(f"no difference shown {label} ({v:.2f}× [{float(lo):.2f}, {float(hi):.2f}])")
+                lo, hi, v = (
+                    number_or_none(r.get(f"{key}_ci_low")),
+                    number_or_none(r.get(f"{key}_ci_high")),
+                    float(r[key]),
+                )
+                if lo is not None and hi is not None and (lo > 1.0 or hi < 1.0):
+                    parts.append(f"{'faster' if v > 1 else 'slower'} {label} ({v:.2f}× [{lo:.2f}, {hi:.2f}])")
+                elif lo is not None and hi is not None:
+                    parts.append(f"no difference shown {label} ({v:.2f}× [{lo:.2f}, {hi:.2f}])")
             if parts:
                 out.append(f"{name} against {r.get('baseline')}: " + ", ".join(parts))
         soak = r.get("soak")

@@ -40,7 +40,7 @@ def tps_vs_streams(verdict: pd.DataFrame, counts: list[int], breakeven: pd.DataF
         base = row["algorithm"] == "none"
         ax.plot(
             [p[0] for p in pts],
-            [p[1] for p in pts],
+            [math.nan if p[1] is None else p[1] for p in pts],  # a gap, as matplotlib draws None
             "--" if base else "-",
             marker="o",
             color=color,

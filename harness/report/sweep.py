@@ -10,7 +10,7 @@ stops paying in requests per second, and the break-even in streams beside it. De
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -65,7 +65,7 @@ def rate_sweep_table(runs: list[RunData], verdict: pd.DataFrame) -> pd.DataFrame
             for rate in sorted(mine["rate_rps"].unique()):
                 p_all = mine[mine["rate_rps"] == rate]
                 p = _clean(p_all)  # contaminated repetitions left out where clean ones exist
-                recs = p.to_dict("records")
+                recs = cast("list[dict[str, Any]]", p.to_dict("records"))
                 j = judge_rate(recs, rule)
                 lat = median(p["e2e_from_schedule_p50_s"]) if "e2e_from_schedule_p50_s" in p else None
                 gp = median(p["goodput_rps"]) if "goodput_rps" in p else None

@@ -6,7 +6,7 @@ Every column is defined once in docs/metrics.md; the names here carry their unit
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -266,7 +266,7 @@ def solo_by_rep(rq: pd.DataFrame, config: str) -> dict[int, float]:
     for rep, grp in r.groupby("repetition", sort=True):
         m = median(grp["decode_tps"])
         if m is not None:
-            out[int(rep)] = m
+            out[int(cast("int", rep))] = m
     return out
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -250,6 +250,6 @@ def k_sweep_table(runs: list[RunData], verdict: pd.DataFrame, counts: list[int])
         for col, label in [("solo_decode_tps", "solo")] + [(f"total_tps_{n}", f"@{n}") for n in counts]:
             vals = grp[col].dropna() if col in grp else pd.Series(dtype=float)
             if len(vals) >= 2:
-                best[int(vals.idxmax())].append(label)
+                best[int(cast("int", vals.idxmax()))].append(label)
     df["best_for"] = [", ".join(best[i]) for i in df.index]
     return df.sort_values(["run", "sweep", "synthetic_length", "k"], na_position="first").reset_index(drop=True)
