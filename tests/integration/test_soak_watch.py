@@ -158,8 +158,10 @@ def _cache_scenario(folder: Path) -> Path:
         folder,
         {
             "name": "cache",
-            # 4,096 tokens a slot: the corpus's longest conversations fit
-            "server": {"model": SMOLLM2, "ctx_size": 8192, "parallel": 2, "threads": 2, "stop_grace_s": 3},
+            # one slot for two users: llama-server saves a slot's prompt into its cache when another prompt takes
+            # the slot, so every request adds one (with a slot each, a 20-s long conversation kept its slot and the
+            # cache did not grow for a minute); 8,192 tokens: the corpus's longest conversations fit
+            "server": {"model": SMOLLM2, "ctx_size": 8192, "parallel": 1, "threads": 2, "stop_grace_s": 3},
             "configurations": [
                 {"name": "cache-fits", "algorithm": "none", "engine_args": ["--cache-ram", "192"]},
                 {"name": "cache-default", "algorithm": "none"},  # llama-server's default cap: 8192 MiB
