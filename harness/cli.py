@@ -28,6 +28,19 @@ _PIPE_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200
 out = Console(soft_wrap=True, width=_PIPE_WIDTH)
 err = Console(stderr=True, soft_wrap=True)
 
+# options that run, resume and report share
+ReportOption = Annotated[bool, typer.Option(help="build the report when the run ends")]
+MetricsPortOption = Annotated[
+    int | None, typer.Option(help="serve Prometheus /metrics on this port while the run goes (0 = any free port)")
+]
+MetricsLingerOption = Annotated[
+    float, typer.Option(help="seconds /metrics keeps serving after the run, for the last scrape")
+]
+WideOption = Annotated[
+    bool,
+    typer.Option("--wide", help="print every column of the verdict (the report's table) instead of the compact one"),
+]
+
 
 def _load(path: Path, check_model_files: bool = True) -> LoadedScenario:
     import yaml
@@ -49,22 +62,13 @@ def _load(path: Path, check_model_files: bool = True) -> LoadedScenario:
 def run(
     scenario: Annotated[Path, typer.Argument(help="scenario YAML file")],
     results: Annotated[Path, typer.Option(help="folder that receives the run folder")] = Path("results"),
-    report: Annotated[bool, typer.Option(help="build the report when the run ends")] = True,
-    metrics_port: Annotated[
-        int | None, typer.Option(help="serve Prometheus /metrics on this port while the run goes (0 = any free port)")
-    ] = None,
+    report: ReportOption = True,
+    metrics_port: MetricsPortOption = None,
     metrics_host: Annotated[
         str, typer.Option(help="address the /metrics server binds (anything but loopback is your explicit choice)")
     ] = "127.0.0.1",
-    metrics_linger: Annotated[
-        float, typer.Option(help="seconds /metrics keeps serving after the run, for the last scrape")
-    ] = 10.0,
-    wide: Annotated[
-        bool,
-        typer.Option(
-            "--wide", help="print every column of the verdict (the report's table) instead of the compact one"
-        ),
-    ] = False,
+    metrics_linger: MetricsLingerOption = 10.0,
+    wide: WideOption = False,
 ) -> None:
     """Run a scenario on the real engine, write a run folder, print the verdict table."""
     loaded = _load(scenario)
@@ -92,22 +96,13 @@ def _exit_code(result: RunResult) -> int:
 @app.command()
 def resume(
     run_dir: Annotated[Path, typer.Argument(help="a run folder cut short (harness killed, power loss, SIGTERM)")],
-    report: Annotated[bool, typer.Option(help="build the report when the run ends")] = True,
-    metrics_port: Annotated[
-        int | None, typer.Option(help="serve Prometheus /metrics on this port while the run goes (0 = any free port)")
-    ] = None,
+    report: ReportOption = True,
+    metrics_port: MetricsPortOption = None,
     metrics_host: Annotated[
         str, typer.Option(help="address /metrics binds to; anything but loopback exposes it")
     ] = "127.0.0.1",
-    metrics_linger: Annotated[
-        float, typer.Option(help="seconds /metrics keeps serving after the run, for the last scrape")
-    ] = 10.0,
-    wide: Annotated[
-        bool,
-        typer.Option(
-            "--wide", help="print every column of the verdict (the report's table) instead of the compact one"
-        ),
-    ] = False,
+    metrics_linger: MetricsLingerOption = 10.0,
+    wide: WideOption = False,
 ) -> None:
     """Finish a run that was cut short: measured phases and soak time are kept, the rest is run."""
     from harness.common.errors import ResultsError
@@ -221,12 +216,7 @@ def report_cmd(
             help="memory budget for the servable context (instead of the scenario's report.memory_budget_mib)"
         ),
     ] = None,
-    wide: Annotated[
-        bool,
-        typer.Option(
-            "--wide", help="print every column of the verdict (the report's table) instead of the compact one"
-        ),
-    ] = False,
+    wide: WideOption = False,
 ) -> None:
     """Rebuild the report (md, html, tables, plots) from run folders alone."""
     for d in run_dirs:
