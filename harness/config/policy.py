@@ -33,6 +33,11 @@ SERVICE_FAILURES = ("collapse", "memory", "divergence")  # the engine served bad
 # shown in red, and reported to the observers as failures of the configuration (verdict_fails decides which make the
 # soak fail: the verdict table, exit code 4)
 FAILURE_KINDS = (*ENGINE_FAILURES, *SERVICE_FAILURES)
+# every kind a soak writes to verdicts.jsonl: the scenario's kinds, the watchdog's own outcomes of a restart, and the
+# change detector's end of a collapse episode (the exporter labels these; anything else is "other")
+RECORDED_VERDICT_KINDS: tuple[str, ...] = (*VERDICT_KINDS, "restart_failed", "gave_up", "recovered")
+# the kinds a soak timeline marks: a change in service, or the engine gone
+DRAWN_VERDICT_KINDS = ("collapse", "stall", "divergence", "memory", "crash", "hang")
 
 
 def verdict_fails(verdict: dict[str, Any]) -> bool:

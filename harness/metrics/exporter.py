@@ -29,119 +29,262 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from harness.config.policy import RECORDED_VERDICT_KINDS
 from harness.probe.memory import rss_bytes
 from harness.session.observers import BaseObserver
 
 CONFIG_LABELS = ("run", "config", "engine", "algorithm", "synthetic")
 MAX_POSITIONS = 16  # per-position acceptance beyond this many drafted tokens is not exported
-# watchdog verdict kinds (harness/soak/slice.py); an unknown kind is exported as "other"
-VERDICT_KINDS = (
-    "crash",
-    "hang",
-    "restart_failed",
-    "gave_up",
-    "no_load",
-    "error_rate",
-    "collapse",
-    "recovered",
-    "memory",
-    "drift",
-    "stall",
-    "cache_cap",
-    "divergence",
-    "disk",
-    "other",
-)
-# the window series the soak's change detector watches (the ``detectors`` of a window record)
+# watchdog verdict kinds (harness/config/policy.py); an unknown kind is exported as "other"
+VERDICT_KINDS = (*RECORDED_VERDICT_KINDS, "other")
 MIB = 1024 * 1024
 
-# window fields shown as one gauge each: (gauge name, help, scale to the gauge's unit); docs/observability.md
-WINDOW_GAUGES: dict[str, tuple[str, str, float]] = {
-    "max_chunk_gap_s": (
+
+class WindowGauge(NamedTuple):
+    """A gauge per configuration set from each closed soak window: ``value(window, now)``, None for no series."""
+
+    name: str
+    help: str
+    value: Callable[[dict[str, Any], float], float | None]
+
+
+def _field(key: str, scale: float = 1.0) -> Callable[[dict[str, Any], float], float | None]:
+    return lambda w, _now: _times(w.get(key), scale)
+
+
+def _cpu(key: str) -> Callable[[dict[str, Any], float], float | None]:
+    return lambda w, _now: _times((w.get("cpu") or {}).get(key), 1.0)
+
+
+def _headroom(prefix: str) -> Callable[[dict[str, Any], float], float | None]:
+    def value(w: dict[str, Any], _now: float) -> float | None:
+        if w.get(f"{prefix}_headroom_s") is not None:
+            return float(w[f"{prefix}_headroom_s"])
+        return math.inf if w.get(f"{prefix}_slope_mib_per_h") is not None else None
+
+    return value
+
+
+def _judged(w: dict[str, Any], _now: float) -> float | None:
+    return None if w.get("judged") is None else float(bool(w["judged"]))
+
+
+def _window_end(w: dict[str, Any], now: float) -> float | None:
+    return float(w.get("t_end_unix") or now)
+
+
+def _max_delay(w: dict[str, Any], _now: float) -> float | None:
+    return _times(w.get("max_send_delay_s"), 1.0) if w.get("late") is not None else None
+
+
+# the soak window's figures, one gauge each, in docs/observability.md; the last window's, removed at the configuration's end
+WINDOW_GAUGES: tuple[WindowGauge, ...] = (
+    WindowGauge(
+        "specsoak_soak_output_tokens_per_second",
+        "output tokens of requests finished in the last soak window / its seconds",
+        _field("output_tps"),
+    ),
+    WindowGauge(
+        "specsoak_soak_decode_tokens_per_second",
+        "median per-request decode t/s of the last soak window",
+        _field("decode_tps"),
+    ),
+    WindowGauge(
+        "specsoak_soak_ttft_p95_seconds",
+        "p95 TTFT of the last soak window",
+        _field("ttft_p95_s"),
+    ),
+    WindowGauge(
+        "specsoak_soak_error_ratio",
+        "failed / all requests of the last soak window",
+        _field("error_ratio"),
+    ),
+    WindowGauge(
+        "specsoak_soak_acceptance_ratio",
+        "accepted / drafted tokens over the last soak window (engine counters)",
+        _field("acceptance"),
+    ),
+    WindowGauge(
+        "specsoak_soak_mean_acceptance_length",
+        "1 + accepted / verification steps over the last soak window",
+        _field("mean_accept_len"),
+    ),
+    WindowGauge(
+        "specsoak_soak_engine_memory_bytes",
+        "resident memory of the engine's process tree at the end of the last soak window",
+        _field("engine_rss_mib", MIB),
+    ),
+    WindowGauge(
+        "specsoak_soak_users",
+        "offered load (Locust users) of the last soak window",
+        _field("users"),
+    ),
+    WindowGauge(
+        "specsoak_engine_uptime_seconds",
+        "seconds since the soak engine's process started, at the end of the last window",
+        _field("engine_uptime_s"),
+    ),
+    # +Inf when the forecast sees no growth, absent before there is a forecast: never the last value, since a
+    # stale short headroom would keep SpecsoakMemoryExhaustion firing after the growth stopped
+    WindowGauge(
+        "specsoak_soak_memory_headroom_seconds",
+        "seconds until the machine's available memory is used up at the engine's memory slope "
+        "(+Inf when not growing, absent before the first forecast)",
+        _headroom("memory"),
+    ),
+    WindowGauge(
+        "specsoak_soak_gpu_memory_headroom_seconds",
+        "seconds until the GPUs' free memory is used up at the used memory's slope "
+        "(+Inf when not growing, absent before the first forecast or without a GPU)",
+        _headroom("gpu"),
+    ),
+    WindowGauge(
+        "specsoak_harness_resident_memory_bytes",
+        "resident memory of the harness and its Locust processes at the end of the last soak window",
+        _field("harness_rss_mib", MIB),
+    ),
+    WindowGauge(
+        "specsoak_soak_engine_cpu_cores",
+        "CPU cores used by the engine process tree during the last soak window",
+        _cpu("engine_cores"),
+    ),
+    WindowGauge(
+        "specsoak_soak_harness_cpu_cores",
+        "CPU cores used by the harness and its Locust processes during the last soak window",
+        _cpu("harness_cores"),
+    ),
+    WindowGauge(
+        "specsoak_soak_other_cpu_cores",
+        "CPU cores used by other processes during the last soak window (contamination)",
+        _cpu("other_cores"),
+    ),
+    WindowGauge(
+        "specsoak_soak_window_judged",
+        "1 if the watchdog judged the last soak window, 0 if not (too few requests, contaminated, warm-up)",
+        _judged,
+    ),
+    WindowGauge(
+        "specsoak_soak_window_end_time_seconds",
+        "Unix time the last soak window closed",
+        _window_end,
+    ),
+    WindowGauge(
+        "specsoak_soak_achieved_requests_per_second",
+        "successful requests finished in the last soak window / its seconds",
+        _field("achieved_rps"),
+    ),
+    WindowGauge(
+        "specsoak_soak_goodput_requests_per_second",
+        "requests of the last soak window that met the scenario's SLO (TTFT, per-token, end-to-end; "
+        "from their scheduled time) / its seconds; absent without a per-request SLO",
+        _field("goodput_rps"),
+    ),
+    WindowGauge(
+        "specsoak_soak_offered_requests_per_second",
+        "open-loop soak: arrivals scheduled in the last window / its seconds",
+        _field("offered_rps"),
+    ),
+    WindowGauge(
+        "specsoak_soak_asked_requests_per_second",
+        "open-loop soak: the mean rate the scenario's rate curve asks over the last window",
+        _field("asked_rps"),
+    ),
+    WindowGauge(
+        "specsoak_soak_late_requests",
+        "open-loop soak: requests of the last window sent late (waited for max_in_flight, or the client lagged)",
+        _field("late"),
+    ),
+    WindowGauge(
+        "specsoak_soak_max_send_delay_seconds",
+        "open-loop soak: the longest send delay (send time - scheduled time) among the last window's requests",
+        _max_delay,
+    ),
+    WindowGauge(
         "specsoak_soak_longest_chunk_gap_seconds",
         "the longest gap between two chunks of any request of the last soak window",
-        1.0,
+        _field("max_chunk_gap_s"),
     ),
-    "itl_p99_s": (
+    WindowGauge(
         "specsoak_soak_chunk_gap_p99_seconds",
         "p99 of every gap between two chunks in the last soak window",
-        1.0,
+        _field("itl_p99_s"),
     ),
-    "probe_max_s": (
+    WindowGauge(
         "specsoak_soak_probe_max_seconds",
         "the longest the health probe went without an answer in the last soak window "
         "(slowest probe, or the stretch between two healthy answers less the probe interval)",
-        1.0,
+        _field("probe_max_s"),
     ),
-    "requests_running": (
+    WindowGauge(
         "specsoak_soak_engine_requests_running",
         "requests the engine was decoding at the end of the last soak window (its /metrics)",
-        1.0,
+        _field("requests_running"),
     ),
-    "requests_waiting": (
+    WindowGauge(
         "specsoak_soak_engine_requests_waiting",
         "requests waiting in the engine's queue at the end of the last soak window (its /metrics)",
-        1.0,
+        _field("requests_waiting"),
     ),
-    "kv_usage": (
+    WindowGauge(
         "specsoak_soak_engine_kv_usage_ratio",
         "share of the engine's KV cache in use at the end of the last soak window (vLLM)",
-        1.0,
+        _field("kv_usage"),
     ),
-    "preemptions": (
+    WindowGauge(
         "specsoak_soak_engine_preemptions",
         "requests the engine preempted during the last soak window (vLLM)",
-        1.0,
+        _field("preemptions"),
     ),
-    "prefix_hit_rate": (
+    WindowGauge(
         "specsoak_soak_prefix_cache_hit_ratio",
         "prompt tokens found in the prefix cache / looked up, over the last soak window",
-        1.0,
+        _field("prefix_hit_rate"),
     ),
-    "engine_anon_mib": (
+    WindowGauge(
         "specsoak_soak_engine_anon_swap_bytes",
         "anonymous resident + swapped memory of the engine's process tree (RssAnon + VmSwap)",
-        MIB,
+        _field("engine_anon_mib", MIB),
     ),
-    "engine_swap_mib": (
+    WindowGauge(
         "specsoak_soak_engine_swap_bytes",
         "swapped-out memory of the engine's process tree (VmSwap)",
-        MIB,
+        _field("engine_swap_mib", MIB),
     ),
-    "engine_memory_mib": (
+    WindowGauge(
         "specsoak_soak_engine_net_memory_bytes",
         "the larger of RSS and anon + swap, less the prompt cache: what the watchdog watches",
-        MIB,
+        _field("engine_memory_mib", MIB),
     ),
-    "prompt_cache_mib": (
+    WindowGauge(
         "specsoak_soak_prompt_cache_bytes",
         "the engine's host prompt cache as it last logged it (llama-server)",
-        MIB,
+        _field("prompt_cache_mib", MIB),
     ),
-    "prompt_cache_cap_mib": (
+    WindowGauge(
         "specsoak_soak_prompt_cache_cap_bytes",
         "the prompt cache's cap as the engine logs it (llama-server --cache-ram)",
-        MIB,
+        _field("prompt_cache_cap_mib", MIB),
     ),
-    "engine_requests_done": (
+    WindowGauge(
         "specsoak_soak_engine_requests_done",
         "requests the engine served since it started (its counter, else the harness's count)",
-        1.0,
+        _field("engine_requests_done"),
     ),
-    "engine_output_tokens_done": (
+    WindowGauge(
         "specsoak_soak_engine_output_tokens_done",
         "output tokens the engine produced since it started",
-        1.0,
+        _field("engine_output_tokens_done"),
     ),
-}
+)
 # series a verdict may name beside the change detector's (stall, prompt cache, GPU memory)
 VERDICT_ONLY_METRICS = ("longest_stall_s", "prompt_cache_mib", "gpu_used_mib")
+# the window series the soak's change detector watches (the ``detectors`` of a window record)
 WATCHED_METRICS = ("output_tps", "decode_tps", "ttft_p95_s", "error_ratio", "acceptance", "engine_memory_mib")
 BUFFERS = ("model_mib", "kv_mib", "compute_mib", "recurrent_mib")
 
@@ -150,12 +293,6 @@ ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 E2E_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 ProcessReader = Callable[[int], "int | None"]
-
-
-def _headroom(window: dict[str, Any], prefix: str = "memory") -> float | None:
-    if window.get(f"{prefix}_headroom_s") is not None:
-        return float(window[f"{prefix}_headroom_s"])
-    return math.inf if window.get(f"{prefix}_slope_mib_per_h") is not None else None
 
 
 @dataclass
@@ -401,102 +538,13 @@ class MetricsExporter(BaseObserver):
             registry=r,
         )
         # the last closed soak window (harness/soak/slice.py); None in the record -> no series
-        self.soak_output_tps = Gauge(
-            "specsoak_soak_output_tokens_per_second",
-            "output tokens of requests finished in the last soak window / its seconds",
-            L,
-            registry=r,
-        )
-        self.soak_decode_tps = Gauge(
-            "specsoak_soak_decode_tokens_per_second",
-            "median per-request decode t/s of the last soak window",
-            L,
-            registry=r,
-        )
-        self.soak_ttft_p95 = Gauge("specsoak_soak_ttft_p95_seconds", "p95 TTFT of the last soak window", L, registry=r)
-        self.soak_error_ratio = Gauge(
-            "specsoak_soak_error_ratio", "failed / all requests of the last soak window", L, registry=r
-        )
-        self.soak_acceptance = Gauge(
-            "specsoak_soak_acceptance_ratio",
-            "accepted / drafted tokens over the last soak window (engine counters)",
-            L,
-            registry=r,
-        )
-        self.soak_accept_len = Gauge(
-            "specsoak_soak_mean_acceptance_length",
-            "1 + accepted / verification steps over the last soak window",
-            L,
-            registry=r,
-        )
-        self.soak_engine_memory = Gauge(
-            "specsoak_soak_engine_memory_bytes",
-            "resident memory of the engine's process tree at the end of the last soak window",
-            L,
-            registry=r,
-        )
-        self.soak_users = Gauge(
-            "specsoak_soak_users", "offered load (Locust users) of the last soak window", L, registry=r
-        )
-        self.engine_uptime = Gauge(
-            "specsoak_engine_uptime_seconds",
-            "seconds since the soak engine's process started, at the end of the last window",
-            L,
-            registry=r,
-        )
-        self.soak_headroom = Gauge(
-            "specsoak_soak_memory_headroom_seconds",
-            "seconds until the machine's available memory is used up at the engine's memory slope "
-            "(+Inf when not growing, absent before the first forecast)",
-            L,
-            registry=r,
-        )
+        self.window_gauges = [(g, Gauge(g.name, g.help, L, registry=r)) for g in WINDOW_GAUGES]
         self.soak_gpu_memory = Gauge(
             "specsoak_soak_gpu_memory_bytes",
             "GPU memory at the end of the last soak window (NVML): used and total over all GPUs, "
             "and the engine's processes where the driver reports them; absent without a GPU",
             [*L, "kind"],
             registry=r,
-        )
-        self.soak_gpu_headroom = Gauge(
-            "specsoak_soak_gpu_memory_headroom_seconds",
-            "seconds until the GPUs' free memory is used up at the used memory's slope "
-            "(+Inf when not growing, absent before the first forecast or without a GPU)",
-            L,
-            registry=r,
-        )
-        self.harness_memory = Gauge(
-            "specsoak_harness_resident_memory_bytes",
-            "resident memory of the harness and its Locust processes at the end of the last soak window",
-            L,
-            registry=r,
-        )
-        self.soak_engine_cores = Gauge(
-            "specsoak_soak_engine_cpu_cores",
-            "CPU cores used by the engine process tree during the last soak window",
-            L,
-            registry=r,
-        )
-        self.soak_harness_cores = Gauge(
-            "specsoak_soak_harness_cpu_cores",
-            "CPU cores used by the harness and its Locust processes during the last soak window",
-            L,
-            registry=r,
-        )
-        self.soak_other_cores = Gauge(
-            "specsoak_soak_other_cpu_cores",
-            "CPU cores used by other processes during the last soak window (contamination)",
-            L,
-            registry=r,
-        )
-        self.soak_judged = Gauge(
-            "specsoak_soak_window_judged",
-            "1 if the watchdog judged the last soak window, 0 if not (too few requests, contaminated, warm-up)",
-            L,
-            registry=r,
-        )
-        self.soak_window_end = Gauge(
-            "specsoak_soak_window_end_time_seconds", "Unix time the last soak window closed", L, registry=r
         )
         self.soak_windows = Counter("specsoak_soak_windows", "soak windows closed", L, registry=r)
         self.change_score = Gauge(
@@ -523,47 +571,6 @@ class MetricsExporter(BaseObserver):
             [*L, "metric"],
             registry=r,
         )
-        # requests per second of the last soak window (docs/soak.md#open-loop-arrivals); offered, asked and late: open loop only
-        self.soak_achieved_rps = Gauge(
-            "specsoak_soak_achieved_requests_per_second",
-            "successful requests finished in the last soak window / its seconds",
-            L,
-            registry=r,
-        )
-        self.soak_goodput_rps = Gauge(
-            "specsoak_soak_goodput_requests_per_second",
-            "requests of the last soak window that met the scenario's SLO (TTFT, per-token, end-to-end; "
-            "from their scheduled time) / its seconds; absent without a per-request SLO",
-            L,
-            registry=r,
-        )
-        self.soak_offered_rps = Gauge(
-            "specsoak_soak_offered_requests_per_second",
-            "open-loop soak: arrivals scheduled in the last window / its seconds",
-            L,
-            registry=r,
-        )
-        self.soak_asked_rps = Gauge(
-            "specsoak_soak_asked_requests_per_second",
-            "open-loop soak: the mean rate the scenario's rate curve asks over the last window",
-            L,
-            registry=r,
-        )
-        self.soak_late = Gauge(
-            "specsoak_soak_late_requests",
-            "open-loop soak: requests of the last window sent late (waited for max_in_flight, or the client lagged)",
-            L,
-            registry=r,
-        )
-        self.soak_max_delay = Gauge(
-            "specsoak_soak_max_send_delay_seconds",
-            "open-loop soak: the longest send delay (send time - scheduled time) among the last window's requests",
-            L,
-            registry=r,
-        )
-        self.window_gauges = {
-            field: Gauge(name, text, L, registry=r) for field, (name, text, _) in WINDOW_GAUGES.items()
-        }
         # the output canary (harness/soak/canary.py): its last round, and whether a divergence was called in this soak
         self.canary_differing = Gauge(
             "specsoak_soak_canary_differing_answers",
@@ -583,32 +590,6 @@ class MetricsExporter(BaseObserver):
             "output canary answers by status (error: refused or failed)",
             [*L, "status"],
             registry=r,
-        )
-        self._window_gauges = (
-            *self.window_gauges.values(),
-            self.soak_achieved_rps,
-            self.soak_goodput_rps,
-            self.soak_offered_rps,
-            self.soak_asked_rps,
-            self.soak_late,
-            self.soak_max_delay,
-            self.soak_output_tps,
-            self.soak_decode_tps,
-            self.soak_ttft_p95,
-            self.soak_error_ratio,
-            self.soak_acceptance,
-            self.soak_accept_len,
-            self.soak_engine_memory,
-            self.soak_users,
-            self.engine_uptime,
-            self.soak_headroom,
-            self.soak_gpu_headroom,
-            self.harness_memory,
-            self.soak_engine_cores,
-            self.soak_harness_cores,
-            self.soak_other_cores,
-            self.soak_judged,
-            self.soak_window_end,
         )
         self._detector_gauges = (self.change_score, self.collapsed, self.reference, self.relative_change)
         self.registry.register(_EngineCollector(self))
@@ -803,38 +784,9 @@ class MetricsExporter(BaseObserver):
         cfg = self._cfg(str(record["config"]))
         lab = cfg.labels
         values = [lab[k] for k in CONFIG_LABELS]
-        cpu = record.get("cpu") or {}
-        judged = record.get("judged")
-        for gauge, v in (
-            (self.soak_output_tps, record.get("output_tps")),
-            (self.soak_decode_tps, record.get("decode_tps")),
-            (self.soak_ttft_p95, record.get("ttft_p95_s")),
-            (self.soak_error_ratio, record.get("error_ratio")),
-            (self.soak_acceptance, record.get("acceptance")),
-            (self.soak_accept_len, record.get("mean_accept_len")),
-            (self.soak_engine_memory, _times(record.get("engine_rss_mib"), MIB)),
-            (self.soak_users, record.get("users")),
-            (self.engine_uptime, record.get("engine_uptime_s")),
-            # +Inf when the forecast sees no growth, absent before there is a forecast: never the last value, since
-            # a stale short headroom would keep SpecsoakMemoryExhaustion firing after the growth stopped
-            (self.soak_headroom, _headroom(record)),
-            (self.harness_memory, _times(record.get("harness_rss_mib"), MIB)),
-            (self.soak_engine_cores, cpu.get("engine_cores")),
-            (self.soak_harness_cores, cpu.get("harness_cores")),
-            (self.soak_other_cores, cpu.get("other_cores")),
-            (self.soak_judged, None if judged is None else float(bool(judged))),
-            (self.soak_window_end, record.get("t_end_unix") or self.clock()),
-            (self.soak_gpu_headroom, _headroom(record, "gpu")),
-            (self.soak_achieved_rps, record.get("achieved_rps")),
-            (self.soak_goodput_rps, record.get("goodput_rps")),
-            (self.soak_offered_rps, record.get("offered_rps")),
-            (self.soak_asked_rps, record.get("asked_rps")),
-            (self.soak_late, record.get("late")),
-            (self.soak_max_delay, record.get("max_send_delay_s") if record.get("late") is not None else None),
-        ):
-            _set_or_remove(gauge, values, v)
-        for key, gauge in self.window_gauges.items():
-            _set_or_remove(gauge, values, _times(record.get(key), WINDOW_GAUGES[key][2]))
+        now = self.clock()
+        for spec, gauge in self.window_gauges:
+            _set_or_remove(gauge, values, spec.value(record, now))
         for kind, key in (("used", "gpu_used_mib"), ("total", "gpu_total_mib"), ("engine", "engine_gpu_mib")):
             _set_or_remove(self.soak_gpu_memory, [*values, kind], _times(record.get(key), MIB))
         self.soak_windows.labels(**lab).inc()
@@ -856,7 +808,7 @@ class MetricsExporter(BaseObserver):
 
     def _clear_soak(self, cfg: _Config) -> None:
         values = [cfg.labels[k] for k in CONFIG_LABELS]
-        for gauge in self._window_gauges:
+        for _spec, gauge in self.window_gauges:
             gauge.remove(*values)
         for gauge in self._detector_gauges:
             for metric in WATCHED_METRICS:

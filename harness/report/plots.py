@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from harness.common.stats import isnum
+from harness.config.policy import DRAWN_VERDICT_KINDS
 from harness.report.load import RunData
 
 _COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -199,7 +200,6 @@ _FAILURE_PANELS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("engine_rss_mib", "engine_anon_mib", "prompt_cache_mib", "engine_memory_mib"), "MiB"),
     (("engine_cores",), "engine CPU cores"),
 )
-FAILURE_KINDS_DRAWN = ("collapse", "stall", "divergence", "memory", "crash", "hang")
 
 
 def failure_timelines(runs: list[RunData], out: Path) -> list[Path]:
@@ -213,7 +213,7 @@ def failure_timelines(runs: list[RunData], out: Path) -> list[Path]:
         for w in run.soak_windows:
             by_cfg.setdefault(w["config"], []).append(w)
         for cfg, wins in sorted(by_cfg.items()):
-            flagged = [v for v in run.soak_verdicts if v.get("config") == cfg and v.get("kind") in FAILURE_KINDS_DRAWN]
+            flagged = [v for v in run.soak_verdicts if v.get("config") == cfg and v.get("kind") in DRAWN_VERDICT_KINDS]
             if not flagged:
                 continue
             wins = sorted(wins, key=lambda w: float(w["t_unix"]))
