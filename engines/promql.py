@@ -3,7 +3,8 @@
 Each adapter's ``promql_series`` says, for the outputs its engine reports, how to compute them from the engine's
 own series: the same arithmetic as its ``normalise_metrics``. harness/metrics/rules.py makes them recording
 rules (``specsoak:engine_*``), so one dashboard serves every engine. An output an engine does not report has no
-entry, so its panel shows nothing rather than a made-up 0. Names: ../shared/reference/engines.md.
+entry, so its panel shows nothing rather than a made-up 0. Names: each adapter's
+module docstring, with the engine version it was read from.
 """
 
 from __future__ import annotations

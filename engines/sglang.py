@@ -1,6 +1,6 @@
 """SGLang's server (python -m sglang.launch_server): command line, start-up log, /metrics, per-request stats.
 
-Formats: ../shared/reference/engines.md (SGLang 0.5.23).
+Formats: read off the PyPI wheel sglang 0.5.23 (files and lines: tests/fixtures/sglang/README.md).
 
 Acceptance from /metrics. SGLang exports acceptance as *gauges* (``sglang:spec_accept_length``,
 ``sglang:spec_accept_rate``) refreshed every 40 decode steps: a gauge is the last window's

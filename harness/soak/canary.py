@@ -167,10 +167,9 @@ class Rule:
     baseline_strict: bool = False
 
 
-# from the floor measured per engine and dtype (bench/canary_floor.py, docs/soak.md#output-canary). llama.cpp on CPU
-# (Q4_1 and F32): no answer differed from its first or from the baseline's under load, so the baseline is strict, and
-# a difference must still repeat once (0 of N bounds the flip rate only to about 3/N). vLLM: bfloat16 n-gram answers
-# differ from the baseline's from the start. Other engines are not measured here: three rounds.
+# per engine, from its measured floor (bench/canary_floor.py, figures in docs/soak.md#output-canary): llama.cpp's answers
+# match the baseline's exactly, so the baseline is strict; vLLM's bfloat16 speculation changes some from the start.
+# A difference must repeat once either way; an engine without a measured floor gets three rounds.
 DEFAULT_RULES: dict[str, Rule] = {
     "llamacpp": Rule(confirm_rounds=2, max_differing=1, baseline_strict=True),
     "vllm": Rule(confirm_rounds=2, max_differing=1, baseline_strict=False),

@@ -27,10 +27,8 @@ RECORD_BYTES = 850
 RECORD_BYTES_PER_TOKEN = 10
 # a soak window in windows.jsonl with its detector state (a real soak of llama-server: 16,008 bytes for 8 windows)
 WINDOW_BYTES = 2_000
-# engine log bytes a request adds (before compression). llama-server at -lv 4 with its prompt cache on lists every cached
-# prompt on every request: 72 MB for ~760 distinct requests in 38 min (issue #27), so ~100 KB a request averaged over
-# a soak (it grows with the cache). vLLM logs no line per request: one or two stats lines (~260 bytes) every 10 s while it
-# serves (tests/fixtures/vllm), under 1 KB a request at any rate above 0.05 rps.
+# engine log bytes a request adds before compression, averaged over a soak (docs/soak.md#engine-logs): llama-server at
+# -lv 4 lists every cached prompt on every request, so its figure grows with the cache; vLLM logs only periodic stats.
 ENGINE_LOG_BYTES_PER_REQUEST = {"llamacpp": 100_000, "vllm": 1_000}
 FORECAST_WINDOWS = 2  # a disk verdict when the free space runs out within this many windows at the last window's rate
 

@@ -108,8 +108,8 @@ def test_poisson_stages_count_follows_each_stage_s_rate() -> None:
 
 
 # ---- run_arrivals against a small OpenAI-style SSE server -----------------------------------------
-# The chunks a real llama-server streamed (tests/fixtures/llamacpp/base.chat.stream.sse.txt, a copy of
-# /work/shared/fixtures/llamacpp/base.chat.stream.sse.txt): role chunk, 11 text chunks, the finish, usage, [DONE].
+# The chunks a real llama-server streamed (tests/fixtures/llamacpp/base.chat.stream.sse.txt, captured
+# from llama-server build 11434): role chunk, 11 text chunks, the finish, usage, [DONE].
 SSE_LINES = [
     ln
     for ln in (LLAMACPP / "base.chat.stream.sse.txt").read_text(encoding="utf-8").splitlines()

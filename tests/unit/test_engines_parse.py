@@ -1,5 +1,5 @@
 """vLLM, SGLang, TensorRT-LLM and TGI parsers over hand-written captures (tests/fixtures/<engine>/),
-written in the formats of ../shared/reference/engines.md. Counter figures follow docs/metrics.md:
+written in the formats each fixture folder's README traces to the engine's source. Counter figures follow docs/metrics.md:
 mean acceptance length = 1 + accepted / verify_steps, bonus token included."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Parsers over real llama-server captures (tests/fixtures/llamacpp, from ../shared/fixtures)."""
+"""Parsers over real llama-server captures (tests/fixtures/llamacpp, build 11434)."""
 
 from __future__ import annotations
 

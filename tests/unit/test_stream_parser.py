@@ -1,6 +1,6 @@
 """StreamParser (harness/load/client.py) over SSE streams: the real llama.cpp captures, and streams built
-in their format (tests/fixtures/llamacpp/spec_self_draft.chat.stream_usage.sse.txt, a copy of
-../shared/fixtures/llamacpp/) with chunks that carry several tokens, as speculative engines stream
+in their format (tests/fixtures/llamacpp/spec_self_draft.chat.stream_usage.sse.txt captured from
+llama-server build 11434) with chunks that carry several tokens, as speculative engines stream
 them. Figures: docs/metrics.md#per-request."""
 
 from __future__ import annotations
