@@ -14,7 +14,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
@@ -358,18 +358,29 @@ def test_backfill_a_finished_run(promtool: str, prometheus_bin: str, tmp_path: P
 
 
 def _backfilled(
-    promtool: str, prometheus_bin: str, tmp_path: Path, windows: Any
+    promtool: str, prometheus_bin: str, tmp_path: Path, fields: Callable[[int], dict[str, Any]]
 ) -> tuple[Prometheus, dict[str, Any], float]:
-    """The quick run's folder with 12 one-minute soak windows written after it (``windows(t0, i)`` gives window i,
-    from t0 = one minute after the run), exported, backfilled by promtool and served by a real Prometheus:
-    (Prometheus, manifest, t0). The caller stops the Prometheus."""
+    """The quick run's folder with 12 one-minute soak windows of draft-self-k3 written after it (from t0 = one minute
+    after the run; ``fields(i)`` adds window i's own fields to what every window has), exported, backfilled by
+    promtool and served by a real Prometheus: (Prometheus, manifest, t0). The caller stops the Prometheus."""
     run_dir = tmp_path / "run"
     shutil.copytree(RUN_QUICK, run_dir)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     t0 = float(manifest["stopped_unix"]) + 60
     with (run_dir / WINDOWS).open("w") as f:
         for i in range(12):
-            f.write(json.dumps(windows(t0, i)) + "\n")
+            window = {
+                "config": "draft-self-k3",
+                "slice": "s1",
+                "t_start_unix": t0 + 60 * i,
+                "t_end_unix": t0 + 60 * (i + 1),
+                "t_unix": t0 + 60 * i + 30,
+                "requests": 10,
+                "errors": 0,
+                "output_tps": 20.0,
+                "engine_pid": 1,
+            }
+            f.write(json.dumps(window | fields(i)) + "\n")
     manifest["stopped_unix"] = t0 + 60 * 13
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
     om = tmp_path / "run.om"
@@ -380,12 +391,20 @@ def _backfilled(
     return Prometheus(prometheus_bin, tmp_path / "prometheus.yml", data, tmp_path / "prometheus.log"), manifest, t0
 
 
+def _assert_panels_have_data(prom: Prometheus, run_id: str, t0: float, exprs: list[tuple[str, str]]) -> None:
+    """Every dashboard expression, for this run and every configuration, has data over the 13 backfilled minutes."""
+    for where, expr in exprs:
+        q = expr.replace("$run", run_id).replace("$config", ".*").replace("$__rate_interval", "1m")
+        res = prom.api("query_range", query=q, start=f"{t0:.3f}", end=f"{t0 + 780:.3f}", step="15")["result"]
+        assert _has_data(res), f"{where}: {q}"
+
+
 def test_gpu_panels_have_data_from_gpu_windows(promtool: str, prometheus_bin: str, tmp_path: Path) -> None:
     """No NVIDIA GPU here: soak windows shaped as harness/soak/slice.py writes them on a GPU machine (GPU memory growing
     100 MiB a window, from harness/probe/gpu.py's record) are backfilled, and every GPU panel's expression has data."""
     mib = 2**20
 
-    def window(t0: float, i: int) -> dict[str, Any]:
+    def window(i: int) -> dict[str, Any]:
         used = 20_000 + 100 * i
         gpu = {
             "available": True,
@@ -397,15 +416,6 @@ def test_gpu_panels_have_data_from_gpu_windows(promtool: str, prometheus_bin: st
             "devices": [{"index": 0, "name": "NVIDIA H200", "used_bytes": used * mib, "total_bytes": 32_768 * mib}],
         }
         return {
-            "config": "draft-self-k3",
-            "slice": "s1",
-            "t_start_unix": t0 + 60 * i,
-            "t_end_unix": t0 + 60 * (i + 1),
-            "t_unix": t0 + 60 * i + 30,
-            "requests": 10,
-            "errors": 0,
-            "output_tps": 20.0,
-            "engine_pid": 1,
             "gpu": gpu,
             "gpu_used_mib": used,
             "gpu_total_mib": 32_768,
@@ -418,10 +428,7 @@ def test_gpu_panels_have_data_from_gpu_windows(promtool: str, prometheus_bin: st
     try:
         exprs = [(where, e) for _uid, where, e in dashboards.all_expressions() if dashboards.gpu_only(e)]
         assert len(exprs) >= 2
-        for where, expr in exprs:
-            q = expr.replace("$run", manifest["run_id"]).replace("$config", ".*").replace("$__rate_interval", "1m")
-            res = prom.api("query_range", query=q, start=f"{t0:.3f}", end=f"{t0 + 780:.3f}", step="15")["result"]
-            assert _has_data(res), f"{where}: {q}"
+        _assert_panels_have_data(prom, manifest["run_id"], t0, exprs)
         res = prom.api("query", query='specsoak_soak_gpu_memory_bytes{kind="engine"}', time=f"{t0 + 720:.3f}")["result"]
         assert res and float(res[0]["value"][1]) == (20_000 + 1100 - 500) * mib
     finally:
@@ -433,17 +440,9 @@ def test_open_loop_panels_have_data_from_open_loop_windows(promtool: str, promet
     offered, achieved and goodput rps, late sends, from harness/load/pacing.py's window_traffic) are backfilled, and every
     open-loop panel's expression, and the goodput one, has data."""
 
-    def window(t0: float, i: int) -> dict[str, Any]:
+    def window(i: int) -> dict[str, Any]:
         return {
-            "config": "draft-self-k3",
-            "slice": "s1",
-            "t_start_unix": t0 + 60 * i,
-            "t_end_unix": t0 + 60 * (i + 1),
-            "t_unix": t0 + 60 * i + 30,
             "requests": 100,
-            "errors": 0,
-            "output_tps": 20.0,
-            "engine_pid": 1,
             "users": None,
             "achieved_rps": 1.6,
             "slo_met": 90,
@@ -464,10 +463,7 @@ def test_open_loop_panels_have_data_from_open_loop_windows(promtool: str, promet
             if dashboards.open_loop_only(e) or "specsoak_soak_goodput_" in e or "specsoak_soak_achieved_" in e
         ]
         assert len(exprs) >= 6
-        for where, expr in exprs:
-            q = expr.replace("$run", manifest["run_id"]).replace("$config", ".*").replace("$__rate_interval", "1m")
-            res = prom.api("query_range", query=q, start=f"{t0:.3f}", end=f"{t0 + 780:.3f}", step="15")["result"]
-            assert _has_data(res), f"{where}: {q}"
+        _assert_panels_have_data(prom, manifest["run_id"], t0, exprs)
         res = prom.api("query", query="specsoak_soak_late_requests", time=f"{t0 + 725:.3f}")[
             "result"
         ]  # the last window ended at t0 + 720
@@ -481,17 +477,8 @@ def test_engine_view_panels_have_data_from_vllm_windows(promtool: str, prometheu
     writes them from vLLM's /metrics (engines/vllm.py, real_cpu_032_*.metrics.txt) are backfilled, and every panel
     reading them has data."""
 
-    def window(t0: float, i: int) -> dict[str, Any]:
+    def window(i: int) -> dict[str, Any]:
         return {
-            "config": "draft-self-k3",
-            "slice": "s1",
-            "t_start_unix": t0 + 60 * i,
-            "t_end_unix": t0 + 60 * (i + 1),
-            "t_unix": t0 + 60 * i + 30,
-            "requests": 10,
-            "errors": 0,
-            "output_tps": 20.0,
-            "engine_pid": 1,
             "users": 4,
             "kv_usage": 0.3 + 0.01 * i,
             "preemptions": float(i % 3),
@@ -504,10 +491,7 @@ def test_engine_view_panels_have_data_from_vllm_windows(promtool: str, prometheu
     try:
         exprs = [(where, e) for _uid, where, e in dashboards.all_expressions() if dashboards.paged_kv_only(e)]
         assert len(exprs) >= 2
-        for where, expr in exprs:
-            q = expr.replace("$run", manifest["run_id"]).replace("$config", ".*").replace("$__rate_interval", "1m")
-            res = prom.api("query_range", query=q, start=f"{t0:.3f}", end=f"{t0 + 780:.3f}", step="15")["result"]
-            assert _has_data(res), f"{where}: {q}"
+        _assert_panels_have_data(prom, manifest["run_id"], t0, exprs)
         res = prom.api("query", query="specsoak_soak_engine_kv_usage_ratio", time=f"{t0 + 725:.3f}")["result"]
         assert res and float(res[0]["value"][1]) == pytest.approx(0.41)
     finally:
