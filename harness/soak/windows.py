@@ -14,7 +14,8 @@
   requests, acceptance over the drafted tokens.
 - **The open-loop backlog**: requests scheduled before a window's end and not finished by it. A level's reference
   is learned only from windows where that backlog holds still (``load_settled``), and windows where it falls (the
-  queue an earlier, heavier level left, draining) are not judged (``draining``).
+  queue an earlier, heavier level left, draining) are not judged (``draining``), nor those that still hold that queue
+  (``backlog_inherited``) until it is down to what the level's settled windows held.
 
 Pure functions: no clock, no I/O.
 """
@@ -193,18 +194,21 @@ def outstanding(
 
 
 def load_state(previous: Sequence[dict[str, Any]], win: dict[str, Any]) -> dict[str, Any]:
-    """Open loop: whether the window's backlog held still (``load_settled``: a reference may be learned from it) or
-    fell (``draining``: the queue a heavier level left; not judged). Settled: the last BACKLOG_SPAN windows at the same
-    level and none of them draining, no late send, the backlog neither falling nor rising over them, and under one
-    window's arrivals. ``previous``: the slice's earlier windows, oldest first, each with ``outstanding_end``,
-    ``scheduled`` and ``load_level``. Noise: the arrivals are Poisson, so a backlog moving by less than
-    2 sqrt(scheduled) + 1 over the span has not moved."""
+    """Open loop: whether the window's backlog held still (``load_settled``: a reference may be learned from it), fell
+    (``draining``: the queue a heavier level left; not judged), or is still the queue an earlier level left
+    (``backlog_inherited``; not judged). Settled: the last BACKLOG_SPAN windows at the same level and none of them
+    draining, no late send, the backlog neither falling nor rising over them, and under one window's arrivals.
+    Inherited: the level began with a backlog, and it has not yet come down to what the level's settled windows held
+    (or, before any, to one window's arrivals): the engine still serves at the concurrency that queue gives it, so
+    its per-request figures are not the level's, even in a window whose fall Poisson noise hid. ``previous``: the
+    slice's earlier windows, oldest first, each with ``outstanding_end``, ``scheduled`` and ``load_level``. Noise: the
+    arrivals are Poisson, so a backlog moving by less than 2 sqrt(scheduled) + 1 over the span has not moved."""
     level, end = win.get("load_level"), win.get("outstanding_end")
     span = list(previous[-BACKLOG_SPAN:])
     same = len(span) == BACKLOG_SPAN and all(w.get("load_level") == level for w in span) and level is not None
     start = span[0] if same else (span[-1] if span else None)  # across a level change: over the last window only
     if end is None or start is None or start.get("outstanding_end") is None:
-        return {"draining": False, "load_settled": False}
+        return {"draining": False, "load_settled": False, "backlog_inherited": False}
     before = int(start["outstanding_end"])
     scheduled = sum(int(w.get("scheduled") or 0) for w in (span[1:] if same else [])) + int(win.get("scheduled") or 0)
     slack = 2 * math.sqrt(scheduled) + 1
@@ -215,9 +219,25 @@ def load_state(previous: Sequence[dict[str, Any]], win: dict[str, Any]) -> dict[
     # a reference, whatever the backlog says
     drained = end <= int(win.get("scheduled") or 0) + 2 * math.sqrt(int(win.get("scheduled") or 0)) + 1
     after_drain = any(w.get("draining") for w in span)  # a drain's last windows look still by chance: wait it out
+    prev, sched = span[-1], int(win.get("scheduled") or 0)
+    carried = level is not None and (prev.get("load_level") != level or bool(prev.get("backlog_inherited")))
+    settled_ends = [
+        int(w["outstanding_end"])
+        for w in previous
+        if w.get("load_level") == level and w.get("load_settled") and w.get("outstanding_end") is not None
+    ]
+    usual = max(settled_ends) if settled_ends else sched
+    inherited = carried and end > usual + 2 * math.sqrt(sched) + 1
     return {
         "draining": falling,
-        "load_settled": same and drained and not after_drain and not falling and not rising and not win.get("late"),
+        "load_settled": same
+        and drained
+        and not after_drain
+        and not falling
+        and not rising
+        and not inherited
+        and not win.get("late"),
+        "backlog_inherited": inherited,
     }
 
 

@@ -92,7 +92,12 @@ def test_without_a_cpu_meter_no_cpu_keys_and_not_contaminated() -> None:
 
 def test_open_loop_windows_add_the_backlog_after_the_traffic() -> None:
     keys = list(_assemble(None, open_loop=True).to_dict())
-    assert keys[keys.index("goodput_rps") + 1 : keys.index("judged")] == ["outstanding_end", "draining", "load_settled"]
+    assert keys[keys.index("goodput_rps") + 1 : keys.index("judged")] == [
+        "outstanding_end",
+        "draining",
+        "load_settled",
+        "backlog_inherited",
+    ]
 
 
 def test_counters_that_fell_inside_a_window_are_the_engines_totals() -> None:

@@ -178,11 +178,12 @@ def test_load_state_draining_and_transition() -> None:
         return {"load_level": level, "outstanding_end": out, "scheduled": sched, "late": late}
 
     steady = [w(3, 4), w(3, 5)]
-    assert load_state(steady, w(3, 3)) == {"draining": False, "load_settled": True}
+    assert load_state(steady, w(3, 3)) == {"draining": False, "load_settled": True, "backlog_inherited": False}
     assert load_state(steady, w(3, 3, late=2))["load_settled"] is False  # late sends: the sender queued
     assert load_state([w(3, 60), w(3, 50)], w(3, 40)) == {
         "draining": True,
         "load_settled": False,
+        "backlog_inherited": False,
     }  # falling 20 in 2 windows
     assert load_state([w(3, 40), w(3, 60)], w(3, 80))["load_settled"] is False  # growing
     assert load_state([w(3, 4), w(5, 4)], w(5, 4))["load_settled"] is False  # the window after the transition
@@ -190,6 +191,26 @@ def test_load_state_draining_and_transition() -> None:
         load_state([w(3, 40), w(3, 41)], w(3, 40))["load_settled"] is False
     )  # still, but two windows' arrivals waiting
     assert load_state([], w(5, 4))["load_settled"] is False
+
+
+def test_load_state_the_queue_an_earlier_level_left() -> None:
+    def w(level: int | None, out: int, sched: int = 12, **more: Any) -> dict[str, Any]:
+        return {"load_level": level, "outstanding_end": out, "scheduled": sched, "late": 0, **more}
+
+    quiet = [w(-17, 1, load_settled=True), w(-17, 4, load_settled=True)]  # 0.2 rps, the queue empty
+    heavy = [*quiet, w(-7, 120), w(None, 123)]  # 0.5 rps left 123 waiting; back to 0.2 rps
+    first = load_state(heavy, w(-17, 100))
+    assert first["backlog_inherited"] and not first["load_settled"]
+    # a window whose fall Poisson arrivals hid: not draining, still the old queue (over 4 settled + 2 sqrt(12) + 1)
+    hid = [*heavy, w(-17, 100, backlog_inherited=True)]
+    assert load_state(hid, w(-17, 99)) == {"draining": False, "load_settled": False, "backlog_inherited": True}
+    # down to what the level's settled windows held: judged again, and a queue that grows from there is this level's
+    # own (a collapse fills the queue)
+    down = [*hid, w(-17, 20, backlog_inherited=True)]
+    assert not load_state(down, w(-17, 11))["backlog_inherited"]
+    assert not load_state([*down, w(-17, 11, backlog_inherited=False)], w(-17, 30))["backlog_inherited"]
+    # a level entered with less than one window's arrivals waiting inherits nothing
+    assert not load_state([w(-7, 10), w(None, 10)], w(-13, 10, sched=18))["backlog_inherited"]
 
 
 def _staged(seed: int) -> list[dict[str, Any]]:
@@ -241,7 +262,10 @@ def test_a_level_reference_is_learned_after_the_previous_levels_backlog_drained(
         det.judged() == (True, None) and ref is not None and 22 < ref < 38
     )  # the steady level (~29), not the drain (43-47)
     # learned from the drain (the rule off): the old false collapse
-    blind = [{k: v for k, v in w.items() if k not in ("draining", "load_settled", "count_sd")} for w in wins]
+    blind = [
+        {k: v for k, v in w.items() if k not in ("draining", "load_settled", "backlog_inherited", "count_sd")}
+        for w in wins
+    ]
     assert any(e.kind == "collapse" and e.metric == "output_tps" for e in detect_series(blind))
 
 
