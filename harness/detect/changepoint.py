@@ -38,8 +38,7 @@ Windows that are contaminated (other processes stole CPU), whose load level chan
 window (``users``, or in an open-loop soak ``load_level``, is None), whose open-loop backlog was draining
 (``draining``: more finished than arrived, a queue emptying; a collapse fills the queue instead), or still held the
 queue an earlier, heavier level left (``backlog_inherited``: the engine serves it at full concurrency, so its
-per-request figures are not the level's; a real soak's return to 0.2 rps after 0.5 gave a false -74% decode collapse
-on the windows whose drain Poisson arrivals hid), or that fall in the warm-up after an engine (re)start are skipped:
+per-request figures are not the level's, docs/detector.md), or that fall in the warm-up after an engine (re)start are skipped:
 neither reference nor judged. Pure state over window aggregates; no clock, no I/O.
 
 The memory headroom forecast is a Theil-Sen slope over recent RSS samples, like Prometheus's
