@@ -217,9 +217,11 @@ def load_state(previous: Sequence[dict[str, Any]], win: dict[str, Any]) -> dict[
     # drained: less than one window's arrivals still waiting (in a stable queue a request spends less than a window
     # in the system; the settling of windows assumes it too). The first windows at a level are the transition: never
     # a reference, whatever the backlog says
-    drained = end <= int(win.get("scheduled") or 0) + 2 * math.sqrt(int(win.get("scheduled") or 0)) + 1
+    sched = int(win.get("scheduled") or 0)
+    noise = 2 * math.sqrt(sched) + 1  # one window's arrivals wander this much
+    drained = end <= sched + noise
     after_drain = any(w.get("draining") for w in span)  # a drain's last windows look still by chance: wait it out
-    prev, sched = span[-1], int(win.get("scheduled") or 0)
+    prev = span[-1]
     carried = level is not None and (prev.get("load_level") != level or bool(prev.get("backlog_inherited")))
     settled_ends = [
         int(w["outstanding_end"])
@@ -227,7 +229,7 @@ def load_state(previous: Sequence[dict[str, Any]], win: dict[str, Any]) -> dict[
         if w.get("load_level") == level and w.get("load_settled") and w.get("outstanding_end") is not None
     ]
     usual = max(settled_ends) if settled_ends else sched
-    inherited = carried and end > usual + 2 * math.sqrt(sched) + 1
+    inherited = carried and end > usual + noise
     return {
         "draining": falling,
         "load_settled": same
