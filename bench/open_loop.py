@@ -146,44 +146,8 @@ def run_guidellm(rate: float, level: Level, work: Path) -> tuple[Result, ServerL
 
 
 def run_aiperf(rate: float, level: Level, work: Path) -> tuple[Result, ServerLog | None]:
-    tok = peers._tokenizer()
-
-    def cmd(url: str) -> list[str]:
-        return [
-            str(peers._bin("aiperf")),
-            "profile",
-            "--model",
-            "fake-model",
-            "--url",
-            url,
-            "--endpoint-type",
-            "chat",
-            "--streaming",
-            "--request-rate",
-            str(rate),
-            "--arrival-pattern",
-            "constant",
-            "--request-count",
-            str(level.requests),
-            "--synthetic-input-tokens-mean",
-            "16",
-            "--output-tokens-mean",
-            str(level.max_tokens),
-            "--output-tokens-stddev",
-            "0",
-            "--extra-inputs",
-            "ignore_eos:true",
-            "--use-server-token-count",
-            "--tokenizer",
-            str(tok),
-            "--artifact-dir",
-            str(work / "artifacts"),
-            "--ui-type",
-            "none",
-            "--no-server-metrics",
-            "--no-gpu-telemetry",
-        ]
-
+    load = ["--request-rate", str(rate), "--arrival-pattern", "constant"]
+    cmd = peers.aiperf_command(load, level, work / "artifacts")
     return measure("AIPerf 0.13.0 --request-rate constant", level, work, cmd, timeout_s=level.requests / rate + 180)
 
 

@@ -101,9 +101,10 @@ def run_guidellm(level: Level, work: Path) -> Result:
     return res
 
 
-def run_aiperf(level: Level, work: Path) -> Result:
-    """AIPerf 0.13: ``aiperf profile``, concurrency N, request count, server token counts (no tokenizing)."""
-    art = work / "artifacts"
+def aiperf_command(load: list[str], level: Level, art: Path) -> Callable[[str], list[str]]:
+    """The AIPerf 0.13 command for a server URL: ``aiperf profile`` with ``load`` (``--concurrency N``, or a request
+    rate and arrival pattern), synthetic 16-token prompts, ``level``'s answer length and request count, server token
+    counts (no tokenizing), artifacts in ``art``."""
     tok = _tokenizer()
 
     def cmd(url: str) -> list[str]:
@@ -117,8 +118,7 @@ def run_aiperf(level: Level, work: Path) -> Result:
             "--endpoint-type",
             "chat",
             "--streaming",
-            "--concurrency",
-            str(level.streams),
+            *load,
             "--request-count",
             str(level.requests),
             "--synthetic-input-tokens-mean",
@@ -140,6 +140,13 @@ def run_aiperf(level: Level, work: Path) -> Result:
             "--no-gpu-telemetry",
         ]
 
+    return cmd
+
+
+def run_aiperf(level: Level, work: Path) -> Result:
+    """AIPerf 0.13: ``aiperf profile``, concurrency N, request count, server token counts (no tokenizing)."""
+    art = work / "artifacts"
+    cmd = aiperf_command(["--concurrency", str(level.streams)], level, art)
     res, slog = measure("AIPerf 0.13.0", level, work, cmd, timeout_s=level.expected_s * 3 + 150)
     export = art / "profile_export.jsonl"
     if export.exists() and slog is not None:

@@ -125,7 +125,8 @@ class Capacity:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Capacity:
-        d = dict(d)
+        """A capacity record read back (capacity/CONFIG.json): the keys it does not name (config, ready_s) left out."""
+        d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         d["target"] = MemoryUse(**d.get("target") or {})
         d["draft"] = MemoryUse(**d["draft"]) if d.get("draft") else None
         for key in ("spec_types", "cpu_features", "fatal", "notes"):

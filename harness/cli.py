@@ -113,11 +113,11 @@ def resume(
     except ResultsError as exc:
         raise ScenarioError(str(exc)) from None  # not a run folder: bad input, exit 2
     code = EXIT_OK
-    if manifest.get("status") in ("completed", "completed_with_failures", "stopped_by_verdict"):
-        err.print(f"specsoak: {run_dir} is already complete ({manifest.get('status')}); nothing to resume")
+    if manifest.status in ("completed", "completed_with_failures", "stopped_by_verdict"):
+        err.print(f"specsoak: {run_dir} is already complete ({manifest.status}); nothing to resume")
     else:
         copy = run_dir / "scenario.yaml"
-        original = Path(str(manifest.get("scenario_file") or ""))
+        original = Path(str(manifest.extra.get("scenario_file") or ""))
         # the original file resolves relative model paths; the copy is what was run
         same = original.is_file() and copy.is_file() and original.read_text() == copy.read_text()
         loaded = _load(original if same else copy)
@@ -243,9 +243,9 @@ def compare(
         if not (d / "manifest.json").is_file():
             raise ScenarioError(f"{d}: not a run folder (no manifest.json)")
     a, b = load_run(run_a), load_run(run_b)
-    if a.manifest.get("scenario") != b.manifest.get("scenario"):
+    if a.manifest.scenario != b.manifest.scenario:
         err.print(
-            f"[yellow]specsoak: the runs are of different scenarios ({a.manifest.get('scenario')}, {b.manifest.get('scenario')})[/]"
+            f"[yellow]specsoak: the runs are of different scenarios ({a.manifest.scenario}, {b.manifest.scenario})[/]"
         )
     cmp = compare_table(verdict_table([a]), verdict_table([b]))
     summary = compare_summary(cmp)

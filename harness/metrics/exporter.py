@@ -35,8 +35,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from engines.types import Capacity
 from harness.config.policy import RECORDED_VERDICT_KINDS
 from harness.probe.memory import rss_bytes
+from harness.records.files import RequestRecord
+from harness.records.types import CanaryRound, Failure, Manifest, Phase, SoakWindow, Verdict
 from harness.session.observers import BaseObserver
 
 CONFIG_LABELS = ("run", "config", "engine", "algorithm", "synthetic")
@@ -51,35 +54,35 @@ class WindowGauge(NamedTuple):
 
     name: str
     help: str
-    value: Callable[[dict[str, Any], float], float | None]
+    value: Callable[[SoakWindow, float], float | None]
 
 
-def _field(key: str, scale: float = 1.0) -> Callable[[dict[str, Any], float], float | None]:
+def _field(key: str, scale: float = 1.0) -> Callable[[SoakWindow, float], float | None]:
     return lambda w, _now: _times(w.get(key), scale)
 
 
-def _cpu(key: str) -> Callable[[dict[str, Any], float], float | None]:
+def _cpu(key: str) -> Callable[[SoakWindow, float], float | None]:
     return lambda w, _now: _times((w.get("cpu") or {}).get(key), 1.0)
 
 
-def _headroom(prefix: str) -> Callable[[dict[str, Any], float], float | None]:
-    def value(w: dict[str, Any], _now: float) -> float | None:
-        if w.get(f"{prefix}_headroom_s") is not None:
-            return float(w[f"{prefix}_headroom_s"])
+def _headroom(prefix: str) -> Callable[[SoakWindow, float], float | None]:
+    def value(w: SoakWindow, _now: float) -> float | None:
+        if (v := w.get(f"{prefix}_headroom_s")) is not None:
+            return float(v)
         return math.inf if w.get(f"{prefix}_slope_mib_per_h") is not None else None
 
     return value
 
 
-def _judged(w: dict[str, Any], _now: float) -> float | None:
-    return None if w.get("judged") is None else float(bool(w["judged"]))
+def _judged(w: SoakWindow, _now: float) -> float | None:
+    return None if (judged := w.get("judged")) is None else float(bool(judged))
 
 
-def _window_end(w: dict[str, Any], now: float) -> float | None:
-    return float(w.get("t_end_unix") or now)
+def _window_end(w: SoakWindow, now: float) -> float | None:
+    return float(w.t_end_unix or now)
 
 
-def _max_delay(w: dict[str, Any], _now: float) -> float | None:
+def _max_delay(w: SoakWindow, _now: float) -> float | None:
     return _times(w.get("max_send_delay_s"), 1.0) if w.get("late") is not None else None
 
 
@@ -285,7 +288,15 @@ WINDOW_GAUGES: tuple[WindowGauge, ...] = (
 # series a verdict may name beside the change detector's (stall, prompt cache, GPU memory)
 VERDICT_ONLY_METRICS = ("longest_stall_s", "prompt_cache_mib", "gpu_used_mib")
 # the window series the soak's change detector watches (the ``detectors`` of a window record)
-WATCHED_METRICS = ("output_tps", "decode_tps", "ttft_p95_s", "error_ratio", "acceptance", "engine_memory_mib")
+WATCHED_METRICS = (
+    "output_tps",
+    "decode_tps",
+    "alone_decode_tps",
+    "ttft_p95_s",
+    "error_ratio",
+    "acceptance",
+    "engine_memory_mib",
+)
 BUFFERS = ("model_mib", "kv_mib", "compute_mib", "recurrent_mib")
 
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -646,18 +657,18 @@ class MetricsExporter(BaseObserver):
         return cfg
 
     # ---- observer --------------------------------------------------------------------
-    def on_run_start(self, manifest: dict[str, Any]) -> None:
-        self._run = str(manifest.get("run_id") or "")
-        self._engine = str(manifest.get("engine") or "")
+    def on_run_start(self, manifest: Manifest) -> None:
+        self._run = manifest.run_id
+        self._engine = manifest.engine or ""
         self.run_info.labels(
             run=self._run,
-            scenario=str(manifest.get("scenario") or ""),
+            scenario=manifest.scenario or "",
             engine=self._engine,
-            engine_version=str(manifest.get("engine_version") or ""),
-            specsoak_version=str(manifest.get("specsoak_version") or ""),
+            engine_version=manifest.engine_version or "",
+            specsoak_version=manifest.specsoak_version or "",
         ).info({})
-        self.run_start.labels(run=self._run).set(float(manifest.get("started_unix") or self.clock()))
-        total_mib = (manifest.get("machine") or {}).get("mem_total_mib")
+        self.run_start.labels(run=self._run).set(float(manifest.started_unix or self.clock()))
+        total_mib = manifest.machine.get("mem_total_mib")
         if total_mib is not None:
             self.machine_memory.labels(run=self._run, kind="total").set(float(total_mib) * MIB)
 
@@ -691,69 +702,66 @@ class MetricsExporter(BaseObserver):
         for c in (self.drafted, self.accepted, self.steps):
             c.labels(**labels)
 
-    def on_capacity(self, config: str, capacity: dict[str, Any]) -> None:
+    def on_capacity(self, config: str, capacity: Capacity, ready_s: float | None) -> None:
         lab = self._cfg(config).labels
-        for gauge, key in (
-            (self.ctx_slot, "ctx_per_slot"),
-            (self.ctx_total, "ctx_total"),
-            (self.slots, "slots"),
-            (self.ready, "ready_s"),
+        for gauge, v in (
+            (self.ctx_slot, capacity.ctx_per_slot),
+            (self.ctx_total, capacity.ctx_total),
+            (self.slots, capacity.slots),
+            (self.ready, ready_s),
         ):
-            if capacity.get(key) is not None:
-                gauge.labels(**lab).set(float(capacity[key]))
-        for role in ("target", "draft"):
-            mem = capacity.get(role) or {}
+            if v is not None:
+                gauge.labels(**lab).set(float(v))
+        for role, mem in (("target", capacity.target), ("draft", capacity.draft)):
             for key in BUFFERS:
-                if mem.get(key) is not None:
-                    self.buffers.labels(**lab, role=role, buffer=key.removesuffix("_mib")).set(
-                        float(mem[key]) * 1024 * 1024
-                    )
+                if mem is not None and (mib := getattr(mem, key)) is not None:
+                    self.buffers.labels(**lab, role=role, buffer=key.removesuffix("_mib")).set(float(mib) * MIB)
 
-    def on_request(self, record: dict[str, Any]) -> None:
-        cfg = self._cfg(str(record["config"]))
-        lab = {**cfg.labels, "phase": str(record.get("phase") or "measure")}
-        ok = record.get("status") == "ok"
+    def on_request(self, record: RequestRecord) -> None:
+        cfg = self._cfg(record.config)
+        lab = {**cfg.labels, "phase": record.phase or "measure"}
+        ok = record.status == "ok"
         self.requests.labels(
-            **lab, status="ok" if ok else "error", error_kind="" if ok else str(record.get("error_kind") or "unknown")
+            **lab, status="ok" if ok else "error", error_kind="" if ok else (record.error_kind or "unknown")
         ).inc()
         if not ok:
             return
-        if record.get("ttft_s") is not None:
-            self.ttft.labels(**lab).observe(float(record["ttft_s"]))
-        if record.get("e2e_s") is not None:
-            self.e2e.labels(**lab).observe(float(record["e2e_s"]))
+        if record.ttft_s is not None:
+            self.ttft.labels(**lab).observe(float(record.ttft_s))
+        if record.e2e_s is not None:
+            self.e2e.labels(**lab).observe(float(record.e2e_s))
         itl = self.itl.labels(**lab)
-        for gap in record.get("itl_s") or ():
+        for gap in record.itl_s or ():
             itl.observe(float(gap))
-        if record.get("output_tokens"):
-            self.out_tokens.labels(**lab).inc(int(record["output_tokens"]))
-        if lab["phase"] == "measure" and record.get("streams") == 1 and record.get("decode_tps"):
-            cfg.solo_decode.append(float(record["decode_tps"]))
+        if record.output_tokens:
+            self.out_tokens.labels(**lab).inc(int(record.output_tokens))
+        if lab["phase"] == "measure" and record.streams == 1 and record.decode_tps:
+            cfg.solo_decode.append(float(record.decode_tps))
             self.solo.labels(**cfg.labels).set(statistics.median(cfg.solo_decode))
 
-    def on_phase(self, record: dict[str, Any]) -> None:
-        if record.get("phase") != "measure":
+    def on_phase(self, record: Phase) -> None:
+        if record.phase != "measure":
             return
-        cfg = self._cfg(str(record["config"]))
+        cfg = self._cfg(record.config)
         lab = cfg.labels
-        slab = {**lab, "streams": str(record.get("streams"))}
-        tps = float(record.get("total_tps") or 0.0)
+        slab = {**lab, "streams": str(record.streams)}
+        tps = float(record.total_tps or 0.0)
         self.phases.labels(**slab).inc()
         self.phase_tps.labels(**slab).set(tps)
-        cfg.total_tps.setdefault(int(record.get("streams") or 0), []).append(tps)
-        self.total_tps.labels(**slab).set(statistics.median(cfg.total_tps[int(record.get("streams") or 0)]))
-        if record.get("median_decode_tps") is not None:
-            self.phase_decode.labels(**slab).set(float(record["median_decode_tps"]))
-        cpu = record.get("cpu") or {}
+        cfg.total_tps.setdefault(int(record.streams or 0), []).append(tps)
+        self.total_tps.labels(**slab).set(statistics.median(cfg.total_tps[int(record.streams or 0)]))
+        if record.median_decode_tps is not None:
+            self.phase_decode.labels(**slab).set(float(record.median_decode_tps))
+        cpu = record.cpu or {}
         if cpu.get("other_cores") is not None:
             self.other_cores.labels(**slab).set(float(cpu["other_cores"]))
         if cpu.get("engine_cores") is not None:
             self.engine_cores.labels(**slab).set(float(cpu["engine_cores"]))
-        drafted, accepted, steps = self._add_counters(lab, record.get("counters") or {})
-        if record.get("acceptance") is not None:
-            self.phase_acc.labels(**lab).set(float(record["acceptance"]))
-        if record.get("mean_accept_len") is not None:
-            self.phase_len.labels(**lab).set(float(record["mean_accept_len"]))
+        drafted, accepted, steps = self._add_counters(lab, record.counters or {})
+        if (acc := record.get("acceptance")) is not None:
+            self.phase_acc.labels(**lab).set(float(acc))
+        if (length := record.get("mean_accept_len")) is not None:
+            self.phase_len.labels(**lab).set(float(length))
         for i, p in enumerate((record.get("per_position") or [])[:MAX_POSITIONS]):
             self.phase_pos.labels(**lab, position=str(i)).set(float(p))
         cfg.drafted += drafted
@@ -779,9 +787,9 @@ class MetricsExporter(BaseObserver):
             self.per_pos.labels(**lab, position=str(i)).inc(delta(n))
         return drafted, accepted, steps
 
-    def on_window(self, record: dict[str, Any]) -> None:
+    def on_window(self, record: SoakWindow) -> None:
         """A closed soak window: its figures as gauges (absent when None), its counter deltas added."""
-        cfg = self._cfg(str(record["config"]))
+        cfg = self._cfg(record.config)
         lab = cfg.labels
         values = [lab[k] for k in CONFIG_LABELS]
         now = self.clock()
@@ -819,11 +827,11 @@ class MetricsExporter(BaseObserver):
         for ref in ("first", "baseline"):
             self.canary_differing.remove(*values, ref)
 
-    def on_failure(self, record: dict[str, Any]) -> None:
-        lab = self._cfg(str(record["config"])).labels
-        kind = str(record.get("kind") or "unknown")
-        self.failures.labels(**lab, kind=kind, stage=str(record.get("stage") or "unknown")).inc()
-        self.failure_time.labels(**lab, kind=kind).set(float(record.get("unix_s") or self.clock()))
+    def on_failure(self, record: Failure) -> None:
+        lab = self._cfg(record.config).labels
+        kind = record.kind or "unknown"
+        self.failures.labels(**lab, kind=kind, stage=record.stage or "unknown").inc()
+        self.failure_time.labels(**lab, kind=kind).set(float(record.unix_s or self.clock()))
 
     def on_config_end(self, config: str, status: str) -> None:
         with self._lock:
@@ -842,24 +850,18 @@ class MetricsExporter(BaseObserver):
             self._clear_soak(cfg)
 
     # ---- for the soak watchdog ---------------------------------------------------------
-    def on_verdict(self, record: dict[str, Any]) -> None:
-        metric = record.get("metric")
-        self.record_verdict(
-            str(record["config"]),
-            str(record.get("kind") or ""),
-            None if metric is None else str(metric),
-            record.get("t_unix"),
-        )
+    def on_verdict(self, record: Verdict) -> None:
+        self.record_verdict(record.config, record.kind or "", record.metric, record.t_unix)
 
-    def on_canary(self, record: dict[str, Any]) -> None:
+    def on_canary(self, record: CanaryRound) -> None:
         """A finished canary round: how many answers differ from each reference, errors counted, diverged or not."""
-        lab = self._cfg(str(record["config"])).labels
+        lab = self._cfg(record.config).labels
         values = [lab[k] for k in CONFIG_LABELS]
-        for ref in ("first", "baseline"):
-            _set_or_remove(self.canary_differing, [*values, ref], record.get(f"differing_{ref}"))
-        self.canary_diverged.labels(*values).set(float(bool(record.get("diverged"))))
-        errors = int(record.get("errors") or 0)
-        self.canary_answers.labels(**lab, status="ok").inc(max(0, int(record.get("answers") or 0) - errors))
+        for ref, differing in (("first", record.differing_first), ("baseline", record.differing_baseline)):
+            _set_or_remove(self.canary_differing, [*values, ref], differing)
+        self.canary_diverged.labels(*values).set(float(bool(record.diverged)))
+        errors = int(record.errors or 0)
+        self.canary_answers.labels(**lab, status="ok").inc(max(0, int(record.answers or 0) - errors))
         self.canary_answers.labels(**lab, status="error").inc(errors)
 
     def record_verdict(self, config: str, kind: str, metric: str | None = None, t_unix: float | None = None) -> None:

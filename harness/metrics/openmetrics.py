@@ -15,17 +15,29 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from harness.common.errors import ResultsError
+from engines.types import Capacity
 from harness.metrics.exporter import MetricsExporter
-from harness.records.files import FAILURES, PHASES, REQUESTS, VERDICTS, WINDOWS, read_jsonl
+from harness.records.files import (
+    FAILURES,
+    PHASES,
+    REQUESTS,
+    VERDICTS,
+    WINDOWS,
+    RequestRecord,
+    read_jsonl,
+    read_manifest,
+)
+from harness.records.types import Failure, Manifest, Phase, SoakWindow, Verdict
 from harness.soak.canary import CANARY, round_summaries
 
 SKIP_SUFFIXES = ("_created", "_gsum", "_gcount")
 Labels = tuple[tuple[str, str], ...]
+T = TypeVar("T")
 
 
 @dataclass
@@ -36,44 +48,59 @@ class _Clock:
         return self.now
 
 
-def _events(run_dir: Path) -> tuple[dict[str, Any], list[tuple[float, int, str, Any]]]:
-    try:
-        manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ResultsError(f"{run_dir}: no readable manifest.json ({exc})") from None
-    requests = list(read_jsonl(run_dir / REQUESTS))
-    phases = list(read_jsonl(run_dir / PHASES))
-    failures = list(read_jsonl(run_dir / FAILURES))
+def _typed(lines: Iterable[dict[str, Any]], parse: Callable[[dict[str, Any]], T]) -> list[T]:
+    """Each line as its typed record; a line without a field its record requires is left out of the replay."""
+    out = []
+    for line in lines:
+        try:
+            out.append(parse(line))
+        except (ValueError, TypeError):
+            continue
+    return out
+
+
+def _events(run_dir: Path) -> tuple[Manifest, list[tuple[float, int, str, Any]]]:
+    manifest = read_manifest(run_dir)
+    requests = _typed(read_jsonl(run_dir / REQUESTS), RequestRecord.from_dict)
+    phases = _typed(read_jsonl(run_dir / PHASES), Phase.from_dict)
+    failures = _typed(read_jsonl(run_dir / FAILURES), Failure.from_dict)
     # the soak's windows and verdicts (hundreds per configuration); its per-request records are not replayed
-    windows = list(read_jsonl(run_dir / WINDOWS))
-    verdicts = list(read_jsonl(run_dir / VERDICTS))
+    windows = _typed(read_jsonl(run_dir / WINDOWS), SoakWindow.from_dict)
+    verdict_lines = list(read_jsonl(run_dir / VERDICTS))
+    verdicts = _typed(verdict_lines, Verdict.from_dict)
     events: list[tuple[float, int, str, Any]] = []  # (time, order, kind, payload)
-    t_run = float(manifest.get("started_unix") or 0.0)
-    for seq, (name, info) in enumerate((manifest.get("configurations") or {}).items()):
-        times = [float(r["start_unix_s"]) for r in requests if r.get("config") == name and r.get("start_unix_s")]
-        times += [float(f["unix_s"]) for f in failures if f.get("config") == name and f.get("unix_s")]
+    t_run = float(manifest.started_unix or 0.0)
+    for seq, (name, info) in enumerate(manifest.configurations.items()):
+        times = [float(r.start_unix_s) for r in requests if r.config == name and r.start_unix_s]
+        times += [float(f.unix_s) for f in failures if f.config == name and f.unix_s]
         if not times:
             continue  # never started
         cap: dict[str, Any] = {}
         with contextlib.suppress(OSError, json.JSONDecodeError):
             cap = json.loads((run_dir / "capacity" / f"{name}.json").read_text(encoding="utf-8"))
+        capacity = None
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            capacity = Capacity.from_dict(cap) if isinstance(cap, dict) and cap else None
+        ready_s = float(cap.get("ready_s") or 0.0) if capacity is not None else 0.0
         first = min(times)
-        start = max(t_run, first - float(cap.get("ready_s") or 0.0) - 0.001)
-        ends = [float(r["start_unix_s"]) + float(r.get("e2e_s") or 0.0) for r in requests if r.get("config") == name]
-        ends += [float(p["end_unix_s"]) for p in phases if p.get("config") == name and p.get("end_unix_s")]
-        ends += [float(w["t_end_unix"]) for w in windows if w.get("config") == name and w.get("t_end_unix")]
-        ends += [float(v["t_unix"]) for v in verdicts if v.get("config") == name and v.get("t_unix")]
+        start = max(t_run, first - ready_s - 0.001)
+        ends = [float(r.start_unix_s) + float(r.e2e_s or 0.0) for r in requests if r.config == name]
+        ends += [float(p.end_unix_s) for p in phases if p.config == name and p.end_unix_s]
+        ends += [float(w.t_end_unix) for w in windows if w.config == name and w.t_end_unix]
+        ends += [float(v.t_unix) for v in verdicts if v.config == name and v.t_unix]
         ends += times
         events.append((start, 0, "config_start", (name, info, seq)))
-        if cap:
-            events.append((min(first, start + float(cap.get("ready_s") or 0.0)), 1, "capacity", (name, cap)))
-        events.append((max(ends) + 0.001, 9, "config_end", (name, info.get("status") or "done")))
-    events.extend((float(r["start_unix_s"]) + float(r.get("e2e_s") or 0.0), 2, "request", r) for r in requests)
-    events.extend((float(p.get("end_unix_s") or p.get("start_unix_s") or 0.0), 3, "phase", p) for p in phases)
-    events.extend((float(f.get("unix_s") or 0.0), 4, "failure", f) for f in failures)
-    events.extend((float(w.get("t_end_unix") or w.get("t_unix") or 0.0), 5, "window", w) for w in windows)
-    events.extend((float(v.get("t_unix") or 0.0), 6, "verdict", v) for v in verdicts)
-    events.extend((float(c["t_unix"]), 7, "canary", c) for c in round_summaries(read_jsonl(run_dir / CANARY), verdicts))
+        if capacity is not None:
+            events.append((min(first, start + ready_s), 1, "capacity", (name, capacity, cap.get("ready_s"))))
+        events.append((max(ends) + 0.001, 9, "config_end", (name, info.status or "done")))
+    events.extend((float(r.start_unix_s) + float(r.e2e_s or 0.0), 2, "request", r) for r in requests)
+    events.extend((float(p.end_unix_s or p.start_unix_s or 0.0), 3, "phase", p) for p in phases)
+    events.extend((float(f.unix_s or 0.0), 4, "failure", f) for f in failures)
+    events.extend((float(w.t_end_unix or w.t_unix or 0.0), 5, "window", w) for w in windows)
+    events.extend((float(v.t_unix or 0.0), 6, "verdict", v) for v in verdicts)
+    events.extend(
+        (float(c.t_unix), 7, "canary", c) for c in round_summaries(read_jsonl(run_dir / CANARY), verdict_lines)
+    )
     events.sort(key=lambda e: (e[0], e[1]))
     return manifest, events
 
@@ -99,7 +126,7 @@ def export_openmetrics(run_dir: Path, step_s: float = 15.0) -> str:
             t += step_s
             events.append((min(t, end), 10, "tick", None))
         events.sort(key=lambda e: (e[0], e[1]))
-    clock = _Clock(float(manifest.get("started_unix") or (events[0][0] if events else 0.0)))
+    clock = _Clock(float(manifest.started_unix or (events[0][0] if events else 0.0)))
     exp = MetricsExporter(process_reader=None, clock=clock)
     meta: dict[str, tuple[str, str]] = {}  # family -> (type, help)
     # family -> metric (its labels without "le") -> points [t_ms, [(sample, labels, value), ...]]
@@ -130,7 +157,7 @@ def export_openmetrics(run_dir: Path, step_s: float = 15.0) -> str:
                 else:
                     points.append([t_ms, samples])
 
-    clock.now = float(manifest.get("started_unix") or clock.now)
+    clock.now = float(manifest.started_unix or clock.now)
     exp.on_run_start(manifest)
     snapshot(clock.now)
     for t, _order, kind, payload in events:
@@ -139,9 +166,9 @@ def export_openmetrics(run_dir: Path, step_s: float = 15.0) -> str:
             name, info, _seq = payload
             exp.on_config_start(
                 name,
-                str(info.get("algorithm") or "none"),
-                bool(info.get("synthetic")),
-                str(manifest.get("engine") or ""),
+                str(info.algorithm or "none"),
+                bool(info.synthetic),
+                str(manifest.engine or ""),
                 "",
                 None,
             )

@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from engines import ENGINES
+from harness.records.types import Manifest
 from harness.session.observers import BaseObserver
 
 TARGETS_FILE = Path("prometheus") / "engines.json"
@@ -47,8 +48,8 @@ class EngineTargetsFile(BaseObserver):
             if path is not None:
                 write_targets(path, groups)
 
-    def on_run_start(self, manifest: dict[str, Any]) -> None:
-        self._run = str(manifest.get("run_id") or "")
+    def on_run_start(self, manifest: Manifest) -> None:
+        self._run = manifest.run_id
         self.path = self.results_root / self._run / TARGETS_FILE
         self.shared_path = self.results_root / SHARED_DIR / f"{self._run}.json"
         self._write([])

@@ -2,7 +2,7 @@
 
 Each record is one JSON line, flushed and fsynced as it arrives, so a run killed at any
 instant keeps every record already written. A torn last line (power loss mid-write) is
-skipped on read, never fatal. Schemas: docs/metrics.md#records.
+skipped on read, never fatal. Schemas: docs/metrics.md (per request, per phase, soak).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 
 from harness.common import jsonsafe
 from harness.common.errors import ResultsError
+from harness.records.types import Manifest
 
 MANIFEST = "manifest.json"
 REQUESTS = "requests.jsonl"
@@ -78,6 +79,15 @@ class RequestRecord:
         # shallow (asdict deep-copies every ITL float, ~40 % of a record's cost): the fields are
         # immutable except itl_s and chunk_tokens, which no writer changes
         return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
+        """A request line read back (requests.jsonl, a soak's JSONL): keys this version does not name are dropped;
+        TypeError when a field without a default is missing."""
+        return cls(**{k: v for k, v in data.items() if k in _REQUEST_FIELDS})
+
+
+_REQUEST_FIELDS = frozenset(RequestRecord.__dataclass_fields__)
 
 
 class JsonlWriter:
@@ -364,7 +374,7 @@ def open_request_sink(path: Path, batched: bool = True, on_durable: Any = None) 
     return BatchedJsonlWriter(path, on_durable=on_durable) if batched else JsonlWriter(path)
 
 
-def read_manifest(run_dir: Path) -> dict[str, Any]:
+def read_manifest(run_dir: Path) -> Manifest:
     mpath = run_dir / MANIFEST
     if not mpath.is_file():
         raise ResultsError(f"{run_dir}: not a run folder (no {MANIFEST})")
@@ -374,4 +384,7 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
         raise ResultsError(f"{mpath}: unreadable manifest ({exc})") from None
     if not isinstance(data, dict):
         raise ResultsError(f"{mpath}: unreadable manifest (not an object)")
-    return data
+    try:
+        return Manifest.from_dict(data)
+    except (ValueError, TypeError) as exc:
+        raise ResultsError(f"{mpath}: unreadable manifest ({exc})") from None

@@ -1,9 +1,10 @@
-"""Typed records of a soak: a watchdog verdict, a closed window, a failure as the observers hear it.
+"""Typed records of a run: the manifest, a measured phase, a soak window, a watchdog verdict, a failure, a canary round.
 
-Each is a dataclass whose ``to_dict()`` is the JSON line the soak writes (verdicts.jsonl, windows.jsonl) or hands
-the observers, and whose ``from_dict()`` reads any such line, older or newer: keys it does not name are kept in
-``extra``, and a record read from a folder keeps its keys' order and writes back exactly the keys it had (a key
-it lacked is not added as null). Schemas: docs/metrics.md#records.
+Each is a dataclass whose ``to_dict()`` is the JSON the run writes (manifest.json, phases.jsonl, windows.jsonl,
+verdicts.jsonl, failures.jsonl) and whose ``from_dict()`` reads any such object, older or newer: keys it does not
+name are kept in ``extra``, and a record read from a folder keeps its keys' order and writes back exactly the keys it
+had (a key it lacked is not added as null). The observers (harness/session/observers.py) hear these records.
+Schemas: docs/metrics.md (per request, per phase, soak).
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ class JsonRecord:
         return cls(**known, extra=extra, order=tuple(data))
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON object: the keys read, in their order (then extras added since), or the fields then ``extra``."""
+        """The JSON object: the keys read, in their order (then fields and extras set since), or the fields then
+        ``extra``."""
         names = self.field_names()
         if self.order is None:
             out = {n: getattr(self, n) for n in names}
@@ -57,6 +59,9 @@ class JsonRecord:
                     out[k] = getattr(self, k)
                 elif k in self.extra:
                     out[k] = self.extra[k]
+            for f in dataclasses.fields(self):  # a field the object lacked, set since: written after the others
+                if f.name in names and f.name not in out and getattr(self, f.name) != _default(f):
+                    out[f.name] = getattr(self, f.name)
         for k, v in self.extra.items():
             if k not in out and k not in names:
                 out[k] = v
@@ -64,9 +69,21 @@ class JsonRecord:
 
     def get(self, key: str, default: Any = None) -> Any:
         """A value by its JSON key (a field or an extra): for code that picks a series by name."""
-        if key in self.field_names() and (self.order is None or key in self.order):
-            return getattr(self, key)
+        fields = self.__dataclass_fields__
+        if key in fields and key not in self.OWN:
+            value = getattr(self, key)
+            if self.order is None or key in self.order or value != _default(fields[key]):
+                return value
+            return default
         return self.extra.get(key, default)
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
 
 
 @dataclass
@@ -139,3 +156,118 @@ class SoakWindow(JsonRecord):
     memory_slope_mib_per_h: float | None = None
     gpu_headroom_s: float | None = None
     gpu_slope_mib_per_h: float | None = None
+
+
+@dataclass
+class Phase(JsonRecord):
+    """A measured phase: a line of phases.jsonl or after_soak.jsonl (harness/run/phases.py builds it). The named fields
+    are those the runner, the resume and the exporter read; the acceptance figures, GPU sample, SLO and open-loop
+    figures stay in ``extra`` under their keys."""
+
+    config: str
+    phase: str  # warmup, measure, arrivals, after_soak or ramp
+    streams: int
+    repetition: int
+    attempt: str | None = None
+    algorithm: str | None = None
+    synthetic: bool = False
+    k: int | None = None
+    start_unix_s: float | None = None
+    end_unix_s: float | None = None
+    wall_s: float | None = None
+    requests: int = 0
+    ok: int = 0
+    errors: int = 0
+    output_tokens: int = 0
+    total_tps: float | None = None
+    median_decode_tps: float | None = None
+    cpu: dict[str, Any] = field(default_factory=dict)  # harness/probe/cpu.py CpuUse.to_dict()
+    engine_uptime_s: float | None = None
+    contaminated: bool = False
+    counters: dict[str, Any] = field(default_factory=dict)  # the engine's counter deltas over the phase
+    load: str | None = None  # open-loop phases: the arrival key (measurement.arrival)
+
+    @property
+    def load_key(self) -> int | str:
+        """What the phase measured: its open-loop arrival key, else its stream count (the resume's key)."""
+        return self.load if isinstance(self.load, str) else self.streams
+
+
+@dataclass
+class ConfigState(JsonRecord):
+    """One configuration in the manifest: what it is, and where the run got with it (``status``: pending, starting,
+    running, done, failed). The runner adds what it learns (command, engine_exit, fill_check, sweep_skipped, ...) to
+    ``extra``."""
+
+    status: str = "pending"
+    algorithm: str | None = None
+    synthetic: bool = False
+    k: int | None = None
+    sweep_of: str | None = None
+    model: str | None = None
+    spec: dict[str, Any] = field(default_factory=dict)  # the configuration as the scenario gave it
+
+    def update(self, **fields: Any) -> None:
+        """Set fields by name, the named ones as attributes and the others in ``extra``."""
+        names = self.field_names()
+        for k, v in fields.items():
+            if k in names:
+                setattr(self, k, v)
+            else:
+                self.extra[k] = v
+
+
+@dataclass
+class Manifest(JsonRecord):
+    """A run folder's manifest.json (harness/run/manifest.py writes it): the scenario, the engine, the machine, each
+    configuration's state, and how the run stopped."""
+
+    run_id: str = ""  # the run folder's name
+    specsoak_version: str | None = None
+    scenario: str | None = None
+    engine: str | None = None
+    engine_version: str | None = None
+    machine: dict[str, Any] = field(default_factory=dict)
+    started_unix: float | None = None
+    stopped_unix: float | None = None
+    status: str | None = None  # running, done, failed, interrupted, ...
+    stop_reason: str | None = None
+    scenario_parsed: dict[str, Any] = field(default_factory=dict)  # the scenario as the schema read it
+    design: dict[str, Any] = field(default_factory=dict)
+    configurations: dict[str, ConfigState] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Manifest:
+        configs = data.get("configurations")
+        if configs is not None and not isinstance(configs, dict):
+            raise ValueError("Manifest: configurations is not an object")
+        m = super().from_dict(
+            {**data, "configurations": {n: ConfigState.from_dict(dict(c or {})) for n, c in (configs or {}).items()}}
+        )
+        if configs is None:  # an old manifest without the key writes back without it
+            m.order = tuple(k for k in m.order or () if k != "configurations")
+        return m
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        if "configurations" in out:
+            out["configurations"] = {n: c.to_dict() for n, c in self.configurations.items()}
+        return out
+
+
+@dataclass
+class CanaryRound(JsonRecord):
+    """A finished output-canary round of a soak, in figures (harness/soak/canary.py ``Canary.summary`` and
+    ``round_summaries``): answers, errors, how many differ from each reference (None: no reference yet)."""
+
+    config: str
+    slice: str | None
+    round: int
+    t_unix: float
+    answers: int = 0
+    errors: int = 0
+    differing_first: int | None = None
+    differing_baseline: int | None = None
+    baseline: str | None = None  # the baseline configuration the answers were compared with
+    diverged: bool = False  # a divergence verdict of the configuration precedes the round's end
+    error: str | None = None  # the first refused answer's error

@@ -175,11 +175,11 @@ def _blocks(
     items = []
     for run in runs:
         m = run.manifest
-        mach = m.get("machine", {})
+        mach = m.machine
         bw = (mach.get("memory_bandwidth") or {}).get("gb_per_s")
         items.append(
-            f"run `{run.run_id}`: scenario **{m.get('scenario')}**, engine {m.get('engine')} {m.get('engine_version') or ''}, "
-            f"status **{m.get('status')}** ({m.get('stop_reason')}); machine: {mach.get('cpu_model', '?')}, {mach.get('cores', '?')} cores, "
+            f"run `{run.run_id}`: scenario **{m.scenario}**, engine {m.engine} {m.engine_version or ''}, "
+            f"status **{m.status}** ({m.stop_reason}); machine: {mach.get('cpu_model', '?')}, {mach.get('cores', '?')} cores, "
             f"{mach.get('mem_total_mib', '?')} MiB" + (f", memory bandwidth {bw:.1f} GB/s" if isnum(bw) else "")
         )
     b.append(ul(items))

@@ -27,7 +27,7 @@ DEFAULT_DRIFT_MAX = 0.20  # harness/config/schema.py Measurement.control_drift_m
 
 def design_of(run: RunData) -> dict[str, Any]:
     """The run's design record; runs recorded before designs existed were sequential."""
-    d = run.manifest.get("design")
+    d = run.manifest.design
     return d if isinstance(d, dict) and d.get("kind") else {"kind": "sequential"}
 
 
@@ -35,7 +35,7 @@ def control_table(runs: list[RunData]) -> pd.DataFrame:
     """One row per (run, baseline, repetition): the baseline's solo decode t/s in that block, and when it ran."""
     rows: list[dict[str, Any]] = []
     for run in runs:
-        cfgs = run.manifest.get("configurations", {})
+        cfgs = run.manifest.configurations
         rq = run.requests
         if rq.empty:
             continue

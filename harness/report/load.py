@@ -27,13 +27,14 @@ from harness.records.files import (
     read_jsonl,
     read_manifest,
 )
+from harness.records.types import Manifest
 from harness.soak.canary import CANARY
 
 
 @dataclass
 class RunData:
     run_dir: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
     phases: pd.DataFrame
     requests: pd.DataFrame
     capacity: dict[str, dict[str, Any]]
@@ -56,19 +57,19 @@ class RunData:
 
     @property
     def run_id(self) -> str:
-        return str(self.manifest.get("run_id") or self.run_dir.name)
+        return str(self.manifest.run_id or self.run_dir.name)
 
     @property
     def config_names(self) -> list[str]:
-        return list(self.manifest.get("configurations", {}))
+        return list(self.manifest.configurations)
 
     @property
     def scenario(self) -> dict[str, Any]:
-        return self.manifest.get("scenario_parsed") or {}
+        return self.manifest.scenario_parsed or {}
 
 
 NUM = (int, float)
-# the fields a record must have, with their types, for the report to use it (docs/metrics.md#records)
+# the fields a record must have, with their types, for the report to use it (docs/metrics.md)
 REQUEST_FIELDS: dict[str, type | tuple[type, ...]] = {
     "config": str,
     "phase": str,

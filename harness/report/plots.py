@@ -160,7 +160,7 @@ def soak_timeline(runs: list[RunData], path: Path) -> Path | None:
                 [p[0] for p in cpu], [p[1].get(key) for p in cpu], color=colour, ls=ls, label=f"{label} {what}"
             )
         for v in verdicts:
-            if v.get("kind") not in ("collapse", "recovered", "crash", "hang", "memory"):
+            if v.get("kind") not in (*DRAWN_VERDICT_KINDS, "recovered"):
                 continue
             up: Any = v.get("engine_uptime_s") if one_engine else float(v["t_unix"]) - t0  # a number, or not shown
             if not isnum(up):
@@ -175,7 +175,8 @@ def soak_timeline(runs: list[RunData], path: Path) -> Path | None:
     axes[3].set_ylabel("resident MiB")
     axes[4].set_ylabel("CPU cores")
     axes[0].set_title(
-        "Soak windows (hollow: not judged; red: collapse, crash, hang or memory verdict; green: recovered)", fontsize=9
+        f"Soak windows (hollow: not judged; red: a {', '.join(DRAWN_VERDICT_KINDS)} verdict; green: recovered)",
+        fontsize=9,
     )
     axes[-1].set_xlabel(
         f"engine uptime, {unit}"
@@ -192,7 +193,7 @@ def soak_timeline(runs: list[RunData], path: Path) -> Path | None:
 # the aligned timeline of a flagged configuration: (window field or series, axis label), each on its own axis
 _FAILURE_PANELS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("output_tps",), "output t/s"),
-    (("decode_tps",), "decode t/s"),
+    (("decode_tps", "alone_decode_tps"), "decode t/s"),
     (("ttft_p95_s",), "TTFT p95 s"),
     (("acceptance", "kv_usage", "prefix_hit_rate", "error_ratio"), "share"),
     (("longest_stall_s",), "longest stall s"),
@@ -343,18 +344,18 @@ def k_sweep(verdict: pd.DataFrame, runs: list[RunData], counts: list[int], path:
     """Speedup and acceptance against K, per sweep (a configuration expanded over k) or per algorithm."""
     ks: dict[tuple[str, str], list[tuple[int, float | None, float | None, float | None]]] = {}
     for run in runs:
-        for name, c in (run.manifest.get("configurations") or {}).items():
-            if not c.get("k") or c.get("algorithm") == "none" or (c.get("synthetic") and not c.get("sweep_of")):
+        for name, c in run.manifest.configurations.items():
+            if not c.k or c.algorithm == "none" or (c.synthetic and not c.sweep_of):
                 continue
             v = verdict[(verdict["run"] == run.run_id) & (verdict["config"] == name)]
             if v.empty:
                 continue
             top = counts[-1] if counts else None
-            syn = ((c.get("spec") or {}).get("synthetic") or {}).get("length")
-            group = (c.get("sweep_of") or c["algorithm"]) + (f" L={syn:g}" if syn else "")
+            syn = ((c.spec or {}).get("synthetic") or {}).get("length")
+            group = (c.sweep_of or c.algorithm or "") + (f" L={syn:g}" if syn else "")
             ks.setdefault((run.run_id, group), []).append(
                 (
-                    int(c["k"]),
+                    int(c.k),
                     _f(v["solo_speedup"].iloc[0]),
                     _f(v[f"speedup_{top}"].iloc[0]) if top else None,
                     _f(v["acceptance"].iloc[0]),

@@ -16,6 +16,7 @@ import pandas as pd
 
 from harness.common.stats import isnum, median, ratio_interval
 from harness.detect.saturation import Judgement, PaysAt, Rule, judge_rate, pays_at, saturation_point, stops_paying
+from harness.records.types import ConfigState
 from harness.report.load import RunData
 
 
@@ -55,7 +56,7 @@ def rate_sweep_table(runs: list[RunData], verdict: pd.DataFrame) -> pd.DataFrame
         if rp.empty:
             continue
         rule = _rule(run)
-        cfgs = run.manifest.get("configurations", {})
+        cfgs = run.manifest.configurations
         vrun = verdict[verdict["run"] == run.run_id] if not verdict.empty and "baseline" in verdict else pd.DataFrame()
         baseline_of = dict(zip(vrun["config"], vrun["baseline"], strict=True)) if not vrun.empty else {}
         for name in run.config_names:
@@ -72,7 +73,7 @@ def rate_sweep_table(runs: list[RunData], verdict: pd.DataFrame) -> pd.DataFrame
                 row: dict[str, Any] = {
                     "run": run.run_id,
                     "config": name,
-                    "algorithm": (cfgs.get(name) or {}).get("algorithm"),
+                    "algorithm": (cfgs.get(name) or ConfigState()).algorithm,
                     "rate_rps": float(rate),
                     "load": str(p["load"].iloc[0]),
                     "repetitions": len(p_all),

@@ -13,6 +13,7 @@ import pandas as pd
 from engines.types import EngineCounters, acceptance_figures
 from harness.common.stats import median, ratio_interval, shown_difference
 from harness.config.schema import load_label
+from harness.records.types import ConfigState
 from harness.report.load import RunData
 
 
@@ -54,13 +55,13 @@ def verdict_table(runs: list[RunData]) -> pd.DataFrame:
     counts = stream_counts(runs)
     loads = arrival_loads(runs)
     for run in runs:
-        cfgs = run.manifest.get("configurations", {})
+        cfgs = run.manifest.configurations
         ph = run.phases
         ap = run.arrival_phases
         rq = run.requests
         run_rows: list[dict[str, Any]] = []
         for name in run.config_names:
-            meta = cfgs.get(name, {})
+            meta = cfgs.get(name) or ConfigState()
             p_closed = ph[ph["config"] == name] if not ph.empty else ph
             pa = ap[ap["config"] == name] if not ap.empty else ap
             # pooled figures (acceptance, CPU, agreement, records, failures) over every measured phase, open loop included
@@ -73,7 +74,7 @@ def verdict_table(runs: list[RunData]) -> pd.DataFrame:
             cap = run.capacity.get(name, {})
             row: dict[str, Any] = {
                 "run": run.run_id,
-                "engine": run.manifest.get("engine"),
+                "engine": run.manifest.engine,
                 "config": name,
                 "algorithm": meta.get("algorithm"),
                 "synthetic": bool(meta.get("synthetic")),
@@ -148,7 +149,7 @@ def verdict_table(runs: list[RunData]) -> pd.DataFrame:
         for row in run_rows:
             # compare with the baseline the configuration names, else the one serving the same target model; never
             # another model's (a run recorded before scenarios refused that gets no speedup rather than a wrong one)
-            meta = cfgs.get(row["config"]) or {}
+            meta = cfgs.get(row["config"]) or ConfigState()
             named = (meta.get("spec") or {}).get("baseline")
             model = target_model(run, row["config"])
             base = (
@@ -226,10 +227,10 @@ def engine_agreement(p: pd.DataFrame, max_tokens: int) -> str:
 def target_model(run: RunData, config: str) -> str | None:
     """The configuration's target model as the manifest recorded it (runs recorded before it was kept per
     configuration: the configuration's own ``model``, else the scenario's server model)."""
-    meta = run.manifest.get("configurations", {}).get(config) or {}
-    if meta.get("model"):
-        return str(meta["model"])
-    return (meta.get("spec") or {}).get("model") or ((run.scenario.get("server") or {}).get("model"))
+    meta = run.manifest.configurations.get(config) or ConfigState()
+    if meta.model:
+        return str(meta.model)
+    return meta.spec.get("model") or ((run.scenario.get("server") or {}).get("model"))
 
 
 def _missing_records(p: pd.DataFrame, r: pd.DataFrame) -> tuple[int, int]:

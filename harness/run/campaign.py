@@ -49,7 +49,7 @@ def soak_campaign(
         if v.get("action") in ("stop_config", "stop_run") and v.get("config") in detectors:
             stopped.setdefault(v["config"], f"{v.get('kind')}: {v.get('message')}")
     stop_run = next((f"{v.get('config')}: {v.get('kind')}" for v in earlier if v.get("action") == "stop_run"), None)
-    state.manifest["soak"] = {
+    state.manifest.extra["soak"] = {
         "duration_s": soak.duration_s,
         "configurations": [c.name for c in cfgs],
         "design": "interleaved slices, engine restarted per slice"
@@ -139,6 +139,6 @@ def soak_campaign(
             }
         if summary["status"] == "failed":
             soak_failed.append(cfg.name)
-        state.manifest["configurations"][cfg.name]["soak"] = summary
+        state.manifest.configurations[cfg.name].update(soak=summary)
     state.write()
     return soak_failed, stop_run

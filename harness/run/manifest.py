@@ -21,6 +21,7 @@ from harness.common.errors import ResultsError
 from harness.config.loader import LoadedScenario
 from harness.config.schema import Configuration, Scenario, safe_name
 from harness.records.files import FAILURES, FILL_CHECKS, MANIFEST, PHASES, RAMP, read_jsonl, write_json_atomic
+from harness.records.types import Manifest
 from harness.run.progress import Progress
 from harness.session.observers import Observers
 
@@ -91,7 +92,7 @@ class RunState:
         self.obs = obs
         self.console = console
         self.run_dir: Path | None = None
-        self.manifest: dict[str, Any] = {}
+        self.manifest = Manifest()
         # (configuration, stream count or open-loop key, repetition) of every phase measured
         self.done_phases: set[tuple[str, int | str, int]] = set()
         self.ramp_done: set[str] = set()  # configurations whose ramp has its result record (resume)
@@ -100,14 +101,14 @@ class RunState:
 
     def write(self) -> None:
         assert self.run_dir is not None
-        write_json_atomic(self.run_dir / MANIFEST, self.manifest)
+        write_json_atomic(self.run_dir / MANIFEST, self.manifest.to_dict())
 
     def start(self, run_dir: Path, loaded: LoadedScenario, engine_cls: type[Engine]) -> None:
         """A new run's manifest: the scenario, the engine, the machine, every configuration pending."""
         from harness.setup.doctor import engine_build_record
 
         self.run_dir = run_dir
-        self.manifest = {
+        manifest: dict[str, Any] = {
             "specsoak_version": __version__,
             "run_id": run_dir.name,
             "scenario": self.sc.name,
@@ -135,6 +136,7 @@ class RunState:
                 for c in self.sc.runs()
             },
         }
+        self.manifest = Manifest.from_dict(manifest)
         self.write()
         self.obs.on_run_start(self.manifest)
 
@@ -145,21 +147,18 @@ class RunState:
 
         self.run_dir = run_dir
         self.manifest = read_manifest(run_dir)
-        self.manifest.setdefault("resumes", []).append(
-            {
-                "t_unix": time.time(),
-                "previous_status": self.manifest.get("status"),
-                "previous_stop_reason": self.manifest.get("stop_reason"),
-            }
+        m = self.manifest
+        m.extra.setdefault("resumes", []).append(
+            {"t_unix": time.time(), "previous_status": m.status, "previous_stop_reason": m.stop_reason}
         )
-        self.manifest.update(status="running", stop_reason=None, stopped_unix=None)
+        m.status, m.stop_reason, m.stopped_unix = "running", None, None
         self.done_phases = {
             (p["config"], p.get("load") or p["streams"], p["repetition"]) for p in read_jsonl(run_dir / PHASES)
         }
         # rates the adaptive sweep skipped as past saturation count as done (the manifest keeps them: they have no record)
         self.done_phases |= {
             (name, str(load), int(rep))
-            for name, meta in self.manifest.get("configurations", {}).items()
+            for name, meta in self.manifest.configurations.items()
             for load, rep in (meta.get("sweep_skipped") or [])
         }
         self.failed_before = sorted({f["config"] for f in read_jsonl(run_dir / FAILURES) if f.get("stage") != "soak"})
@@ -169,7 +168,7 @@ class RunState:
         self.obs.on_run_start(self.manifest)
 
     def set_config_status(self, name: str, **fields: Any) -> None:
-        self.manifest["configurations"][name].update(fields)
+        self.manifest.configurations[name].update(**fields)
         self.write()
         if "status" in fields and fields["status"] in ("done", "failed"):
             self.obs.on_config_end(name, fields["status"])
@@ -189,11 +188,11 @@ class RunState:
     def finish(self, status: str, reason: str, progress: Progress) -> None:
         """The stop reason, the engine logs' summary and the estimate against the time taken, written last."""
         if self.run_dir is not None:  # what each rotated engine log wrote, keeps and dropped (engines/logcapture.py)
-            self.manifest["engine_logs"] = [s.to_dict() for s in summarise_logs(self.run_dir)]
-        self.manifest["estimate"] = {**progress.record(), "resumed": progress.resumed}
-        self.manifest["status"] = status
-        self.manifest["stop_reason"] = reason
-        self.manifest["stopped_unix"] = time.time()
+            self.manifest.extra["engine_logs"] = [s.to_dict() for s in summarise_logs(self.run_dir)]
+        self.manifest.extra["estimate"] = {**progress.record(), "resumed": progress.resumed}
+        self.manifest.status = status
+        self.manifest.stop_reason = reason
+        self.manifest.stopped_unix = time.time()
         try:
             try:
                 self.write()

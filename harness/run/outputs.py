@@ -7,7 +7,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.records.files import FAILURES, FILL_CHECKS, PHASES, RAMP, REQUESTS, BatchedJsonlWriter, JsonlWriter
+from harness.records.files import (
+    FAILURES,
+    FILL_CHECKS,
+    PHASES,
+    RAMP,
+    REQUESTS,
+    BatchedJsonlWriter,
+    JsonlWriter,
+    RequestRecord,
+)
+from harness.records.types import Failure, Phase
 from harness.session.observers import Observers
 
 
@@ -45,10 +55,14 @@ class RunOutputs:
     def open(cls, run_dir: Path, obs: Observers) -> RunOutputs:
         # request records go to disk in batches from a writer thread, observers hear of them once on disk; a phase
         # flushes them before its phase record (docs/performance.md#records-on-disk)
+        # (the observers hear each line read back as its typed record)
         return cls(
-            requests=NotifyingWriter(BatchedJsonlWriter(run_dir / REQUESTS, on_durable=obs.on_request), None),
-            phases=NotifyingWriter(JsonlWriter(run_dir / PHASES), obs.on_phase),
-            failures=NotifyingWriter(JsonlWriter(run_dir / FAILURES), obs.on_failure),
+            requests=NotifyingWriter(
+                BatchedJsonlWriter(run_dir / REQUESTS, on_durable=lambda r: obs.on_request(RequestRecord.from_dict(r))),
+                None,
+            ),
+            phases=NotifyingWriter(JsonlWriter(run_dir / PHASES), lambda r: obs.on_phase(Phase.from_dict(r))),
+            failures=NotifyingWriter(JsonlWriter(run_dir / FAILURES), lambda r: obs.on_failure(Failure.from_dict(r))),
             ramp=JsonlWriter(run_dir / RAMP),
             fill_checks=JsonlWriter(run_dir / FILL_CHECKS),
         )

@@ -21,6 +21,7 @@ from harness.prompts import Prompt, PromptError, distinct_prompts
 from harness.prompts.lengths import built_or_cached, measurement_requests
 from harness.prompts.lengths import cache_path as lengths_cache_path
 from harness.records.files import RequestRecord
+from harness.records.types import Phase
 from harness.run.interrupt import PhaseInterruption, RunInterrupted
 from harness.run.outputs import NotifyingWriter
 from harness.session.engine import EngineSession, RunContext
@@ -42,7 +43,7 @@ class PhaseSpec:
 
 @dataclass(frozen=True)
 class PhaseOutcome:
-    record: dict[str, Any]  # the phase record (also written to the phase file, when one was given)
+    record: Phase  # the phase record (also written to the phase file, when one was given)
     requests: list[RequestRecord]
 
 
@@ -202,7 +203,7 @@ class PhaseExecutor:
             rec.update(arrival_figures(records, arrival[1], cpu.wall_s))
         if out is not None:
             out.write(rec)
-        return PhaseOutcome(rec, records)
+        return PhaseOutcome(Phase.from_dict(rec), records)
 
     def prompts_for(self, cfg: Configuration, session: EngineSession) -> list[Prompt]:
         """The measured phases' prompts: the set's, or (``measurement.lengths``) prompts built at drawn lengths with the

@@ -36,24 +36,24 @@ def run_ramp(
                 "event": "step",
                 "config": cfg.name,
                 "streams": n,
-                "attempt": rec["attempt"],
+                "attempt": rec.attempt,
                 "passed": v.passed,
                 "per_stream_tps": v.per_stream_tps,
                 "ttft_p95_s": v.ttft_p95_s,
                 "failed": v.failed,
                 "why": v.why,
-                "requests": rec["requests"],
-                "total_tps": rec["total_tps"],
-                "start_unix_s": rec["start_unix_s"],
-                "end_unix_s": rec["end_unix_s"],
-                "other_cores": rec["cpu"]["other_cores"],
-                "contaminated": rec["contaminated"],
+                "requests": rec.requests,
+                "total_tps": rec.total_tps,
+                "start_unix_s": rec.start_unix_s,
+                "end_unix_s": rec.end_unix_s,
+                "other_cores": rec.cpu["other_cores"],
+                "contaminated": rec.contaminated,
             }
         )
         console.print(
             f"  ramp: {v.evidence(n)}"
             + (f" ({v.why})" if v.why else "")
-            + (" [yellow](contaminated)[/]" if rec["contaminated"] else "")
+            + (" [yellow](contaminated)[/]" if rec.contaminated else "")
         )
         return v.passed
 

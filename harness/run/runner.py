@@ -30,6 +30,7 @@ from harness.load.client import RequestParams
 from harness.load.schedule import arrival_prompt_offset, schedule
 from harness.prompts import PromptError, load_prompts
 from harness.records.files import AFTER_SOAK, JsonlWriter, write_json_atomic
+from harness.records.types import Phase
 from harness.run.campaign import soak_campaign
 from harness.run.interrupt import PhaseInterruption, RunInterrupted
 from harness.run.manifest import RESERVE, RunState, new_run_dir, prepare_run_dir
@@ -125,7 +126,7 @@ class Runner:
                     if not ok:
                         failed.append(cfg.name)
                         continue
-                elif state.manifest["configurations"][cfg.name].get("status") != "done":
+                elif state.manifest.configurations[cfg.name].status != "done":
                     state.set_config_status(cfg.name, status="done")  # measured in the interleaved blocks
                 if self.sc.report.fill_check and cfg.name not in state.fill_done:
                     self._fill_check(cfg)
@@ -198,7 +199,8 @@ class Runner:
         configuration and of its baseline are seconds apart, and a machine that speeds up or slows down over minutes
         moves both. The ramp and the fill check follow, per configuration, in the main loop."""
         m = self.sc.measurement
-        design = self.state.manifest.setdefault("design", {"kind": "interleaved"})
+        design = self.state.manifest.design
+        design.setdefault("kind", "interleaved")
         if design.get("order_seed") is None:
             design["order_seed"] = m.order_seed if m.order_seed is not None else random.SystemRandom().randrange(2**31)
         seed = int(design["order_seed"])
@@ -244,7 +246,7 @@ class Runner:
             capacity = session.capacity()
             cap_record = {"config": cfg.name, "ready_s": ready_s, **capacity.to_dict()}
             write_json_atomic(self.ctx.run_dir / "capacity" / f"{name}.json", cap_record)
-            self.obs.on_capacity(cfg.name, cap_record)
+            self.obs.on_capacity(cfg.name, capacity, ready_s)
             self.console.print(
                 f"  ready in {ready_s:.1f} s: {capacity.slots} slots x {capacity.ctx_per_slot} ctx, "
                 f"KV {capacity.target.kv_mib} MiB"
@@ -274,7 +276,7 @@ class Runner:
             return False
         finally:
             code = session.stop()
-            self.state.manifest["configurations"][cfg.name]["engine_exit"] = code
+            self.state.manifest.configurations[cfg.name].update(engine_exit=code)
             self.state.write()
 
     def _measure(
@@ -309,7 +311,7 @@ class Runner:
                 ):
                     # done for this run: recorded in the manifest, so neither the catch-up nor a resume measures it
                     self.state.done_phases.add((cfg.name, load, rep))
-                    skipped = self.state.manifest["configurations"][cfg.name].setdefault("sweep_skipped", [])
+                    skipped = self.state.manifest.configurations[cfg.name].extra.setdefault("sweep_skipped", [])
                     if [load, rep] not in skipped:
                         skipped.append([load, rep])
                         self.state.write()
@@ -323,7 +325,7 @@ class Runner:
                 if isinstance(load, str):  # open loop: the same schedule as before the soak (after it too)
                     rec = self._arrival_phase(cfg, session, out, load, rep, phase)
                     assert m.arrival is not None
-                    judged.setdefault(rep, []).append(judge(rec, Rule.of(m.arrival.saturation)))
+                    judged.setdefault(rep, []).append(judge(rec.to_dict(), Rule.of(m.arrival.saturation)))
                 else:
                     offset = prompt_offset(m.requests_per_stream, m.streams, m.repetitions, load, rep)
                     rec = self.phases.run(
@@ -339,15 +341,15 @@ class Runner:
                 acc = rec.get("acceptance")
                 self.console.print(
                     f"  {'after soak: ' if phase == 'after_soak' else ''}{streams:>3} stream{'s' if streams > 1 else ' '} "
-                    f"rep {rep}: {rec['total_tps']:.1f} t/s total"
+                    f"rep {rep}: {rec.total_tps or 0:.1f} t/s total"
                     + (
-                        f", solo decode {rec['median_decode_tps']:.1f} t/s"
-                        if streams == 1 and rec["median_decode_tps"]
+                        f", solo decode {rec.median_decode_tps:.1f} t/s"
+                        if streams == 1 and rec.median_decode_tps
                         else ""
                     )
                     + (f", acceptance {acc:.2f}" if acc is not None else "")
-                    + f", errors {rec['errors']}, other CPU {rec['cpu']['other_cores']:.3f} cores"
-                    + (" [yellow](contaminated)[/]" if rec["contaminated"] else "")
+                    + f", errors {rec.errors}, other CPU {rec.cpu['other_cores']:.3f} cores"
+                    + (" [yellow](contaminated)[/]" if rec.contaminated else "")
                 )
                 self._say_progress(phase, cfg, load, rep)
 
@@ -369,7 +371,7 @@ class Runner:
         key: str,
         rep: int,
         phase: str = "measure",
-    ) -> dict[str, Any]:
+    ) -> Phase:
         """One open-loop phase: phase ``arrivals`` of ``key`` (a rate, or the stage list), repetition ``rep``; after a
         soak (``phase`` after_soak) the same schedule and prompts again, as phase ``after_soak``."""
         m = self.sc.measurement
@@ -385,16 +387,17 @@ class Runner:
         )
         rec = self.phases.run(cfg, session, spec, out).record
         gp = rec.get("goodput_rps")
+        late = rec.get("late")
         self.console.print(
             f"  {'after soak: ' if phase == 'after_soak' else ''}{load_label(key)} rep {rep}: "
-            f"offered {rec['offered_rps'] or 0:.2f} rps, achieved {rec['achieved_rps'] or 0:.2f}"
+            f"offered {rec.get('offered_rps') or 0:.2f} rps, achieved {rec.get('achieved_rps') or 0:.2f}"
             + (f", goodput {gp:.2f}" if gp is not None else "")
-            + f", late {rec['late']}/{rec['scheduled']}"
-            + (f" (max delay {rec['max_send_delay_s']:.2f} s)" if rec["late"] else "")
-            + f", {rec['total_tps']:.1f} t/s total, errors {rec['errors']}, other CPU {rec['cpu']['other_cores']:.3f} cores"
-            + (" [yellow](contaminated)[/]" if rec["contaminated"] else "")
+            + f", late {late}/{rec.get('scheduled')}"
+            + (f" (max delay {rec.get('max_send_delay_s'):.2f} s)" if late else "")
+            + f", {rec.total_tps or 0:.1f} t/s total, errors {rec.errors}, other CPU {rec.cpu['other_cores']:.3f} cores"
+            + (" [yellow](contaminated)[/]" if rec.contaminated else "")
         )
-        j = judge(rec, Rule.of(m.arrival.saturation))
+        j = judge(rec.to_dict(), Rule.of(m.arrival.saturation))
         if j.saturated:
             self.console.print(f"    saturated: {j.why}")
         return rec
@@ -426,7 +429,7 @@ class Runner:
         )
         self.out.fill_checks.write(rec)
         self.state.fill_done.add(cfg.name)
-        self.state.manifest["configurations"][cfg.name]["fill_check"] = rec["status"]
+        self.state.manifest.configurations[cfg.name].update(fill_check=rec["status"])
         self.state.write()
         colour = "green" if rec["status"] == "ok" else "yellow"
         self.console.print(f"  [{colour}]fill check {rec['status']}[/]: {rec.get('detail', '')}")

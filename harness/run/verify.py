@@ -124,7 +124,7 @@ class Verifier:
         """Run the comparison; returns (run folder, every non-synthetic configuration identical)."""
         if self.into is not None:
             run_dir = self.into
-            manifest = read_manifest(run_dir)
+            manifest = read_manifest(run_dir).to_dict()  # a run's manifest, with a "verify" key added
         else:
             run_dir = new_run_dir(self.results_root, f"verify-{self.sc.name}")
             (run_dir / "scenario.yaml").write_text(self.loaded.text, encoding="utf-8")

@@ -3,36 +3,40 @@
 The runner calls every observer after the record is already on disk, so an observer that fails
 can never lose a sample; its exception is reported once and the observer is dropped.
 
-Records reach observers as the JSON objects written to disk, never as the typed records: the soak passes
-``SoakWindow.to_dict()``, ``Verdict.to_dict()`` and ``Verdict.failure().to_dict()`` (harness/records/types.py),
-because the exporter reads them by key and ``specsoak`` replays a run folder's lines into the same methods.
+Observers hear the typed records (harness/records/types.py; ``RequestRecord`` in harness/records/files.py) the run
+writes, and ``specsoak export`` replays a run folder's lines, read back into the same types, into the same methods.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
+
+from engines.types import Capacity
+from harness.records.files import RequestRecord
+from harness.records.types import CanaryRound, Failure, Manifest, Phase, SoakWindow, Verdict
 
 
 class RunObserver(Protocol):
-    def on_run_start(self, manifest: dict[str, Any]) -> None: ...
+    def on_run_start(self, manifest: Manifest) -> None: ...
 
     def on_config_start(
         self, config: str, algorithm: str, synthetic: bool, engine: str, engine_url: str, engine_pid: int | None
     ) -> None: ...
 
-    def on_capacity(self, config: str, capacity: dict[str, Any]) -> None: ...
+    def on_capacity(self, config: str, capacity: Capacity, ready_s: float | None) -> None: ...
 
-    def on_request(self, record: dict[str, Any]) -> None: ...
+    def on_request(self, record: RequestRecord) -> None: ...
 
-    def on_phase(self, record: dict[str, Any]) -> None: ...
+    def on_phase(self, record: Phase) -> None: ...
 
-    def on_failure(self, record: dict[str, Any]) -> None: ...
+    def on_failure(self, record: Failure) -> None: ...
 
-    def on_window(self, record: dict[str, Any]) -> None: ...
+    def on_window(self, record: SoakWindow) -> None: ...
 
-    def on_verdict(self, record: dict[str, Any]) -> None: ...
+    def on_verdict(self, record: Verdict) -> None: ...
 
-    def on_canary(self, record: dict[str, Any]) -> None: ...
+    def on_canary(self, record: CanaryRound) -> None: ...
 
     def on_config_end(self, config: str, status: str) -> None: ...
 
@@ -42,7 +46,7 @@ class RunObserver(Protocol):
 class BaseObserver:
     """An observer that ignores everything; subclass and override what you need."""
 
-    def on_run_start(self, manifest: dict[str, Any]) -> None:
+    def on_run_start(self, manifest: Manifest) -> None:
         pass
 
     def on_config_start(
@@ -50,28 +54,28 @@ class BaseObserver:
     ) -> None:
         pass
 
-    def on_capacity(self, config: str, capacity: dict[str, Any]) -> None:
+    def on_capacity(self, config: str, capacity: Capacity, ready_s: float | None) -> None:
+        """What the engine's start-up log revealed, and how long it took to be ready (None: not measured)."""
+
+    def on_request(self, record: RequestRecord) -> None:
         pass
 
-    def on_request(self, record: dict[str, Any]) -> None:
+    def on_phase(self, record: Phase) -> None:
         pass
 
-    def on_phase(self, record: dict[str, Any]) -> None:
-        pass
+    def on_failure(self, record: Failure) -> None:
+        """A failure of a configuration: a line of failures.jsonl, or a soak verdict of a failing kind with its stage
+        and time (``Verdict.failure``)."""
 
-    def on_failure(self, record: dict[str, Any]) -> None:
-        """A failure of a configuration (harness/records/types.py ``Failure``): a line of failures.jsonl, or a soak verdict
-        of a failing kind with its stage and time."""
+    def on_window(self, record: SoakWindow) -> None:
+        """A closed soak window (a line of windows.jsonl, already on disk): its aggregates, the engine counter deltas,
+        CPU split and the change detector's state per watched metric."""
 
-    def on_window(self, record: dict[str, Any]) -> None:
-        """A closed soak window (a line of windows.jsonl, already on disk: harness/records/types.py ``SoakWindow``): its
-        aggregates, the engine counter deltas, CPU split and the change detector's state per watched metric."""
+    def on_verdict(self, record: Verdict) -> None:
+        """A watchdog verdict (a line of verdicts.jsonl)."""
 
-    def on_verdict(self, record: dict[str, Any]) -> None:
-        """A watchdog verdict (a line of verdicts.jsonl: harness/records/types.py ``Verdict``)."""
-
-    def on_canary(self, record: dict[str, Any]) -> None:
-        """A finished output-canary round of a soak (harness/soak/canary.py ``Canary.summary``)."""
+    def on_canary(self, record: CanaryRound) -> None:
+        """A finished output-canary round of a soak."""
 
     def on_config_end(self, config: str, status: str) -> None:
         pass
@@ -83,49 +87,51 @@ class BaseObserver:
 class Observers:
     """Fan-out to many observers; a failing observer is reported and dropped, never fatal."""
 
-    def __init__(self, observers: list[RunObserver] | None = None, warn: Any = None):
+    def __init__(self, observers: list[RunObserver] | None = None, warn: Callable[[str], None] | None = None):
         self._obs = list(observers or [])
         self._warn = warn or (lambda msg: None)
 
-    def _each(self, name: str, *args: Any) -> None:
+    def _each(self, call: Callable[[RunObserver], Any], name: str) -> None:
         for obs in list(self._obs):
             try:
-                getattr(obs, name)(*args)
+                call(obs)
             except Exception as exc:
                 self._warn(f"observer {type(obs).__name__}.{name} failed and is dropped: {exc}")
                 self._obs.remove(obs)
 
-    def on_run_start(self, manifest: dict[str, Any]) -> None:
-        self._each("on_run_start", manifest)
+    def on_run_start(self, manifest: Manifest) -> None:
+        self._each(lambda o: o.on_run_start(manifest), "on_run_start")
 
     def on_config_start(
         self, config: str, algorithm: str, synthetic: bool, engine: str, engine_url: str, engine_pid: int | None
     ) -> None:
-        self._each("on_config_start", config, algorithm, synthetic, engine, engine_url, engine_pid)
+        self._each(
+            lambda o: o.on_config_start(config, algorithm, synthetic, engine, engine_url, engine_pid), "on_config_start"
+        )
 
-    def on_capacity(self, config: str, capacity: dict[str, Any]) -> None:
-        self._each("on_capacity", config, capacity)
+    def on_capacity(self, config: str, capacity: Capacity, ready_s: float | None) -> None:
+        self._each(lambda o: o.on_capacity(config, capacity, ready_s), "on_capacity")
 
-    def on_request(self, record: dict[str, Any]) -> None:
-        self._each("on_request", record)
+    def on_request(self, record: RequestRecord) -> None:
+        self._each(lambda o: o.on_request(record), "on_request")
 
-    def on_phase(self, record: dict[str, Any]) -> None:
-        self._each("on_phase", record)
+    def on_phase(self, record: Phase) -> None:
+        self._each(lambda o: o.on_phase(record), "on_phase")
 
-    def on_failure(self, record: dict[str, Any]) -> None:
-        self._each("on_failure", record)
+    def on_failure(self, record: Failure) -> None:
+        self._each(lambda o: o.on_failure(record), "on_failure")
 
-    def on_window(self, record: dict[str, Any]) -> None:
-        self._each("on_window", record)
+    def on_window(self, record: SoakWindow) -> None:
+        self._each(lambda o: o.on_window(record), "on_window")
 
-    def on_verdict(self, record: dict[str, Any]) -> None:
-        self._each("on_verdict", record)
+    def on_verdict(self, record: Verdict) -> None:
+        self._each(lambda o: o.on_verdict(record), "on_verdict")
 
-    def on_canary(self, record: dict[str, Any]) -> None:
-        self._each("on_canary", record)
+    def on_canary(self, record: CanaryRound) -> None:
+        self._each(lambda o: o.on_canary(record), "on_canary")
 
     def on_config_end(self, config: str, status: str) -> None:
-        self._each("on_config_end", config, status)
+        self._each(lambda o: o.on_config_end(config, status), "on_config_end")
 
     def on_run_end(self, status: str, reason: str) -> None:
-        self._each("on_run_end", status, reason)
+        self._each(lambda o: o.on_run_end(status, reason), "on_run_end")

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from harness.load.greedy import GreedyClient
 from harness.prompts import Prompt
 from harness.records.files import JsonlWriter, read_jsonl
+from harness.records.types import CanaryRound
 
 if TYPE_CHECKING:
     from engines.base import Engine
@@ -431,26 +432,13 @@ class Canary:
             self._thread.start()
         return False, None
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> CanaryRound:
         """The last round in figures (the exporter's gauges): answers, errors, and how many differ from each reference
         (None: no reference yet)."""
         rows = round_summaries([a.to_dict() for a in self.answers])
-        s = (
-            rows[-1]
-            if rows
-            else {
-                "config": self.config,
-                "slice": self.slice_id,
-                "round": self.round,
-                "t_unix": time.time(),
-                "answers": 0,
-                "errors": 0,
-                "differing_first": None,
-                "differing_baseline": None,
-                "error": None,
-            }
-        )
-        return {**s, "baseline": self.baseline_name, "diverged": self.last is not None}
+        s = rows[-1] if rows else CanaryRound(self.config, self.slice_id, self.round, time.time())
+        s.baseline, s.diverged = self.baseline_name, self.last is not None
+        return s
 
     def close(self, wait_s: float = 0.0) -> None:
         """Stop: a round in flight is given ``wait_s`` to finish and is recorded if it does."""
@@ -516,7 +504,7 @@ def _differing(ans: Sequence[CanaryAnswer], pick: Pick) -> int | None:
     return sum(not d.identical for d in diffs) if diffs else None
 
 
-def round_summaries(records: Iterable[dict[str, Any]], verdicts: Iterable[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+def round_summaries(records: Iterable[dict[str, Any]], verdicts: Iterable[dict[str, Any]] = ()) -> list[CanaryRound]:
     """Each recorded round as ``Canary.summary`` gave it (a run folder replayed: ``specsoak export``); ``diverged`` once a
     divergence verdict of the configuration precedes the round's end."""
     rounds: dict[tuple[str, str, int], list[CanaryAnswer]] = {}
@@ -533,21 +521,21 @@ def round_summaries(records: Iterable[dict[str, Any]], verdicts: Iterable[dict[s
 
         base = next((a.vs_baseline.reference for a in ans if a.vs_baseline is not None), None)
         out.append(
-            {
-                "config": config,
-                "slice": slice_id,
-                "round": rnd,
-                "t_unix": t,
-                "answers": len(ans),
-                "errors": sum(a.status != "ok" for a in ans),
-                "differing_first": _differing(ans, lambda a: a.vs_first),
-                "differing_baseline": _differing(ans, lambda a: a.vs_baseline),
-                "baseline": base,
-                "diverged": div_t.get(config, float("inf")) <= t + 1.0,
-                "error": next((a.error for a in ans if a.error), None),
-            }
+            CanaryRound(
+                config,
+                slice_id,
+                rnd,
+                t,
+                answers=len(ans),
+                errors=sum(a.status != "ok" for a in ans),
+                differing_first=_differing(ans, lambda a: a.vs_first),
+                differing_baseline=_differing(ans, lambda a: a.vs_baseline),
+                baseline=base,
+                diverged=div_t.get(config, float("inf")) <= t + 1.0,
+                error=next((a.error for a in ans if a.error), None),
+            )
         )
-    return sorted(out, key=lambda s: s["t_unix"])
+    return sorted(out, key=lambda s: s.t_unix)
 
 
 def canary_cell(records: Sequence[dict[str, Any]], verdicts: Sequence[dict[str, Any]], config: str) -> str:

@@ -30,6 +30,7 @@ from harness.metrics.exporter import MetricsExporter
 from harness.metrics.openmetrics import export_openmetrics
 from harness.metrics.targets import SHARED_DIR, EngineTargetsFile
 from harness.records.files import WINDOWS
+from harness.records.types import Manifest, Phase
 from harness.run.runner import Runner
 from harness.session.observers import BaseObserver
 
@@ -197,7 +198,7 @@ class _Linger(BaseObserver):
                 return
             time.sleep(0.5)
 
-    def on_phase(self, record: dict[str, Any]) -> None:
+    def on_phase(self, record: Phase) -> None:
         time.sleep(2.5)
 
 
@@ -633,7 +634,7 @@ def test_each_engines_own_series_feed_every_engine_side_panel(prometheus_bin: st
     try:
         for engine, stub in stubs.items():
             targets = EngineTargetsFile(results)
-            targets.on_run_start({"run_id": f"engines-{engine}"})
+            targets.on_run_start(Manifest(run_id=f"engines-{engine}"))
             targets.on_config_start("spec", "draft-eagle3", False, engine, stub.url, None)
         t0 = time.time()
         prom = Prometheus(prometheus_bin, tmp_path / "prometheus.yml", tmp_path / "data", tmp_path / "prometheus.log")

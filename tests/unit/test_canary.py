@@ -13,6 +13,7 @@ from harness.load.greedy import Answer
 from harness.metrics.exporter import MetricsExporter
 from harness.prompts import Prompt
 from harness.records.files import read_jsonl
+from harness.records.types import CanaryRound
 from harness.soak.canary import (
     CANARY,
     Canary,
@@ -198,7 +199,7 @@ def test_rounds_are_due_every_every_s_and_a_corrupted_answer_becomes_a_divergenc
     assert _until_round(c, t0 + 10.0) == (True, None)  # the first corrupted round: one flip, the floor
     done, div = _until_round(c, t0 + 20.0)
     assert done and div is not None and div.prompt_id == "canary-count" and div.first_diff == 5 and div.rounds == 2
-    assert c.summary()["diverged"] and c.summary()["differing_first"] == 1
+    assert c.summary().diverged and c.summary().differing_first == 1
     c.close()
     recs = list(read_jsonl(tmp_path / CANARY))
     assert len(recs) == 4 * n
@@ -248,7 +249,7 @@ def test_the_baselines_recorded_answers_are_the_speculative_configurations_secon
     spec.close()
     count = next(a for a in spec.answers if a.prompt_id == "canary-count")
     assert count.vs_baseline == Difference(False, 5, "tokens", "base") and count.vs_first is None
-    assert spec.summary()["differing_baseline"] == 1
+    assert spec.summary().differing_baseline == 1
 
 
 def test_a_refused_canary_prompt_is_an_error_record_and_a_line_never_a_crash(tmp_path: Path) -> None:
@@ -257,7 +258,7 @@ def test_a_refused_canary_prompt_is_an_error_record_and_a_line_never_a_crash(tmp
     c.close()
     recs = list(read_jsonl(tmp_path / CANARY))
     assert recs and all(r["status"] == "error" and "400" in r["error"] for r in recs)
-    assert c.summary()["errors"] == len(recs)
+    assert c.summary().errors == len(recs)
     cell = canary_cell(recs, [], "spec")
     assert (
         cell.startswith("✗ no answer")
@@ -285,9 +286,9 @@ def test_the_soak_table_cell_and_the_replayed_rounds(tmp_path: Path) -> None:
     assert f"2/{2 * n} differ from first answers" in cell and "3 rounds" in cell
     assert canary_cell(recs, [], "other") == "off"
     rows = round_summaries(recs, [verdict])
-    assert [r["round"] for r in rows] == [1, 2, 3]
-    assert [r["differing_first"] for r in rows] == [None, 1, 1]
-    assert rows[-1]["diverged"] and not any(r["diverged"] for r in round_summaries(recs, []))
+    assert [r.round for r in rows] == [1, 2, 3]
+    assert [r.differing_first for r in rows] == [None, 1, 1]
+    assert rows[-1].diverged and not any(r.diverged for r in round_summaries(recs, []))
 
 
 # ---- scenario, verdict, gauges --------------------------------------------------------------------------------
@@ -324,18 +325,9 @@ def test_divergence_stops_the_configuration_and_fails_its_soak_unless_set_to_rec
 def test_the_exporter_serves_the_last_rounds_differing_answers_and_the_diverged_flag() -> None:
     exp = MetricsExporter(process_reader=None)
     exp.on_config_start("spec", "ngram-map-k", False, "llamacpp", "", None)
+    exp.on_canary(CanaryRound("spec", "s1", 1, 100.0, answers=4, errors=1, differing_first=1, differing_baseline=None))
     exp.on_canary(
-        {
-            "config": "spec",
-            "answers": 4,
-            "errors": 1,
-            "differing_first": 1,
-            "differing_baseline": None,
-            "diverged": False,
-        }
-    )
-    exp.on_canary(
-        {"config": "spec", "answers": 4, "errors": 0, "differing_first": 2, "differing_baseline": 0, "diverged": True}
+        CanaryRound("spec", "s1", 2, 400.0, answers=4, errors=0, differing_first=2, differing_baseline=0, diverged=True)
     )
     text = "\n".join(f"{s.name}{s.labels} {s.value}" for fam in exp.registry.collect() for s in fam.samples)
     assert "specsoak_soak_canary_diverged" in text

@@ -11,12 +11,15 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
+from engines.types import Capacity
 from harness.metrics.exporter import CONFIG_LABELS, MAX_POSITIONS, VERDICT_KINDS, WATCHED_METRICS, MetricsExporter
 from harness.metrics.openmetrics import export_openmetrics
 from harness.metrics.targets import EngineTargetsFile
+from harness.records.files import RequestRecord
+from harness.records.types import Failure, Manifest, Phase, SoakWindow, Verdict
 
 RUN_QUICK = Path(__file__).resolve().parents[1] / "fixtures" / "run_quick"
-MANIFEST = {
+MANIFEST_LINE = {
     "run_id": "r1",
     "scenario": "t",
     "engine": "llamacpp",
@@ -24,6 +27,7 @@ MANIFEST = {
     "specsoak_version": "0.1.0",
     "started_unix": 1000.0,
 }
+MANIFEST = Manifest.from_dict(MANIFEST_LINE)
 ALLOWED_LABELS = set(CONFIG_LABELS) | {
     "phase",
     "streams",
@@ -42,7 +46,7 @@ ALLOWED_LABELS = set(CONFIG_LABELS) | {
 }
 
 
-def _request(status: str = "ok", **kw: object) -> dict[str, object]:
+def _request(status: str = "ok", **kw: object) -> RequestRecord:
     rec: dict[str, object] = {
         "config": "spec",
         "phase": "measure",
@@ -57,29 +61,31 @@ def _request(status: str = "ok", **kw: object) -> dict[str, object]:
     if status == "ok":
         rec.update(ttft_s=0.2, e2e_s=0.5, output_tokens=16, decode_tps=50.0, itl_s=[0.02, 0.03])
     rec.update(kw)
-    return rec
+    return RequestRecord.from_dict(rec)
 
 
-PHASE = {
-    "config": "spec",
-    "phase": "measure",
-    "streams": 1,
-    "repetition": 1,
-    "start_unix_s": 1001.0,
-    "end_unix_s": 1003.0,
-    "total_tps": 40.0,
-    "median_decode_tps": 50.0,
-    "cpu": {"other_cores": 0.01, "engine_cores": 1.9},
-    "counters": {
-        "draft_tokens": 40,
-        "accepted_tokens": 30,
-        "verify_steps": 10,
-        "accepted_per_position": [10, 9, 8] + [1] * 30,
-    },
-    "acceptance": 0.75,
-    "mean_accept_len": 4.0,
-    "per_position": [1.0, 0.9, 0.8],
-}
+PHASE = Phase.from_dict(
+    {
+        "config": "spec",
+        "phase": "measure",
+        "streams": 1,
+        "repetition": 1,
+        "start_unix_s": 1001.0,
+        "end_unix_s": 1003.0,
+        "total_tps": 40.0,
+        "median_decode_tps": 50.0,
+        "cpu": {"other_cores": 0.01, "engine_cores": 1.9},
+        "counters": {
+            "draft_tokens": 40,
+            "accepted_tokens": 30,
+            "verify_steps": 10,
+            "accepted_per_position": [10, 9, 8] + [1] * 30,
+        },
+        "acceptance": 0.75,
+        "mean_accept_len": 4.0,
+        "per_position": [1.0, 0.9, 0.8],
+    }
+)
 
 
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -111,21 +117,24 @@ def test_exporter_serves_every_figure_on_loopback() -> None:
         exp.on_config_start("spec", "draft-simple", False, "llamacpp", "http://127.0.0.1:9", 123)
         exp.on_capacity(
             "spec",
-            {
-                "config": "spec",
-                "ready_s": 1.5,
-                "slots": 4,
-                "ctx_per_slot": 2048,
-                "ctx_total": 8192,
-                "target": {"model_mib": 92.0, "kv_mib": 180.0, "compute_mib": 44.0},
-                "draft": {"model_mib": 92.0, "kv_mib": 180.0, "compute_mib": 10.0},
-            },
+            Capacity.from_dict(
+                {
+                    "slots": 4,
+                    "ctx_per_slot": 2048,
+                    "ctx_total": 8192,
+                    "target": {"model_mib": 92.0, "kv_mib": 180.0, "compute_mib": 44.0},
+                    "draft": {"model_mib": 92.0, "kv_mib": 180.0, "compute_mib": 10.0},
+                }
+            ),
+            1.5,
         )
         exp.on_request(_request())
         exp.on_request(_request("error", error_kind="timeout"))
         exp.on_phase(PHASE)
         exp.on_failure(
-            {"config": "spec", "stage": "measure", "kind": "EngineCrashed", "message": "x", "unix_s": 1005.0}
+            Failure.from_dict(
+                {"config": "spec", "stage": "measure", "kind": "EngineCrashed", "message": "x", "unix_s": 1005.0}
+            )
         )
         exp.record_verdict("spec", "drift", "decode_tps")
         s = scrape(exp.url)
@@ -175,7 +184,7 @@ def test_exporter_keeps_out_of_the_global_registry() -> None:
 LAB = {"run": "r1", "config": "spec", "engine": "llamacpp", "algorithm": "draft-simple", "synthetic": "false"}
 
 
-def _window(**kw: object) -> dict[str, object]:
+def _window(**kw: object) -> SoakWindow:
     """A closed soak window as harness/soak/slice.py hands it to on_window."""
     win: dict[str, object] = {
         "config": "spec",
@@ -217,12 +226,17 @@ def _window(**kw: object) -> dict[str, object]:
         "machine_memory_available_mib": 4096.0,
     }
     win.update(kw)
-    return win
+    return SoakWindow.from_dict(win)
+
+
+def _verdict(**kw: object) -> Verdict:
+    """A watchdog verdict as harness/soak/slice.py hands it to on_verdict."""
+    return Verdict.from_dict({"slice": "s1", "metric": None, "message": "", "evidence": {}, "action": "record", **kw})
 
 
 def _soak_exporter() -> MetricsExporter:
     exp = MetricsExporter(process_reader=None, clock=lambda: 5000.0)
-    exp.on_run_start({**MANIFEST, "machine": {"mem_total_mib": 16384}})
+    exp.on_run_start(Manifest.from_dict({**MANIFEST_LINE, "machine": {"mem_total_mib": 16384}}))
     exp.on_config_start("spec", "draft-simple", False, "llamacpp", "http://127.0.0.1:9", None)
     return exp
 
@@ -343,18 +357,12 @@ def test_verdicts_carry_their_kind() -> None:
     exp = _soak_exporter()
     get = exp.registry.get_sample_value
     exp.on_verdict(
-        {
-            "t_unix": 2100.0,
-            "config": "spec",
-            "slice": "s1",
-            "kind": "collapse",
-            "metric": "decode_tps",
-            "action": "none",
-            "engine_uptime_s": 60.0,
-        }
+        _verdict(
+            t_unix=2100.0, config="spec", kind="collapse", metric="decode_tps", action="none", engine_uptime_s=60.0
+        )
     )
-    exp.on_verdict({"t_unix": 2200.0, "config": "spec", "kind": "crash", "metric": None, "action": "restart"})
-    exp.on_verdict({"t_unix": 2300.0, "config": "spec", "kind": "brand_new_kind", "metric": "nonsense"})
+    exp.on_verdict(_verdict(t_unix=2200.0, config="spec", kind="crash", action="restart"))
+    exp.on_verdict(_verdict(t_unix=2300.0, config="spec", kind="brand_new_kind", metric="nonsense"))
     exp.record_verdict("spec", "memory", "engine_memory_mib")
     assert get("specsoak_watchdog_verdicts_total", {**LAB, "kind": "collapse", "metric": "decode_tps"}) == 1
     assert get("specsoak_watchdog_verdict_time_seconds", {**LAB, "kind": "collapse", "metric": "decode_tps"}) == 2100.0

@@ -1,4 +1,5 @@
-"""Typed soak records (harness/records/types.py): every line of real run folders reads and writes back byte for byte."""
+"""Typed records (harness/records/types.py): every line and manifest of real run folders reads and writes back byte for
+byte."""
 
 from __future__ import annotations
 
@@ -7,12 +8,23 @@ from pathlib import Path
 
 import pytest
 
-from harness.records.files import JsonlWriter
-from harness.records.types import Failure, JsonRecord, SoakWindow, Verdict
+from harness.common.errors import ResultsError
+from harness.records.files import JsonlWriter, RequestRecord, read_manifest
+from harness.records.types import ConfigState, Failure, JsonRecord, Manifest, Phase, SoakWindow, Verdict
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-KINDS: dict[str, type[JsonRecord]] = {"verdicts.jsonl": Verdict, "windows.jsonl": SoakWindow, "failures.jsonl": Failure}
-FILES = [*sorted(p for p in (FIXTURES / "soak_records").glob("*/*.jsonl")), FIXTURES / "run_quick" / "failures.jsonl"]
+KINDS: dict[str, type[JsonRecord]] = {
+    "verdicts.jsonl": Verdict,
+    "windows.jsonl": SoakWindow,
+    "failures.jsonl": Failure,
+    "phases.jsonl": Phase,
+    "after_soak.jsonl": Phase,
+}
+RUNS = [FIXTURES / "run_quick", FIXTURES / "run_soak_cache"]
+FILES = [
+    *sorted(p for p in (FIXTURES / "soak_records").glob("*/*.jsonl") if p.name in KINDS),
+    *(run / name for run in RUNS for name in KINDS if (run / name).is_file()),
+]
 
 
 def _line(record: dict) -> str:
@@ -93,3 +105,55 @@ def test_a_verdict_built_in_code_writes_the_soaks_keys_and_its_failure_adds_stag
     with JsonlWriter(tmp_path / "v.jsonl") as w:
         w.write(v.to_dict())
     assert Verdict.from_dict(json.loads((tmp_path / "v.jsonl").read_text())) == v
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
+def test_every_real_manifest_round_trips_with_its_configurations_typed(run: Path) -> None:
+    text = (run / "manifest.json").read_text()
+    m = read_manifest(run)
+    assert json.dumps(m.to_dict(), indent=2) == json.dumps(json.loads(text), indent=2)  # same keys, same order
+    assert m.run_id and m.engine == "llamacpp" and m.status and isinstance(m.started_unix, float)
+    assert m.configurations and all(isinstance(c, ConfigState) for c in m.configurations.values())
+    assert all(c.status == "done" and c.algorithm for c in m.configurations.values())
+    assert "scenario_file" in m.extra and m.scenario_parsed["name"] == m.scenario
+
+
+def test_a_field_set_after_reading_is_written_and_an_unset_one_is_not() -> None:
+    m = Manifest.from_dict({"run_id": "r", "configurations": {"a": {"status": "pending"}}})
+    assert m.to_dict() == {"run_id": "r", "configurations": {"a": {"status": "pending"}}}, "no defaults added"
+    m.configurations["a"].update(status="done", algorithm="none", engine_exit=0)
+    m.stop_reason = "done"
+    assert m.to_dict() == {
+        "run_id": "r",
+        "configurations": {"a": {"status": "done", "algorithm": "none", "engine_exit": 0}},
+        "stop_reason": "done",
+    }
+    assert m.get("stop_reason") == "done" and m.get("engine") is None and m.configurations["a"].get("k") is None
+    old = Manifest.from_dict({"run_id": "old"})  # written before configurations were kept: none added on write
+    assert old.configurations == {} and old.to_dict() == {"run_id": "old"}
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"configurations": 3}', '{"configurations": {"a": 3}}', "[]", '{"run_id": '],
+)
+def test_a_manifest_that_is_not_one_is_a_results_error_naming_the_file(tmp_path: Path, text: str) -> None:
+    (tmp_path / "manifest.json").write_text(text)
+    with pytest.raises(ResultsError, match=r"manifest\.json: unreadable manifest"):
+        read_manifest(tmp_path)
+
+
+def test_a_phase_is_keyed_by_its_open_loop_load_or_its_stream_count() -> None:
+    closed = Phase.from_dict({"config": "c", "phase": "measure", "streams": 4, "repetition": 1})
+    opened = Phase.from_dict({"config": "c", "phase": "arrivals", "streams": 4, "repetition": 2, "load": "2rps"})
+    assert (closed.load_key, opened.load_key) == (4, "2rps")
+    assert closed.to_dict() == {"config": "c", "phase": "measure", "streams": 4, "repetition": 1}
+
+
+def test_request_lines_read_back_as_records_and_drop_keys_they_do_not_name() -> None:
+    line = json.loads((FIXTURES / "run_quick" / "requests.jsonl").read_text().splitlines()[0])
+    r = RequestRecord.from_dict({**line, "added_later": 1})
+    back = r.to_dict()  # an older line: the fields it lacked at their defaults
+    assert {k: back[k] for k in line} == line and "added_later" not in back
+    with pytest.raises(TypeError):
+        RequestRecord.from_dict({"config": "c"})

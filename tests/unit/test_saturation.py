@@ -29,6 +29,7 @@ from harness.detect.saturation import (
 from harness.load.arrivals import arrival_figures
 from harness.load.schedule import Schedule
 from harness.records.files import RequestRecord
+from harness.records.types import Manifest, Phase
 
 ROOT = Path(__file__).resolve().parents[2]
 RULE = Rule()  # 0.9 completions, 10% late, 90% meeting the SLO
@@ -338,14 +339,21 @@ def test_the_runner_skips_rates_past_saturation_and_counts_them_done() -> None:
     )
     measured: list[tuple[str, int]] = []
 
-    def phase(cfg: Any, session: Any, out: Any, load: str, rep: int, phase: str = "measure") -> dict[str, Any]:
+    def phase(cfg: Any, session: Any, out: Any, load: str, rep: int, phase: str = "measure") -> Phase:
         measured.append((load, rep))
-        return _phase(
-            float(load[:-3]), completion=1.0 if load == "0.5rps" or rep == 2 else 0.3
-        )  # rep 2 keeps up at every rate
+        completion = 1.0 if load == "0.5rps" or rep == 2 else 0.3  # rep 2 keeps up at every rate
+        return Phase.from_dict(
+            {
+                "config": "b",
+                "phase": phase,
+                "streams": 4,
+                "repetition": rep,
+                **_phase(float(load[:-3]), completion=completion),
+            }
+        )
 
     state = RunState(sc, None, None)  # type: ignore[arg-type]  # the parts this test does not reach
-    state.manifest = {"configurations": {"b": {}}}
+    state.manifest = Manifest.from_dict({"configurations": {"b": {}}})
     state.write = lambda: None  # type: ignore[method-assign]  # no run folder
     fake = SimpleNamespace(
         sc=sc,
@@ -360,7 +368,7 @@ def test_the_runner_skips_rates_past_saturation_and_counts_them_done() -> None:
         Runner._measure(fake, cfg, None, None, reps=[rep])  # type: ignore[arg-type]  # a stand-in runner, no engine
     assert measured == [("0.5rps", 1), ("6rps", 1), ("0.5rps", 2), ("6rps", 2), ("12rps", 2)]
     assert state.phases_done(cfg)  # type: ignore[arg-type]  # a stand-in configuration
-    assert state.manifest["configurations"]["b"]["sweep_skipped"] == [["12rps", 1]]
+    assert state.manifest.to_dict()["configurations"]["b"]["sweep_skipped"] == [["12rps", 1]]
     state.done_phases, measured[:] = set(), []
     sc2 = sc.model_copy(
         update={

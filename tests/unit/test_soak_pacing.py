@@ -28,6 +28,7 @@ from harness.load.schedule import (
     worker_share,
 )
 from harness.records.columnar import compacted
+from harness.records.types import Manifest
 from tests.unit.test_exporter import LAB, _soak_exporter, _window
 from tests.unit.test_scenario import GOOD, write
 
@@ -270,7 +271,7 @@ def test_the_before_and_after_table_pairs_open_loop_phases_by_rate(tmp_path: Pat
     after = [phase("1rps", 38.0, 0.98, 0.9, 0, "after_soak"), phase("8rps", 70.0, 1.5, 0.2, 30, "after_soak")]
     run = RunData(
         run_dir=tmp_path,
-        manifest={"run_id": "r"},
+        manifest=Manifest(run_id="r"),
         phases=pd.DataFrame(),
         requests=pd.DataFrame(),
         capacity={},
@@ -311,7 +312,7 @@ def test_the_soak_table_pools_the_windows_rates(tmp_path: Path) -> None:
     windows = [win(100.0, 10.0, 1.0, 1.0, 20, 0), win(110.0, 30.0, 2.0, 0.5, 100, 9)]
     run = RunData(
         run_dir=tmp_path,
-        manifest={"run_id": "r"},
+        manifest=Manifest(run_id="r"),
         phases=pd.DataFrame(),
         requests=pd.DataFrame(),
         capacity={},

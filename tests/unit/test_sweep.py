@@ -10,6 +10,7 @@ import yaml
 from engines.llamacpp import LlamaCpp
 from harness.common.errors import ScenarioError
 from harness.config.loader import load_scenario
+from harness.records.types import Manifest
 
 
 def _write(tmp_path: Path, cfg: dict) -> Path:
@@ -93,7 +94,8 @@ def test_k_sweep_table_names_the_best_k_per_column() -> None:
         "d-k2": {"algorithm": "draft-simple", "k": 2, "sweep_of": "d", "spec": {"name": "d-k2", "k": 2}},
         "d-k4": {"algorithm": "draft-simple", "k": 4, "sweep_of": "d", "spec": {"name": "d-k4", "k": 4}},
     }
-    run = RunData(Path("r"), {"run_id": "r", "configurations": cfgs}, pd.DataFrame(), pd.DataFrame(), {}, [])
+    manifest = Manifest.from_dict({"run_id": "r", "configurations": cfgs})
+    run = RunData(Path("r"), manifest, pd.DataFrame(), pd.DataFrame(), {}, [])
     verdict = pd.DataFrame(
         [
             {

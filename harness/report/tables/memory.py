@@ -9,6 +9,7 @@ import pandas as pd
 from harness.common.stats import isnum, number_or_none
 from harness.detect.servable import kv_kib_per_token, servable_context, slo_verdict
 from harness.probe.gpu import MIB
+from harness.records.types import ConfigState
 from harness.report.load import RunData
 
 
@@ -21,7 +22,7 @@ def memory_table(runs: list[RunData], budget_override_mib: float | None = None) 
         fills = {f["config"]: f for f in run.fill_checks if f.get("budget_mib") == budget} if budget else {}
         for name in run.config_names:
             cap = run.capacity.get(name)
-            meta = run.manifest.get("configurations", {}).get(name, {})
+            meta = run.manifest.configurations.get(name) or ConfigState()
             row: dict[str, Any] = {
                 "run": run.run_id,
                 "config": name,
@@ -135,7 +136,7 @@ def max_streams_table(runs: list[RunData], slo_override: dict[str, float] | None
             if rec.get("event") == "step":
                 ramp_steps.setdefault(rec["config"], []).append(rec)
         for name in run.config_names:
-            meta = run.manifest.get("configurations", {}).get(name, {})
+            meta = run.manifest.configurations.get(name) or ConfigState()
             cap = run.capacity.get(name, {})
             steps = _ramp_steps(rq, name, ramp_steps.get(name, []))
             source = "adaptive ramp" if steps else "measured stream counts"

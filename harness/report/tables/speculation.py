@@ -92,16 +92,16 @@ def explain_table(runs: list[RunData], verdict: pd.DataFrame) -> pd.DataFrame:
             (
                 n
                 for n in run.config_names
-                if run.manifest["configurations"][n].get("algorithm") == "none"
-                and run.manifest["configurations"][n].get("status") == "done"
+                if run.manifest.configurations[n].algorithm == "none"
+                and run.manifest.configurations[n].status == "done"
             ),
             None,
         )
         if first_base is None:
             continue
         for name in run.config_names:
-            meta = run.manifest["configurations"][name]
-            if meta.get("algorithm") in (None, "none") or meta.get("status") != "done":
+            meta = run.manifest.configurations[name]
+            if meta.algorithm in (None, "none") or meta.status != "done":
                 continue
             vb = verdict[(verdict["run"] == run.run_id) & (verdict["config"] == name)]
             if "baseline" not in vb or vb.empty or not isinstance(vb["baseline"].iloc[0], str):
@@ -184,10 +184,10 @@ def roofline_table(runs: list[RunData], verdict: pd.DataFrame) -> pd.DataFrame:
     """The baseline's solo decode t/s against bandwidth / bytes per token (the model file, read once per token)."""
     rows: list[dict[str, Any]] = []
     for run in runs:
-        bw = (run.manifest.get("machine") or {}).get("memory_bandwidth") or {}
+        bw = run.manifest.machine.get("memory_bandwidth") or {}
         gbs = number_or_none(bw.get("gb_per_s"))
         for name in run.config_names:
-            if run.manifest["configurations"][name].get("algorithm") != "none":
+            if run.manifest.configurations[name].algorithm != "none":
                 continue
             cap = run.capacity.get(name, {})
             mib = number_or_none(cap.get("model_file_mib")) or number_or_none(
@@ -218,8 +218,8 @@ def k_sweep_table(runs: list[RunData], verdict: pd.DataFrame, counts: list[int])
     this K gave the highest throughput within its group."""
     rows: list[dict[str, Any]] = []
     for run in runs:
-        for name, meta in (run.manifest.get("configurations") or {}).items():
-            group = meta.get("sweep_of")
+        for name, meta in run.manifest.configurations.items():
+            group = meta.sweep_of
             if not group:
                 continue
             v = verdict[(verdict["run"] == run.run_id) & (verdict["config"] == name)]
