@@ -5,7 +5,8 @@ hours of flat windows needs many windows after a step before the order looks non
 step after 6 h flat: 79 minutes). This module asks the other question, window by window: "did
 this metric just leave its reference the bad way, and stay out?"
 
-Per metric and per load level (the window's ``users``):
+Per metric and per load level (the window's ``users``; one reference for every level where the rule says the load
+does not move the figure, ``per_level=False``; a rule made for one kind of loop, ``loop``, sees no value in the other):
 
 - reference: the median of the first ``reference_windows`` eligible windows at that level, and a
   robust sigma ``max(1.4826 x MAD, noise_floor, count sd)`` (the floor scaled by ``|reference|`` for
@@ -67,10 +68,14 @@ class MetricRule:
     )
     noise_floor: float  # lower bound of the robust sigma (fraction of |reference| if relative, absolute otherwise)
     absolute: bool = False
+    loop: str | None = None  # "open" or "closed": watched in open-loop (``load_level``) or closed-loop windows only
+    per_level: bool = True  # False: one reference for every load level (a figure the load does not move)
 
     def __post_init__(self) -> None:
         if self.bad_direction not in (-1, 1):
             raise ValueError(f"bad_direction is +1 or -1, not {self.bad_direction}")
+        if self.loop not in (None, "open", "closed"):
+            raise ValueError(f"loop is 'open', 'closed' or None, not {self.loop!r}")
         if not self.min_change > 0 or not self.noise_floor > 0:
             raise ValueError(f"min_change ({self.min_change}) and noise_floor ({self.noise_floor}) must be positive")
 
@@ -79,13 +84,18 @@ class MetricRule:
 WATCHED_CHANGES: dict[str, MetricRule] = {
     "output_tps": MetricRule(bad_direction=-1, min_change=0.2, noise_floor=0.02),  # total output tokens/s of the window
     # median per-request decode t/s: with several closed-loop users on a CPU it swings by up to half as requests
-    # take turns or get batched together (seen on llama-server here), at the same total t/s; output_tps catches smaller falls
-    "decode_tps": MetricRule(bad_direction=-1, min_change=0.4, noise_floor=0.02),
+    # take turns or get batched together (seen on llama-server here), at the same total t/s; output_tps catches smaller
+    # falls. Open loop, it follows how many requests happened to share the engine (docs/detector.md#alone-decode)
+    "decode_tps": MetricRule(bad_direction=-1, min_change=0.4, noise_floor=0.02, loop="closed"),
+    # open loop: the median decode t/s of the window's requests that ran alone, the engine's own speed at any level
+    "alone_decode_tps": MetricRule(bad_direction=-1, min_change=0.4, noise_floor=0.02, loop="open", per_level=False),
     "ttft_p95_s": MetricRule(bad_direction=+1, min_change=0.5, noise_floor=0.05),  # a p95 is noisy: a larger step
     "error_ratio": MetricRule(
         bad_direction=+1, min_change=0.1, noise_floor=0.02, absolute=True
     ),  # reference ~0: absolute
-    "acceptance": MetricRule(bad_direction=-1, min_change=0.15, noise_floor=0.02),  # accepted / drafted tokens
+    # accepted / drafted tokens: with n-gram lookup it follows the prompts (0.14 to 1.0 a window at one level of the
+    # two-hour staged soak, docs/detector.md#alone-decode); the collapses operators report are -40% and worse
+    "acceptance": MetricRule(bad_direction=-1, min_change=0.3, noise_floor=0.02),
     # the engine's memory net of its prompt cache (a cache growing to its cap by design is not a collapse)
     "engine_memory_mib": MetricRule(bad_direction=+1, min_change=0.3, noise_floor=0.01),  # above warm-up growth (+15%)
 }
@@ -234,14 +244,15 @@ class ChangeDetector:
         level = int(users) if users is not None else None
         settled = window.get("load_settled", True) is not False  # absent: closed loop, or a windows.jsonl from before
         sds = window.get("count_sd") or {}
+        loop = "open" if "load_level" in window else "closed"
         events: list[ChangeEvent] = []
         outcomes = {
             self._feed(
                 m,
                 rule,
-                level,
+                level if rule.per_level else None,
                 t_unix,
-                number_or_none(window.get(m), finite=True),
+                number_or_none(window.get(m), finite=True) if rule.loop in (None, loop) else None,
                 _relative_sd(rule, window.get(m), sds.get(m)),
                 settled,
                 events,

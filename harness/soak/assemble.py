@@ -99,13 +99,14 @@ def settle_window(
     open_loop: bool,
     outstanding_end: int | None = None,
     slice_windows: Sequence[dict[str, Any]] = (),
+    intervals: Sequence[tuple[float, float]] = (),
 ) -> dict[str, Any]:
     """The window's request figures (step 2), added to ``win`` (returned). ``ended``: the records it takes (those that
     ended in it, or after an earlier window was judged); ``streaming``: the records not yet ended (they may have
     streamed in it); ``previous``: the configuration's last judged window (None: the first); ``counters``: the
     engine's totals at the window's end; ``traffic``: harness/load/pacing.py ``window_traffic``. Open loop:
     ``outstanding_end`` (the backlog at its end) and ``slice_windows`` (the slice's judged windows) say whether the
-    backlog held still."""
+    backlog held still; ``intervals``: (start, end) of the slice's recent requests (which of its requests ran alone)."""
     chunks = stall_figures(ended, [])
     win["max_chunk_gap_s"], win["itl_p99_s"] = chunks["max_chunk_gap_s"], chunks["itl_p99_s"]
     win.update(
@@ -119,7 +120,9 @@ def settle_window(
         )
     )
     win.update(
-        window_figures(ended, [*ended, *streaming], win["t_start_unix"], win["t_end_unix"], open_loop, win.get("users"))
+        window_figures(
+            ended, [*ended, *streaming], win["t_start_unix"], win["t_end_unix"], open_loop, win.get("users"), intervals
+        )
     )
     win["count_sd"]["acceptance"] = acceptance_sd(
         win.get("acceptance"), (win.get("counters") or {}).get("draft_tokens")

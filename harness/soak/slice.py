@@ -56,7 +56,7 @@ from harness.load.shapes import users_at
 from harness.probe.cpu import CpuMeter
 from harness.probe.memory import rss_bytes, tree_memory, tree_rss_bytes
 from harness.prompts.lengths import soak_prompts
-from harness.records.files import SLICES, SOAK_DIR, VERDICTS, WINDOWS, JsonlWriter, read_jsonl
+from harness.records.files import SLICES, SOAK_DIR, VERDICTS, WINDOWS, JsonlWriter, RequestRecord, read_jsonl
 from harness.records.types import Verdict
 from harness.session.engine import EngineSession, RunContext
 from harness.soak import canary as canary_mod
@@ -187,6 +187,9 @@ class SoakSlice:
             dict[str, Any]
         ] = []  # records not yet given to a window (by end time), or still streaming
         self.ends: list[float] = []  # end times of the slice's records, ascending (the open-loop backlog)
+        # (start, end) of the slice's recent records: which of a window's requests ran alone (open loop)
+        self.intervals: list[tuple[float, float]] = []
+        self.longest_s = 0.0  # the longest of them
         self.slice_windows: list[dict[str, Any]] = []  # this slice's judged windows (the backlog's history)
         self.window_t0 = 0.0
         self.window_counters: EngineCounters | None = None
@@ -240,10 +243,9 @@ class SoakSlice:
         )
         self.verdicts.write(rec.to_dict())
         self.verdict_count += 1
-        # the observers (the exporter, openmetrics replay) read records by key: they get the JSON objects
-        self.ctx.obs.on_verdict(rec.to_dict())
+        self.ctx.obs.on_verdict(rec)
         if kind in OBSERVED_FAILURES:
-            self.ctx.obs.on_failure(rec.failure().to_dict())
+            self.ctx.obs.on_failure(rec.failure())
         up = rec.engine_uptime_s
         colour = "red" if kind in FAILURE_KINDS else "yellow"
         self.ctx.console.print(
@@ -262,9 +264,9 @@ class SoakSlice:
         assert self.canary is not None
         summary = self.canary.summary()
         self.ctx.obs.on_canary(summary)
-        if summary["errors"]:
+        if summary.errors:
             self.ctx.console.print(
-                f"  [yellow]canary: {summary['errors']} of {summary['answers']} answers failed: {summary['error']}[/]",
+                f"  [yellow]canary: {summary.errors} of {summary.answers} answers failed: {summary.error}[/]",
                 highlight=False,
             )
         if div is not None:
@@ -508,8 +510,12 @@ class SoakSlice:
         new = self.tail.read(sorted((self.run_dir / SOAK_DIR).glob(f"{self.slice_id}-*.jsonl")))
         self.records_seen += len(new)
         for r in new:
-            self.ctx.obs.on_request(r)
+            with contextlib.suppress(TypeError):  # a line without a request's fields reaches no observer
+                self.ctx.obs.on_request(RequestRecord.from_dict(r))
             bisect.insort(self.ends, end_unix(r))
+            start = float(r.get("start_unix_s") or 0.0)
+            self.intervals.append((start, end_unix(r)))
+            self.longest_s = max(self.longest_s, end_unix(r) - start)
         self.window.extend(new)
         self.unassigned.extend(new)
         if now - self.window_t0 >= self.wd.window_s or (final and self.window):
@@ -598,6 +604,8 @@ class SoakSlice:
         streamed inside it, the work done since the engine started (``counters``: its totals at the window's end)."""
         t0, t1 = win["t_start_unix"], win["t_end_unix"]
         ended, self.unassigned = take_ended(self.unassigned, t1, last)
+        # a request that ends in this window or later started after t0 - longest_s; what ended before it is not needed
+        self.intervals = [iv for iv in self.intervals if iv[1] >= t0 - 2 * self.longest_s]
         earlier = self.history.get(self.cfg.name)
         previous = earlier[-1] if earlier else None
         backlog = None
@@ -614,6 +622,7 @@ class SoakSlice:
             self.arrival is not None,
             backlog,
             self.slice_windows,
+            self.intervals,
         )
 
     def _judge(self, win: dict[str, Any]) -> None:
@@ -633,7 +642,7 @@ class SoakSlice:
         )
         record = window.to_dict()
         self.windows.write(record)
-        self.ctx.obs.on_window(record)  # the observers read windows by key (harness/metrics/exporter.py)
+        self.ctx.obs.on_window(window)
         self.history.setdefault(self.cfg.name, []).append(record)
         self.slice_windows.append(record)
         self._status_line(record, window.t_end_unix)

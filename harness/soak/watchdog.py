@@ -91,7 +91,10 @@ class WatchState:
 
 def brief(w: SoakWindow | Window) -> dict[str, Any]:
     """A window as verdict evidence: its figures, without the detector state and CPU detail."""
-    return {k: w.get(k) for k in BRIEF_KEYS}
+    out = {k: w.get(k) for k in BRIEF_KEYS}
+    if (alone := w.get("alone_decode_tps")) is not None:  # open loop, requests that ran alone (soak/windows.py)
+        out["alone_decode_tps"] = alone
+    return out
 
 
 def available_mib(win: SoakWindow | Window, memory_limit_mib: float | None) -> float:
@@ -143,6 +146,8 @@ def change_finding(ev: ChangeEvent, history: Sequence[Window], wd: Watchdog, ope
         at = (
             f"{ev.level} users"
             if not open_loop
+            else "any load level"
+            if ev.level is None
             else f"load level {ev.level} (about {LEVEL_STEP ** (ev.level or 0):.3g} rps)"
         )
         return Finding(

@@ -7,6 +7,10 @@
   closed-loop user, 32-token answers, 8-s windows: 4 or 5 finished requests, 15.9 or 19.8 t/s, nothing between).
 - **Per-request figures keep their request's window**: the window in which it ended (start + end-to-end time):
   request and error counts, median decode t/s, TTFT p95.
+- **Open loop: the decode t/s of requests that ran alone** (``alone_decode_tps``). At a Poisson level the requests a
+  window holds shared the engine with 0 to 3 others by chance, and per-request decode t/s follows that (25 to 77 t/s
+  at one 0.15-rps level on llama-server here, docs/detector.md#alone-decode); a request no other overlapped decodes at
+  the engine's own speed whatever the level (58 to 90 t/s over two hours at every level of the same soak).
 - **Count-implied standard errors** (``count_sd``): what the window's own counts alone make each figure wander by,
   so the change detector's sigma is never below them (harness/detect/changepoint.py): Poisson arrivals for open-loop
   throughput, one request in or out at the window's edges for closed loop, a median or a 95th percentile over n
@@ -34,6 +38,8 @@ MEDIAN_SE = 1.2533  # standard error of a median over n Gaussian samples = this 
 MAD_TO_SIGMA = 1.4826
 EDGE_REQUESTS = 0.5  # closed loop: a window's token count moves by about half a request per user at its edges
 BACKLOG_SPAN = 2  # windows over which the open-loop backlog must hold still (or is seen falling)
+ALONE_SHARE = 0.25  # a request ran alone when others were in flight for less than this share of its time, on average
+MIN_ALONE = 2  # a window's solo decode t/s needs this many requests that ran alone
 
 
 def chunk_times(rec: dict[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
@@ -80,6 +86,26 @@ def streamed(recs: Sequence[dict[str, Any]], t0: float, t1: float) -> tuple[floa
     return tokens, n
 
 
+def ran_alone(
+    rec: dict[str, Any], intervals: Sequence[tuple[float, float]], starts: Sequence[float], longest_s: float
+) -> bool:
+    """Whether other requests were in flight for less than ALONE_SHARE of ``rec``'s time, on average. ``intervals``:
+    (start, end) of the requests that may have overlapped it, ``rec`` itself included, sorted by start; ``starts``:
+    their starts; ``longest_s``: the longest of them. Looks only at those that started within ``longest_s`` before
+    it, nearest first, and stops once the share is reached (at a high rate, at once)."""
+    s, e = float(rec.get("start_unix_s") or 0.0), end_unix(rec)
+    if e <= s:
+        return False
+    lo, hi = bisect.bisect_left(starts, s - longest_s), bisect.bisect_left(starts, e)
+    limit = ALONE_SHARE * (e - s) + (e - s)  # its own interval counts once
+    shared = 0.0
+    for a, b in reversed(intervals[lo:hi]):
+        shared += max(0.0, min(e, b) - max(s, a))
+        if shared >= limit:
+            return False
+    return True
+
+
 def window_figures(
     ended: Sequence[dict[str, Any]],
     overlapping: Sequence[dict[str, Any]],
@@ -87,9 +113,12 @@ def window_figures(
     t1: float,
     open_loop: bool,
     users: int | None,
+    intervals: Sequence[tuple[float, float]] = (),
 ) -> dict[str, Any]:
     """The window's request figures. ``ended``: the records that ended in ``[t0, t1)``; ``overlapping``: every record
-    that may have streamed in it (a superset is fine). ``users``: the closed-loop users (the edge model's size)."""
+    that may have streamed in it (a superset is fine). ``users``: the closed-loop users (the edge model's size).
+    Open loop, ``intervals``: (start, end) of the slice's requests that may have overlapped those that ended in it
+    (``ran_alone``)."""
     ok = [r for r in ended if r.get("status") == "ok"]
     errors = len(ended) - len(ok)
     kinds: dict[str, int] = defaultdict(int)
@@ -126,6 +155,14 @@ def window_figures(
         ),
         "error_ratio": share_sd(errors, len(ended)),
     }
+    if open_loop:
+        ivs = sorted(intervals)
+        starts, longest = [a for a, _ in ivs], max((b - a for a, b in ivs), default=0.0)
+        solo = [float(r["decode_tps"]) for r in ok if r.get("decode_tps") and ran_alone(r, ivs, starts, longest)]
+        enough = len(solo) >= MIN_ALONE
+        out["alone_requests"] = len(solo)
+        out["alone_decode_tps"] = float(np.median(solo)) if enough else None
+        out["count_sd"]["alone_decode_tps"] = median_sd(solo) if enough else None
     return out
 
 

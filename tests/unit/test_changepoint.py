@@ -12,6 +12,7 @@ from harness.detect.changepoint import (
     ChangeDetector,
     ChangeEvent,
     DetectorSettings,
+    MetricRule,
     detect_series,
     memory_forecast,
 )
@@ -260,3 +261,32 @@ def test_a_collapse_right_after_a_short_reference_does_not_become_the_reference(
     ]
     got = [e for e in detect_series(wins, st) if e.kind == "collapse"]
     assert [e.metric for e in got] == ["output_tps"] and got[0].t_unix <= wins[6]["t_unix"]
+
+
+def test_open_loop_windows_judge_the_decode_of_requests_alone_at_one_reference_for_every_level() -> None:
+    """Open loop, per-request decode t/s follows how many requests shared the engine (25-77 t/s at one level of the
+    two-hour soak): it is not judged; the decode of the requests that ran alone is, against one reference whatever
+    the level, since the load does not move it."""
+    det = ChangeDetector(DetectorSettings(warmup_windows=0, reference_windows=3))
+    events: list[ChangeEvent] = []
+    for i in range(12):
+        level = -20 if i < 6 else -15  # a heavier level that never gets a reference of its own for the others
+        w = {
+            "t_unix": T0 + i * WINDOW_S,
+            "load_level": level,
+            "load_settled": i < 6,
+            "decode_tps": 70.0 if i % 2 else 25.0,  # by chance alone, or sharing the engine with three others
+            "alone_decode_tps": 70.0 if i < 9 else 30.0,  # the engine's own speed halves at window 9
+        }
+        events += det.update(w)
+    assert [(e.metric, e.level, e.t_unix) for e in _collapses(events)] == [
+        ("alone_decode_tps", None, T0 + 10 * WINDOW_S)
+    ]
+    closed = ChangeDetector(DetectorSettings(warmup_windows=0, reference_windows=3))
+    for i in range(8):  # closed loop: per-request decode is judged, the alone figure is not
+        closed.update(
+            {"t_unix": T0 + i * WINDOW_S, "users": 1, "decode_tps": 40.0 if i < 5 else 10.0, "alone_decode_tps": 5.0}
+        )
+    assert closed.state()["decode_tps"].in_episode and closed.state()["alone_decode_tps"].reference is None
+    with pytest.raises(ValueError, match="loop"):
+        MetricRule(bad_direction=-1, min_change=0.4, noise_floor=0.02, loop="both")

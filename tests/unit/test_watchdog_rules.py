@@ -4,6 +4,7 @@ replayed over real soaks' windows giving the verdicts those soaks wrote (tests/f
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 import yaml
 
 from harness.config.schema import Watchdog
-from harness.detect.changepoint import ChangeDetector
+from harness.detect.changepoint import WATCHED_CHANGES, ChangeDetector, MetricRule
 from harness.records.types import SoakWindow
 from harness.soak.disk import DiskWatch
 from harness.soak.slice import detector_settings
@@ -28,7 +29,7 @@ from harness.soak.watchdog import (
     memory_rules,
     stall_rule,
 )
-from harness.soak.windows import load_state
+from harness.soak.windows import end_unix, load_state, window_figures
 
 RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "soak_records"
 MIB = 2**20
@@ -237,16 +238,29 @@ def _folder(name: str) -> tuple[Watchdog, bool, list[dict[str, Any]], list[dict[
     )
 
 
-def _replay(wd: Watchdog, open_loop: bool, windows: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+# the collapse rules as they were before open-loop soaks judged the decode of requests that ran alone: per-request
+# decode t/s judged in every soak, acceptance at 15% (the rules the open-loop soaks recorded before then ran with)
+RULES_BEFORE_ALONE = {
+    m: replace(r, loop=None, min_change=0.15 if m == "acceptance" else r.min_change)
+    for m, r in WATCHED_CHANGES.items()
+    if m != "alone_decode_tps"
+}
+WRITTEN_WITH: dict[str, dict[str, MetricRule]] = {"staged_2h": RULES_BEFORE_ALONE, "alone_2h": RULES_BEFORE_ALONE}
+
+
+def _replay(
+    wd: Watchdog, open_loop: bool, windows: list[dict[str, Any]], rules: dict[str, MetricRule] | None = None
+) -> list[tuple[str, Any]]:
     """As the slice judges: the detector fed each window (as replay_detector), a new WatchState per slice (drift
-    named once per soak), the history ending with the window judged: (configuration, finding) in order."""
+    named once per soak), the history ending with the window judged: (configuration, finding) in order. ``rules``:
+    the change detector's (None: today's)."""
     detectors: dict[str, ChangeDetector] = {}
     history: dict[str, list[dict[str, Any]]] = {}
     states: dict[str, tuple[str, WatchState]] = {}
     got = []
     for w in windows:
         c = w["config"]
-        det = detectors.setdefault(c, ChangeDetector(detector_settings(wd)))
+        det = detectors.setdefault(c, ChangeDetector(detector_settings(wd), rules))
         if c not in states or states[c][0] != w["slice"]:
             states[c] = (w["slice"], WatchState(drift_flagged=states[c][1].drift_flagged if c in states else set()))
         if w.get("engine_restart"):
@@ -260,10 +274,10 @@ def _replay(wd: Watchdog, open_loop: bool, windows: list[dict[str, Any]]) -> lis
     return got
 
 
-@pytest.mark.parametrize("name", ["cache", "stalls", "drift", "faults", "staged_2h"])
+@pytest.mark.parametrize("name", ["cache", "stalls", "drift", "faults", "staged_2h", "alone_2h"])
 def test_rules_replayed_over_a_real_soaks_windows_give_the_verdicts_it_wrote(name: str) -> None:
     wd, open_loop, windows, verdicts = _folder(name)
-    got = _replay(wd, open_loop, windows)
+    got = _replay(wd, open_loop, windows, WRITTEN_WITH.get(name))
     want = [v for v in verdicts if v["kind"] not in NOT_WINDOW_RULES]
     assert [(c, f.kind, f.metric) for c, f in got] == [(v["config"], v["kind"], v["metric"]) for v in want]
     for (_, f), v in zip(got, want, strict=True):
@@ -290,4 +304,56 @@ def test_the_queue_a_heavier_level_left_is_not_judged_at_the_lighter_level() -> 
         earlier.append(w)
         redone.append(w)
     assert sum(bool(w["backlog_inherited"]) for w in redone) >= 10
+    assert [(c, f.kind, f.metric) for c, f in _replay(wd, open_loop, redone, RULES_BEFORE_ALONE)] == []
+
+
+def _with_alone_decode(name: str) -> list[dict[str, Any]]:
+    """The soak's windows with the decode of their requests that ran alone worked out from its request records as the
+    slice now does (``window_figures`` over the requests each window took, every request's start and end for the
+    overlaps)."""
+    _, _, windows, _ = _folder(name)
+    recs = [json.loads(line) for line in (RECORDS / name / "requests.jsonl").read_text().splitlines()]
+    out = []
+    for w in windows:
+        mine = [r for r in recs if r["config"] == w["config"]]
+        ended = [r for r in mine if w["t_start_unix"] <= end_unix(r) < w["t_end_unix"]]
+        intervals = [(float(r["start_unix_s"]), end_unix(r)) for r in mine]
+        fig = window_figures(ended, ended, w["t_start_unix"], w["t_end_unix"], True, None, intervals)
+        sd = {**w["count_sd"], "alone_decode_tps": fig["count_sd"]["alone_decode_tps"]}
+        out.append(
+            {**w, "alone_requests": fig["alone_requests"], "alone_decode_tps": fig["alone_decode_tps"], "count_sd": sd}
+        )
+    return out
+
+
+def test_the_decode_of_requests_that_ran_alone_holds_where_per_request_decode_swings_and_sees_a_slower_engine() -> None:
+    """The second two-hour staged soak (0.15 -> 0.25 -> 0.2 -> 0.15 rps, fixture alone_2h, docs/detector.md#alone-decode):
+    at one Poisson level the windows' median per-request decode ran from 25 to 77 t/s as requests happened to share the
+    engine, and back at 0.15 rps two windows of shared requests against a reference learned from quiet ones gave a
+    false decode collapse (replayed as written above). The requests that ran alone decode at the engine's own speed
+    at every level: judged on them the soak gives no verdict, and the same windows with those requests' decode
+    halved from minute 30 on give a collapse within three windows that have such requests."""
+    wd, open_loop, _, verdicts = _folder("alone_2h")
+    assert open_loop and [(v["config"], v["kind"], v["metric"]) for v in verdicts] == [
+        ("baseline", "collapse", "decode_tps"),
+        ("ngram-map-k", "collapse", "decode_tps"),
+        ("ngram-map-k", "collapse", "acceptance"),
+    ]
+    redone = _with_alone_decode("alone_2h")
+    level = [
+        w["decode_tps"] for w in redone if w["config"] == "baseline" and w["load_level"] == -20 and w["decode_tps"]
+    ]
+    alone = [w["alone_decode_tps"] for w in redone if w["config"] == "baseline" and w["alone_decode_tps"]]
+    assert max(level) / min(level) > 2.5 and max(alone) / min(alone) < 1.6 and len(alone) >= 20
     assert [(c, f.kind, f.metric) for c, f in _replay(wd, open_loop, redone)] == []
+    onset = 1800.0
+    planted = [
+        {**w, "alone_decode_tps": w["alone_decode_tps"] / 2}
+        if w["config"] == "baseline" and w["soak_t_start_s"] >= onset and w["alone_decode_tps"] is not None
+        else w
+        for w in redone
+    ]
+    got = [(c, f) for c, f in _replay(wd, open_loop, planted) if f.kind == "collapse"]
+    assert [(c, f.metric) for c, f in got] == [("baseline", "alone_decode_tps")]
+    after = [w for w in planted if w["config"] == "baseline" and w["soak_t_start_s"] >= onset and w["alone_decode_tps"]]
+    assert got[0][1].evidence["t_unix"] <= after[2]["t_unix"]

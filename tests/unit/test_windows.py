@@ -16,6 +16,7 @@ from harness.soak.windows import (
     load_state,
     outstanding,
     p95_sd,
+    ran_alone,
     share_sd,
     streamed,
     take_ended,
@@ -297,3 +298,37 @@ def test_drift_compares_like_load_with_like() -> None:
     pts = drift_points(wins, "decode_tps")
     assert len(pts) == 118 and {p[2] for p in pts} == {-17, -7}
     assert {p[2] for p in drift_points(wins, "engine_memory_mib")} == {None}
+
+
+def test_a_request_ran_alone_when_others_were_in_flight_for_under_a_quarter_of_its_time() -> None:
+    r = _rec(T0, 0.5, [0.5] * 3)  # T0 .. T0 + 2.0
+    own = (T0, T0 + 2.0)
+
+    def alone(*others: tuple[float, float]) -> bool:
+        ivs = sorted([own, *others])
+        return ran_alone(r, ivs, [a for a, _ in ivs], max(b - a for a, b in ivs))
+
+    assert alone()  # no other request
+    assert alone((T0 - 5.0, T0 - 1.0), (T0 + 3.0, T0 + 9.0))  # before and after it, never together
+    assert alone((T0 - 5.0, T0 + 0.4))  # 0.4 s of its 2 s shared: under a quarter
+    assert not alone((T0 - 5.0, T0 + 0.6))  # 0.6 s shared
+    assert not alone((T0 + 1.0, T0 + 1.3), (T0 + 1.5, T0 + 1.8))  # two short ones add up to 0.6 s
+    assert not alone((T0 - 60.0, T0 + 60.0))  # a long one that started long before it
+
+
+def test_an_open_loop_window_gives_the_decode_of_its_requests_that_ran_alone() -> None:
+    # two requests alone at 70 t/s, then two together at 35 t/s each; one alone is not enough for a figure
+    recs = [
+        _rec(T0, 0.5, [0.5] * 3, decode_tps=70.0),
+        _rec(T0 + 5.0, 0.5, [0.5] * 3, decode_tps=72.0),
+        _rec(T0 + 10.0, 0.5, [0.5] * 6, decode_tps=35.0),
+        _rec(T0 + 10.5, 0.5, [0.5] * 6, decode_tps=34.0),
+    ]
+    intervals = [(r["start_unix_s"], r["start_unix_s"] + r["e2e_s"]) for r in recs]
+    fig = window_figures(recs, recs, T0, T0 + 20.0, open_loop=True, users=None, intervals=intervals)
+    assert fig["decode_tps"] == pytest.approx(52.5) and fig["alone_requests"] == 2
+    assert fig["alone_decode_tps"] == pytest.approx(71.0) and fig["count_sd"]["alone_decode_tps"] is not None
+    one = window_figures(recs[1:], recs, T0, T0 + 20.0, open_loop=True, users=None, intervals=intervals)
+    assert one["alone_requests"] == 1 and one["alone_decode_tps"] is None
+    closed = window_figures(recs, recs, T0, T0 + 20.0, open_loop=False, users=1, intervals=intervals)
+    assert "alone_decode_tps" not in closed and "alone_decode_tps" not in closed["count_sd"]
