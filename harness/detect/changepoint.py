@@ -94,7 +94,7 @@ WATCHED_CHANGES: dict[str, MetricRule] = {
         bad_direction=+1, min_change=0.1, noise_floor=0.02, absolute=True
     ),  # reference ~0: absolute
     # accepted / drafted tokens: with n-gram lookup it follows the prompts (0.14 to 1.0 a window at one level of the
-    # two-hour staged soak, docs/detector.md#alone-decode); the collapses operators report are -40% and worse
+    # second two-hour soak, docs/soak.md#the-second-two-hour-soak); the collapses operators report are -40% and worse
     "acceptance": MetricRule(bad_direction=-1, min_change=0.3, noise_floor=0.02),
     # the engine's memory net of its prompt cache (a cache growing to its cap by design is not a collapse)
     "engine_memory_mib": MetricRule(bad_direction=+1, min_change=0.3, noise_floor=0.01),  # above warm-up growth (+15%)

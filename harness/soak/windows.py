@@ -10,7 +10,8 @@
 - **Open loop: the decode t/s of requests that ran alone** (``alone_decode_tps``). At a Poisson level the requests a
   window holds shared the engine with 0 to 3 others by chance, and per-request decode t/s follows that (25 to 77 t/s
   at one 0.15-rps level on llama-server here, docs/detector.md#alone-decode); a request no other overlapped decodes at
-  the engine's own speed whatever the level (58 to 90 t/s over two hours at every level of the same soak).
+  the engine's own speed whatever the level (63 to 81 t/s in every window with two such requests, at every level of
+  the same soak).
 - **Count-implied standard errors** (``count_sd``): what the window's own counts alone make each figure wander by,
   so the change detector's sigma is never below them (harness/detect/changepoint.py): Poisson arrivals for open-loop
   throughput, one request in or out at the window's edges for closed loop, a median or a 95th percentile over n
@@ -39,7 +40,7 @@ MAD_TO_SIGMA = 1.4826
 EDGE_REQUESTS = 0.5  # closed loop: a window's token count moves by about half a request per user at its edges
 BACKLOG_SPAN = 2  # windows over which the open-loop backlog must hold still (or is seen falling)
 ALONE_SHARE = 0.25  # a request ran alone when others were in flight for less than this share of its time, on average
-MIN_ALONE = 2  # a window's solo decode t/s needs this many requests that ran alone
+MIN_ALONE = 2  # a window's alone_decode_tps needs this many requests that ran alone
 
 
 def chunk_times(rec: dict[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
