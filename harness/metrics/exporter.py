@@ -37,6 +37,7 @@ from prometheus_client.registry import Collector
 
 from engines.types import Capacity
 from harness.config.policy import RECORDED_VERDICT_KINDS
+from harness.detect.changepoint import WATCHED_CHANGES
 from harness.probe.memory import rss_bytes
 from harness.records.files import RequestRecord
 from harness.records.types import CanaryRound, Failure, Manifest, Phase, SoakWindow, Verdict
@@ -288,15 +289,7 @@ WINDOW_GAUGES: tuple[WindowGauge, ...] = (
 # series a verdict may name beside the change detector's (stall, prompt cache, GPU memory)
 VERDICT_ONLY_METRICS = ("longest_stall_s", "prompt_cache_mib", "gpu_used_mib")
 # the window series the soak's change detector watches (the ``detectors`` of a window record)
-WATCHED_METRICS = (
-    "output_tps",
-    "decode_tps",
-    "alone_decode_tps",
-    "ttft_p95_s",
-    "error_ratio",
-    "acceptance",
-    "engine_memory_mib",
-)
+WATCHED_METRICS = tuple(WATCHED_CHANGES)  # the change detector's metrics, the ``metric`` label's values
 BUFFERS = ("model_mib", "kv_mib", "compute_mib", "recurrent_mib")
 
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)

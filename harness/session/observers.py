@@ -91,6 +91,11 @@ class Observers:
         self._obs = list(observers or [])
         self._warn = warn or (lambda msg: None)
 
+    @property
+    def listening(self) -> bool:
+        """Whether any observer is left to hear a record (none: no record need be typed for them)."""
+        return bool(self._obs)
+
     def _each(self, call: Callable[[RunObserver], Any], name: str) -> None:
         for obs in list(self._obs):
             try:

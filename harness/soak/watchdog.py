@@ -23,6 +23,8 @@ from harness.soak.figures import cache_outlook, stall_to_flag
 from harness.soak.windows import load_key
 
 RSS_TREND_AFTER_S = 600.0  # the slow RSS trend ignores the engine's first 10 minutes (warm-up growth is not a leak)
+# figures a window carries only in some soaks: in its evidence where it has one (open loop: harness/soak/windows.py)
+BRIEF_IF_SET = ("alone_decode_tps",)
 # the figures of a window that verdict evidence carries (not the detector state nor the CPU detail)
 BRIEF_KEYS = (
     "t_start_unix",
@@ -92,8 +94,7 @@ class WatchState:
 def brief(w: SoakWindow | Window) -> dict[str, Any]:
     """A window as verdict evidence: its figures, without the detector state and CPU detail."""
     out = {k: w.get(k) for k in BRIEF_KEYS}
-    if (alone := w.get("alone_decode_tps")) is not None:  # open loop, requests that ran alone (soak/windows.py)
-        out["alone_decode_tps"] = alone
+    out.update({k: v for k in BRIEF_IF_SET if (v := w.get(k)) is not None})
     return out
 
 
