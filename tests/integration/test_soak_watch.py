@@ -1,6 +1,6 @@
 """What real engines do after hours, on the real llama-server (issue #24's shapes, compressed into minutes):
 
-- pauses that grow with uptime (SGLang PR #28067's GC pauses 7 s -> 23 s -> 46 s): SIGSTOP for 2, 4 and 8 s, one
+- pauses that grow with uptime (SGLang PR #28067's GC pauses 7 s -> 23 s -> 46 s): SIGSTOP for 2, 4, 8 and 16 s, one
   pause every ``PAUSE_EVERY_S``; the watchdog gives a ``stall`` verdict at the first pause over its floor, before any
   request fails, and again when the pauses grow;
 - memory that grows by design (llama.cpp #25740: the host prompt cache grows by one prompt's KV per distinct
@@ -33,7 +33,9 @@ from tests.integration.test_soak_collapse import _logs_to_soak
 pytestmark = pytest.mark.engine
 
 EXIT_SOAK = 4
-PAUSES_S = (2.0, 4.0, 8.0)
+# the probe's silence counts from its last answer, so a pause can read up to one probe loop longer than it was: on a
+# slow machine (CI, stop 30) the 8-s pause was not named again, under 1.5x the 4-s one as read; 16 s is past any slack
+PAUSES_S = (2.0, 4.0, 8.0, 16.0)
 PAUSE_EVERY_S = 22.0
 FIRST_PAUSE_AT_S = 20.0  # engine uptime of the first pause
 STALL_WARN_S = 3.0
@@ -103,7 +105,8 @@ def test_pauses_that_grow_give_a_stall_verdict_at_the_first_over_the_floor_befor
         "measurement": _measurement(),
         # long answers, so that every pause falls inside a stream; requests fail only after stall_s without a chunk
         "soak": {
-            "duration_s": FIRST_PAUSE_AT_S + len(PAUSES_S) * PAUSE_EVERY_S,
+            # a window past the last pause, so the window where it ends is judged before the load stops
+            "duration_s": FIRST_PAUSE_AT_S + len(PAUSES_S) * PAUSE_EVERY_S + 12,
             "shape": {"kind": "steady", "users": 1},
             "prompts": "builtin:repeat",
             "max_tokens": 128,
@@ -140,13 +143,15 @@ def test_pauses_that_grow_give_a_stall_verdict_at_the_first_over_the_floor_befor
     assert 3.5 <= first["evidence"]["longest_stall_s"] <= 5.5
     assert first["engine_uptime_s"] == pytest.approx(FIRST_PAUSE_AT_S + PAUSE_EVERY_S, abs=12)
     assert "explanation" in first["evidence"]
-    # the 8-s pause is named again: the pauses grow
-    assert any(v["evidence"]["longest_stall_s"] >= 7.0 for v in stalls[1:]), stalls
+    # a longer pause is named again: the pauses grow
+    assert any(v["evidence"]["longest_stall_s"] >= 1.5 * first["evidence"]["longest_stall_s"] for v in stalls[1:]), [
+        (v["engine_uptime_s"], v["evidence"]["longest_stall_s"]) for v in stalls
+    ]
     # no request failed: the verdict came long before a pause could fail one
     windows = list(read_jsonl(run_dir / WINDOWS))
     assert sum(w["errors"] for w in windows) == 0
-    # the 8-s pause measured whole by the health probe's silence, wherever it fell in the streams
-    assert max(longest_stall(w) or 0 for w in windows) >= 7.0
+    # the 16-s pause measured whole by the health probe's silence, wherever it fell in the streams
+    assert max(longest_stall(w) or 0 for w in windows) >= 15.0
     report = (run_dir / "report.md").read_text()
     assert "longest stall s" in report
     # llama-server's /metrics has no KV usage or preemption series: said, not shown as 0
