@@ -64,6 +64,7 @@ from harness.soak.assemble import judged_window, live_window, settle_window, win
 from harness.soak.disk import DiskWatch
 from harness.soak.explain import explain
 from harness.soak.figures import longest_stall, memory_figures
+from harness.soak.health import HealthProbe
 from harness.soak.tail import LogFollower, RecordTail
 from harness.soak.watchdog import WatchState, headroom, judge
 from harness.soak.windows import end_unix, outstanding, take_ended
@@ -175,9 +176,8 @@ class SoakSlice:
         )  # the results disk's free space, once a window (harness/soak/disk.py)
         self.log_follower = LogFollower()
         self.cache_seen: Any = None  # the prompt cache as the engine last logged it
-        self.probe_latencies: list[
-            float
-        ] = []  # health probes of the open window, seconds (a timeout counts as its limit)
+        # the engine's health, asked from a thread of its own (harness/soak/health.py); its readings go to the open window
+        self.probe = HealthProbe(self._ask_health, self.wd.probe_interval_s, min(5.0, max(0.5, self.wd.hang_s / 3)))
         self.tail = RecordTail()
         self.records_seen = 0
         self.window: list[dict[str, Any]] = []
@@ -295,6 +295,7 @@ class SoakSlice:
                 kill = True
                 continue
             self.window_counters = self._scrape()
+            self.probe.reset()
             self.engine_restarted = True  # the next window says so; the detector's warm-up starts there, as in a replay
             self.state.engine_restarted()
             self.cache_seen = None
@@ -345,7 +346,7 @@ class SoakSlice:
                 self._canary_round(self.canary.first_round())
             self.window_t0 = time.time()
             self.window_counters = self._scrape()
-            last_ok = time.monotonic()
+            self.probe.start()
             t_load = self.t_load = time.time()
             locust.start()
             self.locust_pids = tuple(locust.pids)
@@ -366,19 +367,15 @@ class SoakSlice:
                     if action != "restart" or not self._restart("crash"):
                         gave_up = action == "restart"
                         break
-                    last_ok = time.monotonic()
                     continue
-                if self._healthy():
-                    # the stretch without a healthy answer, less the probe's own pause: a pause longer than a probe's timeout
-                    self.probe_latencies.append(max(0.0, time.monotonic() - last_ok - self.wd.probe_interval_s))
-                    last_ok = time.monotonic()
-                elif time.monotonic() - last_ok >= self.wd.hang_s:
+                silent_s = self.probe.silent_s()
+                if silent_s >= self.wd.hang_s:
                     status = _proc_status(self.session.pid)
                     action = self.verdict(
                         "hang",
-                        f"no answer for {time.monotonic() - last_ok:.0f} s (process {status})",
+                        f"no answer for {silent_s:.0f} s (process {status})",
                         {
-                            "silent_s": round(time.monotonic() - last_ok, 1),
+                            "silent_s": round(silent_s, 1),
                             "process_status": status,
                             "pid": self.session.pid,
                         },
@@ -386,7 +383,6 @@ class SoakSlice:
                     if action != "restart" or not self._restart("hang"):
                         gave_up = action == "restart"
                         break
-                    last_ok = time.monotonic()
                     continue
                 self._consume(time.time())
                 if self.canary is not None and self.outcome.stop is None:
@@ -394,6 +390,7 @@ class SoakSlice:
                     if done:
                         self._canary_round(div)
         finally:
+            self.probe.stop()
             if self.canary is not None:
                 self.canary.close()
             locust.stop(grace_s=15)
@@ -437,16 +434,11 @@ class SoakSlice:
         with contextlib.suppress(OSError):  # the report compacts what is missing
             compact_files(files)
 
-    def _healthy(self) -> bool:
-        timeout = min(5.0, max(0.5, self.wd.hang_s / 3))
-        t0 = time.perf_counter()
-        try:
-            status, _ = self.session.engine.http_get(self.session.engine.health_path, timeout=timeout)
-            return status == 200
-        except OSError:
-            return False
-        finally:
-            self.probe_latencies.append(min(timeout, time.perf_counter() - t0))
+    def _ask_health(self, timeout_s: float) -> bool:
+        """One health probe of the session's engine as it is now (a restart replaces it)."""
+        engine = self.session.engine
+        status, _ = engine.http_get(engine.health_path, timeout=timeout_s)
+        return status == 200
 
     def _locust_config(self) -> dict[str, Any]:
         from harness.load.shapes import load_trace
@@ -570,7 +562,7 @@ class SoakSlice:
             t1=now,
             delta=window_delta(self.window_counters, counters),
             memory=memory,
-            probe_latencies_s=self.probe_latencies,
+            probe_latencies_s=self.probe.take(),
             # the load level: Locust users (None: it changed inside the window); open loop: no users, the rate's level
             users=(users_start if users_start == users_end else None) if self.arrival is None else None,
             engine_pid=pid,
@@ -587,7 +579,6 @@ class SoakSlice:
         if self.cpu_meter is not None:
             self.cpu_meter = CpuMeter(pid, client_pids=self.locust_pids).start()
         self.window, self.window_t0, self.window_counters = [], now, counters
-        self.probe_latencies = []
         self.pending.append((win, counters))
         self._settle()
 
