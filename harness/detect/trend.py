@@ -1,6 +1,6 @@
 """Drift over hours: a robust trend test with a confidence bound, not a threshold.
 
-Each watched series (acceptance, decode t/s, TTFT p95, engine RSS) is aggregated per window;
+Each watched series (acceptance, decode t/s, TTFT p95, engine memory) is aggregated per window;
 over the windows so far, the Theil-Sen slope (median of pairwise slopes, insensitive to
 outliers) gets a confidence interval, and Kendall's tau tests that the order is not random
 (the Mann-Kendall trend test). A drift verdict needs all three: the interval excludes zero
@@ -78,10 +78,12 @@ def trend(
     return Trend(metric, len(v), float(res.slope), lo, hi, p, med, rel, bool(drifting), bad_direction)
 
 
-# The series the watchdog watches and which way is bad.
+# The series the watchdog watches and which way is bad; the change detector's rule for each says in which soaks
+# (open or closed loop) and whether per load level (harness/detect/changepoint.py WATCHED_CHANGES)
 WATCHED = {
     "acceptance": -1,
     "decode_tps": -1,
+    "alone_decode_tps": -1,
     "ttft_p95_s": +1,
     "engine_memory_mib": +1,
 }

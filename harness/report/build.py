@@ -547,8 +547,9 @@ def _blocks(
                 b.append(p(f"Why {row['config']}'s soak was flagged: {row['why']}."))
         b.append(
             p(
-                "A collapse is a watched window series (output t/s, decode t/s, TTFT p95, error share, acceptance, engine",
-                "memory) that left its reference at the same load level and stayed there (docs/soak.md); the engine uptime",
+                "A collapse is a watched window series (output t/s, decode t/s, in an open-loop soak that of the requests",
+                "that ran alone, TTFT p95, error share, acceptance, engine memory) that left its reference at the same load",
+                "level and stayed there (docs/soak.md); the engine uptime",
                 "is the age of the engine process when the watchdog flagged it. Windows contaminated by other processes'",
                 "CPU, or in an engine's warm-up, are recorded but not judged. The output canary: fixed greedy prompts",
                 "answered every few minutes, compared with the configuration's first answers and its baseline's (docs/soak.md#output-canary).",

@@ -120,7 +120,11 @@ def soak_timeline(runs: list[RunData], path: Path) -> Path | None:
         return None
     fig, axes = plt.subplots(5, 1, figsize=(8.5, 11.0), dpi=100, sharex=True)
     multi = len(runs) > 1
-    panels = (("output_tps", "output t/s (window)"), ("decode_tps", "median decode t/s"), ("ttft_p95_s", "TTFT p95 s"))
+    panels = (
+        ("output_tps", "output t/s (window)"),
+        ("decode_tps", "median decode t/s\n(open loop: requests alone)"),
+        ("ttft_p95_s", "TTFT p95 s"),
+    )
     longest = max(float(s[2][-1]["t_unix"]) - float(s[2][0]["t_unix"]) for s in series)
     unit_s, unit = (3600.0, "hours") if longest >= 2 * 3600 else (60.0, "minutes")
     for i, (run_id, cfg, wins, verdicts) in enumerate(series):
@@ -133,7 +137,10 @@ def soak_timeline(runs: list[RunData], path: Path) -> Path | None:
         t0 = float(wins[0]["t_unix"])
         x = [(float(w["engine_uptime_s"]) if one_engine else float(w["t_unix"]) - t0) / unit_s for w in wins]
         judged = [bool(w.get("judged", True)) for w in wins]
+        open_loop = any("alone_decode_tps" in w for w in wins)
         for ax, (key, ylabel) in zip(axes[:3], panels, strict=True):
+            if key == "decode_tps" and open_loop:
+                key = "alone_decode_tps"  # the decode an open-loop soak judges (docs/detector.md#alone-decode)
             pts = [(xx, w.get(key), j) for xx, w, j in zip(x, wins, judged, strict=True) if isnum(w.get(key))]
             ax.plot([p[0] for p in pts], [p[1] for p in pts], color=colour, lw=0.8, label=label)
             ax.scatter([p[0] for p in pts if p[2]], [p[1] for p in pts if p[2]], s=6, color=colour)

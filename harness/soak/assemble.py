@@ -19,7 +19,7 @@ from engines.types import EngineCounters, acceptance_figures, counters_delta
 from harness.probe.cpu import CpuUse
 from harness.records.types import SoakWindow
 from harness.soak.figures import engine_view, stall_figures, work_done
-from harness.soak.windows import acceptance_sd, load_state, window_figures
+from harness.soak.windows import acceptance_sd, drafted_per_request, load_state, window_figures
 
 
 def window_delta(before: EngineCounters | None, after: EngineCounters | None) -> EngineCounters | None:
@@ -125,7 +125,7 @@ def settle_window(
         )
     )
     win["count_sd"]["acceptance"] = acceptance_sd(
-        win.get("acceptance"), (win.get("counters") or {}).get("draft_tokens")
+        win.get("acceptance"), (win.get("counters") or {}).get("draft_tokens"), drafted_per_request(ended)
     )
     win.update(traffic)
     if open_loop:

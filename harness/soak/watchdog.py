@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.config.schema import Watchdog
-from harness.detect.changepoint import ChangeEvent, memory_forecast
+from harness.detect.changepoint import WATCHED_CHANGES, ChangeEvent, memory_forecast
 from harness.detect.trend import WATCHED, trend
 from harness.load.schedule import LEVEL_STEP
 from harness.records.types import SoakWindow
@@ -295,15 +295,20 @@ def error_rate_rule(win: SoakWindow, wd: Watchdog) -> Finding | None:
 
 def drift_points(wins: Sequence[Window], metric: str) -> list[tuple[float, float, Any]]:
     """(t_unix, value, load level) of the windows the drift test takes: not contaminated, engine memory only after the
-    engine's first 10 minutes and at one level (memory does not follow the load), the rest at their load level
-    (harness/soak/windows.py ``load_key``), open-loop windows only where the backlog held still."""
+    engine's first 10 minutes and at one level (memory does not follow the load), a series the change detector judges
+    at every level at one level (the decode of requests that ran alone: the engine's own speed), the rest at their
+    load level (harness/soak/windows.py ``load_key``), open-loop windows only where the backlog held still."""
     out: list[tuple[float, float, Any]] = []
+    rule = WATCHED_CHANGES.get(metric)
     for w in wins:
         if w.get(metric) is None or w.get("contaminated"):
             continue
         if metric == "engine_memory_mib":
             if (w.get("engine_uptime_s") or 0) >= RSS_TREND_AFTER_S:
                 out.append((w["t_unix"], w[metric], None))
+            continue
+        if rule is not None and not rule.per_level:
+            out.append((w["t_unix"], w[metric], None))
             continue
         level = load_key(w)
         if (("load_level" in w or "users" in w) and level is None) or w.get("load_settled") is False:
@@ -312,14 +317,18 @@ def drift_points(wins: Sequence[Window], metric: str) -> list[tuple[float, float
     return out
 
 
-def drift_rules(history: Sequence[Window], wd: Watchdog, state: WatchState) -> list[Finding]:
+def drift_rules(history: Sequence[Window], wd: Watchdog, state: WatchState, open_loop: bool = False) -> list[Finding]:
     """A ``drift`` verdict, once per metric and soak, when a watched series trends over the whole soak
-    (harness/detect/trend.py)."""
+    (harness/detect/trend.py); a series only in the soaks its change rule judges (per-request decode t/s in a closed
+    loop, the decode of requests that ran alone in an open one: an open loop's per-request decode follows how many
+    requests happened to share the engine, and the third two-hour soak's fell 49% over its staged hour)."""
     if len(history) < wd.drift_min_windows:
         return []
+    loop = "open" if open_loop else "closed"
     found = []
     for metric, bad in WATCHED.items():
-        if metric in state.drift_flagged:
+        rule = WATCHED_CHANGES.get(metric)
+        if metric in state.drift_flagged or (rule is not None and rule.loop not in (None, loop)):
             continue
         pts = drift_points(history, metric)
         if len(pts) < wd.drift_min_windows:
@@ -365,7 +374,7 @@ def judge(
         lambda: memory_rules(win, wd, state),
         lambda: disk_rule(win, disk_short),
         lambda: error_rate_rule(win, wd),
-        lambda: drift_rules(history, wd, state),
+        lambda: drift_rules(history, wd, state, open_loop),
     ]
     for rule in rules:
         got = rule()

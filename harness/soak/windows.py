@@ -16,7 +16,7 @@
   so the change detector's sigma is never below them (harness/detect/changepoint.py): Poisson arrivals for open-loop
   throughput, one request in or out at the window's edges for closed loop, a median or a 95th percentile over n
   requests (open loop: at least one request's streaming time, a Poisson burst's wait), a failure share over n
-  requests, acceptance over the drafted tokens.
+  requests, acceptance over the drafted tokens or, when wider, over the requests' own acceptances.
 - **The open-loop backlog**: requests scheduled before a window's end and not finished by it. A level's reference
   is learned only from windows where that backlog holds still (``load_settled``), and windows where it falls (the
   queue an earlier, heavier level left, draining) are not judged (``draining``), nor those that still hold that queue
@@ -214,12 +214,36 @@ def share_sd(failed: int, n: int) -> float | None:
     return math.sqrt(p * (1 - p) / n)
 
 
-def acceptance_sd(acceptance: float | None, drafted: int | None) -> float | None:
-    """Accepted over drafted tokens (binomial over the drafted tokens)."""
+def acceptance_sd(
+    acceptance: float | None, drafted: int | None, per_request: Sequence[tuple[float, float]] = ()
+) -> float | None:
+    """Accepted over drafted tokens: binomial over the drafted tokens, or, when larger, the spread between the
+    window's requests (``per_request``: each one's drafted and accepted tokens). Acceptance follows the prompt (n-gram
+    lookup accepted 14% to 100% a window at one level on llama-server here), so a window's figure wanders by which
+    prompts it drew, far more than its tokens' binomial says: the ratio estimator's standard error,
+    sqrt(sum((a_i - R d_i)^2) / (n (n - 1))) / mean(d), R = sum(a) / sum(d), over n >= 2 requests that drafted."""
     if acceptance is None or not drafted or drafted < 1:
         return None
     a = min(1.0, max(0.0, float(acceptance)))
-    return math.sqrt(max(a * (1 - a), 0.25 / drafted) / drafted)
+    binomial = math.sqrt(max(a * (1 - a), 0.25 / drafted) / drafted)
+    pairs = np.asarray([(d, k) for d, k in per_request if d > 0], dtype=float).reshape(-1, 2)
+    if len(pairs) < 2:
+        return binomial
+    d, k = pairs[:, 0], pairs[:, 1]
+    ratio = k.sum() / d.sum()
+    spread = math.sqrt(float(((k - ratio * d) ** 2).sum()) / (len(d) * (len(d) - 1))) / float(d.mean())
+    return max(binomial, spread)
+
+
+def drafted_per_request(records: Sequence[dict[str, Any]]) -> list[tuple[float, float]]:
+    """(drafted, accepted) tokens of each ok request that says them (the engine's timings, harness/load/client.py)."""
+    return [
+        (float(r["draft_tokens"]), float(r["accepted_tokens"]))
+        for r in records
+        if r.get("status") == "ok"
+        and isinstance(r.get("draft_tokens"), int | float)
+        and isinstance(r.get("accepted_tokens"), int | float)
+    ]
 
 
 def outstanding(

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
@@ -29,7 +30,7 @@ from harness.soak.watchdog import (
     memory_rules,
     stall_rule,
 )
-from harness.soak.windows import end_unix, load_state, window_figures
+from harness.soak.windows import acceptance_sd, drafted_per_request, end_unix, load_state, window_figures
 
 RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "soak_records"
 MIB = 2**20
@@ -218,6 +219,21 @@ def test_drift_once_per_metric_and_soak_and_not_before_min_windows() -> None:
     )  # engine memory in the engine's first 10 minutes: warm-up, not a leak
 
 
+def test_open_loop_drift_watches_the_decode_of_requests_that_ran_alone_not_per_request_decode() -> None:
+    """The third two-hour soak (staged 0.15 -> 0.25 -> 0.2 -> 0.15 rps) gave a drift of per-request decode t/s, -49%
+    over its hour: in an open loop that follows how many requests shared the engine. Open loop, the drift test takes
+    the decode of requests that ran alone instead, over every level at once, as the change detector does."""
+    wd = Watchdog(drift_min_windows=6, drift_min_change=0.1)
+    levels = [-20] * 15 + [-15] * 15 + [-17] * 15 + [-20] * 15
+    shared = [win(i, load_level=lv, load_settled=True, decode_tps=60.0 * (1 - 0.01 * i)) for i, lv in enumerate(levels)]
+    assert [f.metric for f in drift_rules(shared, wd, WatchState(), open_loop=False)] == ["decode_tps"]
+    assert drift_rules(shared, wd, WatchState(), open_loop=True) == []
+    slower = [{**w, "alone_decode_tps": 70.0 * (1 - 0.006 * i)} for i, w in enumerate(shared)]
+    got = drift_rules(slower, wd, WatchState(), open_loop=True)
+    assert [f.metric for f in got] == ["alone_decode_tps"] and "falls" in got[0].message
+    assert drift_rules(slower, wd, WatchState(), open_loop=False) == [drift_rules(shared, wd, WatchState())[0]]
+
+
 def test_judge_gives_a_windows_verdicts_in_the_soaks_order(tmp_path: Path) -> None:
     wd, state = Watchdog(stall_warn_s=5.0, memory_horizon_s=3600.0), WatchState()
     w = win(probe_max_s=9.0, memory_headroom_s=600.0, memory_slope_mib_per_h=500.0, requests=10, errors=9)
@@ -357,3 +373,63 @@ def test_the_decode_of_requests_that_ran_alone_holds_where_per_request_decode_sw
     assert [(c, f.metric) for c, f in got] == [("baseline", "alone_decode_tps")]
     after = [w for w in planted if w["config"] == "baseline" and w["soak_t_start_s"] >= onset and w["alone_decode_tps"]]
     assert got[0][1].evidence["t_unix"] <= after[2]["t_unix"]
+
+
+def test_the_third_two_hour_soak_gives_no_verdict_once_drift_watches_the_decode_of_requests_that_ran_alone() -> None:
+    """The third two-hour staged soak (scenarios/soak-2h-cpu.yaml, fixture alone3_2h), the first to judge the decode of
+    requests that ran alone live: 1,362 requests, none failed, no collapse, 30 and 25 windows judged; its one verdict a
+    drift of per-request decode t/s (-49% at 55 min, recorded), which the drift test still took in an open loop.
+    Replayed as written (the drift test as in a closed loop), that verdict; with today's rules, none at all."""
+    wd, open_loop, windows, verdicts = _folder("alone3_2h")
+    assert open_loop and [(v["config"], v["kind"], v["metric"]) for v in verdicts] == [
+        ("baseline", "drift", "decode_tps")
+    ]
+    assert sum(w["judged"] for w in windows if w["config"] == "baseline") == 30
+    assert [(c, f.kind, f.metric) for c, f in _replay(wd, False, windows)] == [("baseline", "drift", "decode_tps")]
+    assert _replay(wd, open_loop, windows) == []
+
+
+def _with_acceptance_spread(name: str, windows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The windows with acceptance's count sd worked out as the slice now does: the binomial over the window's drafted
+    tokens, or the spread between the requests it took when wider (``acceptance_sd``)."""
+    recs = [json.loads(line) for line in (RECORDS / name / "requests.jsonl").read_text().splitlines()]
+    out = []
+    for w in windows:
+        ended = [r for r in recs if r["config"] == w["config"] and w["t_start_unix"] <= end_unix(r) < w["t_end_unix"]]
+        drafted = (w.get("counters") or {}).get("draft_tokens")
+        sd = {**w["count_sd"], "acceptance": acceptance_sd(w.get("acceptance"), drafted, drafted_per_request(ended))}
+        out.append({**w, "count_sd": sd})
+    return out
+
+
+def test_acceptance_judged_against_the_spread_of_its_requests_holds_on_a_healthy_soak_and_sees_a_halving() -> None:
+    """n-gram acceptance follows the prompt (0.14 to 1.0 a window at one level in the second two-hour soak, fixture
+    alone_2h), so the binomial over a window's few hundred drafted tokens understates how far a window wanders: the
+    spread between the window's requests is its count sd. Even so a 15% fall is within what this soak's windows did
+    (a collapse at 15%, as the soak wrote); at today's 30% there is none, and acceptance halved from minute 30 on
+    (each request's, so its spread halves with it) is a collapse."""
+    wd, open_loop, _, _ = _folder("alone_2h")
+    redone = _with_acceptance_spread("alone_2h", _with_alone_decode("alone_2h"))
+    ngram = [w for w in redone if w["config"] == "ngram-map-k" and w.get("acceptance") is not None]
+    binomial = [acceptance_sd(w["acceptance"], w["counters"]["draft_tokens"]) or 0.0 for w in ngram]
+    spread = [w["count_sd"]["acceptance"] for w in ngram]
+    assert len(ngram) >= 30 and float(np.median(spread)) > 2 * float(np.median(binomial)), (spread, binomial)
+    at_15 = {**WATCHED_CHANGES, "acceptance": replace(WATCHED_CHANGES["acceptance"], min_change=0.15)}
+    assert [(c, f.kind) for c, f in _replay(wd, open_loop, redone, at_15) if f.metric == "acceptance"] == [
+        ("ngram-map-k", "collapse")
+    ]
+    assert [(c, f.kind) for c, f in _replay(wd, open_loop, redone) if f.metric == "acceptance"] == []
+    onset = 1800.0
+
+    def halved(w: dict[str, Any]) -> dict[str, Any]:
+        sd = w["count_sd"]["acceptance"]
+        return {**w, "acceptance": w["acceptance"] / 2, "count_sd": {**w["count_sd"], "acceptance": sd and sd / 2}}
+
+    planted = [
+        halved(w)
+        if w["config"] == "ngram-map-k" and w["soak_t_start_s"] >= onset and w.get("acceptance") is not None
+        else w
+        for w in redone
+    ]
+    got = [(c, f.metric) for c, f in _replay(wd, open_loop, planted) if f.kind == "collapse"]
+    assert got == [("ngram-map-k", "acceptance")]
