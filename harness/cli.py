@@ -117,7 +117,7 @@ def resume(
         err.print(f"specsoak: {run_dir} is already complete ({manifest.status}); nothing to resume")
     else:
         copy = run_dir / "scenario.yaml"
-        original = Path(str(manifest.extra.get("scenario_file") or ""))
+        original = Path(manifest.scenario_file or "")
         # the original file resolves relative model paths; the copy is what was run
         same = original.is_file() and copy.is_file() and original.read_text() == copy.read_text()
         loaded = _load(original if same else copy)

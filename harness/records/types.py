@@ -218,13 +218,31 @@ class ConfigState(JsonRecord):
 
 
 @dataclass
+class VerifyState(JsonRecord):
+    """A ``specsoak verify`` comparison in a manifest (its ``verify`` key: a verify run's own, or one added to a run
+    it was pointed at with ``--into``): what was compared, and how it ended."""
+
+    started_unix: float | None = None
+    streams: int | None = None
+    prompts: list[str] = field(default_factory=list)  # prompt ids
+    max_tokens: int | None = None
+    seed: int | None = None
+    status: str | None = None  # running, completed, failed
+    stopped_unix: float | None = None
+    all_identical: bool | None = None
+    reason: str | None = None  # why it failed
+
+
+@dataclass
 class Manifest(JsonRecord):
     """A run folder's manifest.json (harness/run/manifest.py writes it): the scenario, the engine, the machine, each
     configuration's state, and how the run stopped."""
 
     run_id: str = ""  # the run folder's name
     specsoak_version: str | None = None
+    kind: str | None = None  # "verify" for a verify run's own folder; absent for a run
     scenario: str | None = None
+    scenario_file: str | None = None  # the scenario's path when the run started
     engine: str | None = None
     engine_version: str | None = None
     machine: dict[str, Any] = field(default_factory=dict)
@@ -235,23 +253,32 @@ class Manifest(JsonRecord):
     scenario_parsed: dict[str, Any] = field(default_factory=dict)  # the scenario as the schema read it
     design: dict[str, Any] = field(default_factory=dict)
     configurations: dict[str, ConfigState] = field(default_factory=dict)
+    verify: VerifyState | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Manifest:
-        configs = data.get("configurations")
+        configs, verify = data.get("configurations"), data.get("verify")
         if configs is not None and not isinstance(configs, dict):
             raise ValueError("Manifest: configurations is not an object")
+        if verify is not None and not isinstance(verify, dict):
+            raise ValueError("Manifest: verify is not an object")
         m = super().from_dict(
-            {**data, "configurations": {n: ConfigState.from_dict(dict(c or {})) for n, c in (configs or {}).items()}}
+            {
+                **data,
+                "configurations": {n: ConfigState.from_dict(dict(c or {})) for n, c in (configs or {}).items()},
+                "verify": VerifyState.from_dict(verify) if verify is not None else None,
+            }
         )
-        if configs is None:  # an old manifest without the key writes back without it
-            m.order = tuple(k for k in m.order or () if k != "configurations")
+        # an old manifest without the keys writes back without them
+        m.order = tuple(k for k in m.order or () if k in data)
         return m
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
         if "configurations" in out:
             out["configurations"] = {n: c.to_dict() for n, c in self.configurations.items()}
+        if self.verify is not None:
+            out["verify"] = self.verify.to_dict()
         return out
 
 

@@ -56,11 +56,13 @@ class RunOutputs:
         # request records go to disk in batches from a writer thread, observers hear of them once on disk; a phase
         # flushes them before its phase record (docs/performance.md#records-on-disk)
         # (the observers hear each line read back as its typed record)
+
+        def on_request(line: dict[str, Any]) -> None:
+            if obs.listening:  # typed only for a listener: one line per request measured
+                obs.on_request(RequestRecord.from_dict(line))
+
         return cls(
-            requests=NotifyingWriter(
-                BatchedJsonlWriter(run_dir / REQUESTS, on_durable=lambda r: obs.on_request(RequestRecord.from_dict(r))),
-                None,
-            ),
+            requests=NotifyingWriter(BatchedJsonlWriter(run_dir / REQUESTS, on_durable=on_request), None),
             phases=NotifyingWriter(JsonlWriter(run_dir / PHASES), lambda r: obs.on_phase(Phase.from_dict(r))),
             failures=NotifyingWriter(JsonlWriter(run_dir / FAILURES), lambda r: obs.on_failure(Failure.from_dict(r))),
             ramp=JsonlWriter(run_dir / RAMP),

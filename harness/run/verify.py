@@ -38,6 +38,7 @@ from harness.config.schema import Configuration, safe_name
 from harness.load.greedy import Answer, GreedyClient
 from harness.prompts import PromptError, load_prompts
 from harness.records.files import MANIFEST, VERIFY, VERIFY_DIST, JsonlWriter, read_manifest, write_json_atomic
+from harness.records.types import Manifest, VerifyState
 from harness.run.manifest import machine_info, new_run_dir
 from harness.session.engine import launch_spec
 from harness.soak.canary import first_difference as token_difference
@@ -124,34 +125,33 @@ class Verifier:
         """Run the comparison; returns (run folder, every non-synthetic configuration identical)."""
         if self.into is not None:
             run_dir = self.into
-            manifest = read_manifest(run_dir).to_dict()  # a run's manifest, with a "verify" key added
+            manifest = read_manifest(run_dir)  # a run's manifest, with a "verify" key added
         else:
             run_dir = new_run_dir(self.results_root, f"verify-{self.sc.name}")
             (run_dir / "scenario.yaml").write_text(self.loaded.text, encoding="utf-8")
             (run_dir / "logs").mkdir()
-            manifest = {
-                "specsoak_version": __version__,
-                "kind": "verify",
-                "run_id": run_dir.name,
-                "scenario": self.sc.name,
-                "scenario_file": str(self.loaded.path),
-                "scenario_parsed": self.sc.model_dump(mode="json"),
-                "engine": self.sc.server.engine,
-                "engine_version": self.engine_cls.installed_version(),
-                "machine": machine_info(),
-                "started_unix": time.time(),
-                "status": "running",
-                "configurations": {},
-            }
-        manifest["verify"] = {
-            "started_unix": time.time(),
-            "streams": self.streams,
-            "prompts": [p.id for p in self.prompts],
-            "max_tokens": self.max_tokens,
-            "seed": self.seed,
-            "status": "running",
-        }
-        write_json_atomic(run_dir / MANIFEST, manifest)
+            manifest = Manifest(
+                run_id=run_dir.name,
+                specsoak_version=__version__,
+                kind="verify",
+                scenario=self.sc.name,
+                scenario_file=str(self.loaded.path),
+                engine=self.sc.server.engine,
+                engine_version=self.engine_cls.installed_version(),
+                machine=machine_info(),
+                started_unix=time.time(),
+                status="running",
+                scenario_parsed=self.sc.model_dump(mode="json"),
+            )
+        state = manifest.verify = VerifyState(
+            started_unix=time.time(),
+            streams=self.streams,
+            prompts=[p.id for p in self.prompts],
+            max_tokens=self.max_tokens,
+            seed=self.seed,
+            status="running",
+        )
+        write_json_atomic(run_dir / MANIFEST, manifest.to_dict())
         self.console.print(
             f"specsoak verify: {run_dir} ({len(self.prompts)} prompts, 1 and {self.streams} streams, {self.max_tokens} tokens)"
         )
@@ -217,18 +217,19 @@ class Verifier:
                     )
                 if self.opts.samples > 0:
                     dist.write(self._distribution(cfg, base["samples"], got["samples"]))
-            manifest["verify"].update(status="completed", stopped_unix=time.time(), all_identical=all_same)
-            if manifest.get("kind") == "verify":
-                manifest.update(status="completed", stopped_unix=time.time(), stop_reason="verified")
+            state.status, state.stopped_unix, state.all_identical = "completed", time.time(), all_same
+            if manifest.kind == "verify":
+                manifest.status, manifest.stopped_unix, manifest.stop_reason = "completed", time.time(), "verified"
         except BaseException as exc:
-            manifest["verify"].update(status="failed", stopped_unix=time.time(), reason=f"{type(exc).__name__}: {exc}")
-            if manifest.get("kind") == "verify":
-                manifest.update(status="failed", stopped_unix=time.time(), stop_reason=f"{type(exc).__name__}: {exc}")
+            why = f"{type(exc).__name__}: {exc}"
+            state.status, state.stopped_unix, state.reason = "failed", time.time(), why
+            if manifest.kind == "verify":
+                manifest.status, manifest.stopped_unix, manifest.stop_reason = "failed", time.time(), why
             raise
         finally:
             out.close()
             dist.close()
-            write_json_atomic(run_dir / MANIFEST, manifest)
+            write_json_atomic(run_dir / MANIFEST, manifest.to_dict())
         return run_dir, all_same
 
     # ---- one configuration -------------------------------------------------------------------

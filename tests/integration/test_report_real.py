@@ -20,7 +20,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from harness.records.files import read_jsonl
+from harness.records.files import read_jsonl, read_manifest
 from tests.integration.conftest import SMOLLM2
 
 pytestmark = pytest.mark.engine
@@ -233,6 +233,10 @@ def test_verify_greedy_self_draft_against_baseline_on_the_real_engine(real_run: 
     assert sum(r["draft_tokens"] or 0 for r in spec if r["streams"] == 1) > 0  # speculation really ran
     identical = all(r["identical"] for r in rows)
     assert (p.returncode == 0) == identical
+    # the comparison is in the run's manifest, beside the run's own keys
+    state = read_manifest(real_run).verify
+    assert state is not None and state.status == "completed" and state.all_identical == identical
+    assert state.streams == 2 and len(state.prompts) == 2 and state.max_tokens == 16
     for r in spec:
         if not r["identical"]:
             assert isinstance(r["first_diff_token"], int)

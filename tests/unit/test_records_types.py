@@ -10,7 +10,16 @@ import pytest
 
 from harness.common.errors import ResultsError
 from harness.records.files import JsonlWriter, RequestRecord, read_manifest
-from harness.records.types import ConfigState, Failure, JsonRecord, Manifest, Phase, SoakWindow, Verdict
+from harness.records.types import (
+    ConfigState,
+    Failure,
+    JsonRecord,
+    Manifest,
+    Phase,
+    SoakWindow,
+    Verdict,
+    VerifyState,
+)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 KINDS: dict[str, type[JsonRecord]] = {
@@ -115,7 +124,32 @@ def test_every_real_manifest_round_trips_with_its_configurations_typed(run: Path
     assert m.run_id and m.engine == "llamacpp" and m.status and isinstance(m.started_unix, float)
     assert m.configurations and all(isinstance(c, ConfigState) for c in m.configurations.values())
     assert all(c.status == "done" and c.algorithm for c in m.configurations.values())
-    assert "scenario_file" in m.extra and m.scenario_parsed["name"] == m.scenario
+    assert m.scenario_file and m.scenario_parsed["name"] == m.scenario and m.verify is None
+
+
+@pytest.mark.parametrize("run", RUNS[:1], ids=lambda p: p.name)
+def test_a_verify_added_to_a_run_is_typed_and_written_after_the_runs_keys(run: Path) -> None:
+    m = read_manifest(run)
+    keys = list(m.to_dict())
+    m.verify = VerifyState(started_unix=1.0, streams=2, prompts=["p1"], max_tokens=16, seed=0, status="running")
+    m.verify.status, m.verify.all_identical = "completed", False
+    out = m.to_dict()
+    assert list(out) == [*keys, "verify"]
+    assert out["verify"] == {
+        "started_unix": 1.0,
+        "streams": 2,
+        "prompts": ["p1"],
+        "max_tokens": 16,
+        "seed": 0,
+        "status": "completed",
+        "stopped_unix": None,
+        "all_identical": False,
+        "reason": None,
+    }
+    back = Manifest.from_dict(json.loads(json.dumps(out)))
+    assert back.verify == m.verify and back.to_dict() == out
+    with pytest.raises(ValueError, match="verify is not an object"):
+        Manifest.from_dict({**out, "verify": 3})
 
 
 def test_a_field_set_after_reading_is_written_and_an_unset_one_is_not() -> None:
