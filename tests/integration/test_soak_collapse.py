@@ -102,14 +102,21 @@ def _scenario(folder: Path, name: str) -> Path:
 
 
 class DutyCyclePlant(threading.Thread):
-    """SIGSTOP/SIGCONT on the soak engine once it is PLANT_AFTER_S old: most of each second frozen. ``speed`` < 1: from
+    """SIGSTOP/SIGCONT on the soak engine once it is ``plant_after_s`` old: most of each second frozen. ``speed`` < 1: from
     its start, the engine also runs only that share of every SLOW_PERIOD_S (a slower machine); ``plant`` False: only that."""
 
     def __init__(
-        self, harness_pid: int, stopped_s: float = 0.85, period_s: float = 1.0, speed: float = 1.0, plant: bool = True
+        self,
+        harness_pid: int,
+        stopped_s: float = 0.85,
+        period_s: float = 1.0,
+        speed: float = 1.0,
+        plant: bool = True,
+        plant_after_s: float = PLANT_AFTER_S,
     ):
         super().__init__(daemon=True)
         self.harness_pid = harness_pid
+        self.plant_after_s = plant_after_s
         self.stopped_s, self.period_s = stopped_s, period_s
         self.speed, self.plant = speed, plant
         self.onset_unix: float | None = None
@@ -129,7 +136,9 @@ class DutyCyclePlant(threading.Thread):
             return
         self.engine_started_unix = eng.create_time()
         try:
-            while not self.done.is_set() and (not self.plant or time.time() < self.engine_started_unix + PLANT_AFTER_S):
+            while not self.done.is_set() and (
+                not self.plant or time.time() < self.engine_started_unix + self.plant_after_s
+            ):
                 if self.speed >= 1:
                     time.sleep(0.1)
                     continue

@@ -1,0 +1,104 @@
+"""An open-loop soak judges the engine's speed by the decode of the requests that ran alone (``alone_decode_tps``,
+docs/detector.md#alone-decode): a slowdown planted in the real llama-server is a collapse of that series, and the
+windows before it give none.
+
+The plant (tests/integration/test_soak_collapse.py's duty cycle): once the soak's engine has lived ``PLANT_AFTER_S``
+seconds, it is stopped for 60% of every 0.2 s (at half, the decode of requests alone read -42%, too near the rule's
+40%), so it decodes at about 40% of its speed. Short prompts at 0.3 rps keep
+the slowed engine under its capacity, so requests still run alone (at 0.4 rps with 0.9-s prefills, an engine slowed
+to 40% queued them all: no request ran alone, and TTFT p95 was the collapse); the arrivals' output still goes through
+(open-loop output t/s is what was asked while the engine keeps up), per-request decode is not judged in an open loop,
+and the requests that ran alone are what show it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from harness.records.files import VERDICTS, WINDOWS, read_jsonl
+from tests.faults.helpers import finish, start_cli
+from tests.integration.conftest import SMOLLM2
+from tests.integration.test_soak_collapse import DutyCyclePlant
+
+pytestmark = pytest.mark.engine
+
+WINDOW_S = 20.0
+PLANT_AFTER_S = 110.0  # engine uptime: warm-up, three reference windows and a spare before it
+SOAK_S = 275.0  # after the plant, windows enough for two with requests that ran alone (at 40% speed, some have none)
+
+
+def _scenario(folder: Path) -> Path:
+    data: dict[str, Any] = {
+        "name": "alone",
+        "server": {"model": SMOLLM2, "ctx_size": 2048, "parallel": 4, "threads": 2, "stop_grace_s": 3},
+        "configurations": [{"name": "baseline", "algorithm": "none"}],
+        "measurement": {
+            "prompts": "builtin:repeat",
+            "max_tokens": 8,
+            "streams": [1],
+            "requests_per_stream": 1,
+            "repetitions": 1,
+            "warmup_requests": 0,
+            # the plant thread signals the engine ten times a second (as test_soak_collapse's bound says)
+            "contamination_cores": float(os.environ.get("SPECSOAK_TEST_CONTAMINATION_CORES", "0.15")),
+        },
+        "soak": {
+            "duration_s": SOAK_S,
+            # light Poisson traffic: a short prompt's 32-token answer takes about half a second, so most requests
+            # run alone, and still do at 40% of the engine's speed
+            "arrival": {"kind": "poisson", "rate_rps": 0.3, "max_in_flight": 4, "seed": 11},
+            "prompts": "builtin:mixed",
+            "max_tokens": 32,
+            "stall_s": 30,
+            "watchdog": {
+                "probe_interval_s": 0.5,
+                "hang_s": 30,
+                "window_s": WINDOW_S,
+                "warmup_windows": 1,
+                "reference_windows": 3,
+                "confirm_windows": 2,
+                # every verdict is recorded and the soak runs on: the test reads which series moved, and when
+                "actions": {"collapse": "record", "drift": "record"},
+            },
+        },
+    }
+    path = folder / "alone.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_a_slower_engine_in_an_open_loop_soak_is_a_collapse_of_the_decode_of_requests_that_ran_alone(
+    tmp_path: Path,
+) -> None:
+    proc = start_cli("run", str(_scenario(tmp_path)), "--results", str(tmp_path / "results"))
+    plant = DutyCyclePlant(proc.pid, stopped_s=0.12, period_s=0.2, plant_after_s=PLANT_AFTER_S)
+    plant.start()
+    try:
+        out = finish(proc, 600)
+    finally:
+        plant.done.set()
+        plant.join(10)
+    assert proc.returncode == 0, out[-3000:]
+    assert plant.onset_unix is not None, out[-3000:]
+    run_dir = next((tmp_path / "results").glob("*-alone"))
+    windows = list(read_jsonl(run_dir / WINDOWS))
+    verdicts = list(read_jsonl(run_dir / VERDICTS))
+    before = [w for w in windows if w["t_end_unix"] <= plant.onset_unix and w.get("alone_decode_tps") is not None]
+    after = [w for w in windows if w["t_start_unix"] >= plant.onset_unix and w.get("alone_decode_tps") is not None]
+    speeds = ([round(w["alone_decode_tps"]) for w in before], [round(w["alone_decode_tps"]) for w in after])
+    assert len(before) >= 4 and len(after) >= 2, (speeds, out[-3000:])
+    # the plant slowed the requests that ran alone: every window after it under every window before it
+    assert max(w["alone_decode_tps"] for w in after) < 0.8 * min(w["alone_decode_tps"] for w in before), speeds
+    # nothing was flagged before the plant; then the decode of requests that ran alone collapsed
+    assert not [v for v in verdicts if v["t_unix"] < plant.onset_unix], verdicts
+    alone = [v for v in verdicts if v["kind"] == "collapse" and v["metric"] == "alone_decode_tps"]
+    assert alone, ([(v["kind"], v["metric"]) for v in verdicts], speeds)
+    ev = alone[0]["evidence"]
+    assert ev["onset_unix"] >= plant.onset_unix - WINDOW_S and ev["relative_change"] <= -0.4, ev
+    # per-request decode t/s is not judged in an open loop: no verdict names it
+    assert not [v for v in verdicts if v.get("metric") == "decode_tps"]
