@@ -13,7 +13,6 @@ and the requests that ran alone are what show it.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from harness.records.files import VERDICTS, WINDOWS, read_jsonl
 from tests.faults.helpers import finish, start_cli
 from tests.integration.conftest import SMOLLM2
 from tests.integration.test_soak_collapse import DutyCyclePlant
+from tests.integration.test_soak_watch import _measurement
 
 pytestmark = pytest.mark.engine
 
@@ -37,16 +37,8 @@ def _scenario(folder: Path) -> Path:
         "name": "alone",
         "server": {"model": SMOLLM2, "ctx_size": 2048, "parallel": 4, "threads": 2, "stop_grace_s": 3},
         "configurations": [{"name": "baseline", "algorithm": "none"}],
-        "measurement": {
-            "prompts": "builtin:repeat",
-            "max_tokens": 8,
-            "streams": [1],
-            "requests_per_stream": 1,
-            "repetitions": 1,
-            "warmup_requests": 0,
-            # the plant thread signals the engine ten times a second (as test_soak_collapse's bound says)
-            "contamination_cores": float(os.environ.get("SPECSOAK_TEST_CONTAMINATION_CORES", "0.15")),
-        },
+        # the plant thread signals the engine ten times a second (as test_soak_collapse's bound says)
+        "measurement": _measurement(contamination_cores=0.15),
         "soak": {
             "duration_s": SOAK_S,
             # light Poisson traffic: a short prompt's 32-token answer takes about half a second, so most requests

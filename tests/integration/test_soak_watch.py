@@ -82,8 +82,9 @@ def _write(folder: Path, data: dict[str, Any]) -> Path:
     return path
 
 
-def _measurement() -> dict[str, Any]:
-    # a developer's machine busy with other work can raise the contamination bound for a local run; CI leaves the default
+def _measurement(contamination_cores: float = 0.05) -> dict[str, Any]:
+    """One short measurement before the soak. A developer's machine busy with other work can raise the contamination
+    bound for a local run (SPECSOAK_TEST_CONTAMINATION_CORES); CI leaves ``contamination_cores``."""
     return {
         "prompts": "builtin:repeat",
         "max_tokens": 8,
@@ -91,7 +92,7 @@ def _measurement() -> dict[str, Any]:
         "requests_per_stream": 1,
         "repetitions": 1,
         "warmup_requests": 0,
-        "contamination_cores": float(os.environ.get("SPECSOAK_TEST_CONTAMINATION_CORES", "0.05")),
+        "contamination_cores": float(os.environ.get("SPECSOAK_TEST_CONTAMINATION_CORES", str(contamination_cores))),
     }
 
 
