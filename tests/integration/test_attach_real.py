@@ -37,7 +37,9 @@ MEASUREMENT = {
     "requests_per_stream": 2,
     "repetitions": 3,
     "warmup_requests": 1,
-    "contamination_cores": float(os.environ.get("SPECSOAK_TEST_CONTAMINATION_CORES", "0.05")),
+    # the VM's own background took 0.06-0.13 cores in two of three phases of one CI run (at 0.05 only one phase was
+    # left to compare); the band below is wide enough for what that much costs (12.2 against 15.3 t/s there)
+    "contamination_cores": float(os.environ.get("SPECSOAK_TEST_CONTAMINATION_CORES", "0.15")),
 }
 
 

@@ -163,8 +163,9 @@ def test_vllm_drafter_methods_run_for_real(vllm_run: Path, config: str) -> None:
 
 
 def test_vllm_verify_greedy_outputs_identical_to_the_baseline(vllm_run: Path) -> None:
-    """`specsoak verify` (its CLI, exit code and records) into the same run folder: the drafter configurations' greedy
-    answers equal the baseline's at 1 and at 2 concurrent streams."""
+    """`specsoak verify` (its CLI, exit code and records) into the same run folder: the EAGLE-3 configuration's greedy
+    answers equal the baseline's at 1 and at 2 concurrent streams (one drafter: each costs CI a vLLM start, ~100 s;
+    the draft-model method's verify runs on llama-server in tests/integration/test_report_real.py)."""
     p = subprocess.run(
         [
             sys.executable,
@@ -174,8 +175,6 @@ def test_vllm_verify_greedy_outputs_identical_to_the_baseline(vllm_run: Path) ->
             str(vllm_run / "scenario.yaml"),
             "--into",
             str(vllm_run),
-            "--config",
-            "draft-trunc4",
             "--config",
             "eagle3",
             "--prompts",
@@ -193,7 +192,7 @@ def test_vllm_verify_greedy_outputs_identical_to_the_baseline(vllm_run: Path) ->
     )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     rows = list(read_jsonl(vllm_run / "verify.jsonl"))
-    for config in DRAFTERS:
+    for config in ("eagle3",):
         mine = [r for r in rows if r["config"] == config]
         assert {r["streams"] for r in mine} == {1, 2} and len(mine) >= 2 * 2, mine
         assert all(r["identical"] is True for r in mine), mine
