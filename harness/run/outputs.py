@@ -41,12 +41,29 @@ class NotifyingWriter:
         self.writer.close()
 
 
+class PhaseWriter:
+    """phases.jsonl or after_soak.jsonl: a phase written durably, then (``notify``) heard by the observers, typed once
+    by the phase that measured it."""
+
+    def __init__(self, writer: JsonlWriter, notify: Callable[[Phase], None] | None):
+        self.writer = writer
+        self.notify = notify
+
+    def write(self, phase: Phase) -> None:
+        self.writer.write(phase.to_dict())
+        if self.notify is not None:
+            self.notify(phase)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
 @dataclass
 class RunOutputs:
     """requests.jsonl, phases.jsonl, failures.jsonl, ramp.jsonl and fill_checks.jsonl of one run folder."""
 
     requests: NotifyingWriter
-    phases: NotifyingWriter
+    phases: PhaseWriter
     failures: NotifyingWriter
     ramp: JsonlWriter
     fill_checks: JsonlWriter
@@ -63,7 +80,7 @@ class RunOutputs:
 
         return cls(
             requests=NotifyingWriter(BatchedJsonlWriter(run_dir / REQUESTS, on_durable=on_request), None),
-            phases=NotifyingWriter(JsonlWriter(run_dir / PHASES), lambda r: obs.on_phase(Phase.from_dict(r))),
+            phases=PhaseWriter(JsonlWriter(run_dir / PHASES), obs.on_phase),
             failures=NotifyingWriter(JsonlWriter(run_dir / FAILURES), lambda r: obs.on_failure(Failure.from_dict(r))),
             ramp=JsonlWriter(run_dir / RAMP),
             fill_checks=JsonlWriter(run_dir / FILL_CHECKS),

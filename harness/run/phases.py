@@ -23,7 +23,7 @@ from harness.prompts.lengths import cache_path as lengths_cache_path
 from harness.records.files import RequestRecord
 from harness.records.types import Phase
 from harness.run.interrupt import PhaseInterruption, RunInterrupted
-from harness.run.outputs import NotifyingWriter
+from harness.run.outputs import NotifyingWriter, PhaseWriter
 from harness.session.engine import EngineSession, RunContext
 
 
@@ -64,9 +64,7 @@ class PhaseExecutor:
         self.requests = requests
         self.interruption = interruption
 
-    def run(
-        self, cfg: Configuration, session: EngineSession, spec: PhaseSpec, out: NotifyingWriter | None
-    ) -> PhaseOutcome:
+    def run(self, cfg: Configuration, session: EngineSession, spec: PhaseSpec, out: PhaseWriter | None) -> PhaseOutcome:
         """One phase on ``session``'s engine; its record is written to ``out`` (None: returned only)."""
         engine = session.engine
         sc = self.ctx.sc
@@ -201,9 +199,10 @@ class PhaseExecutor:
                 "stages": [st.model_dump() for st in a.stages] if a.stages and a.rate_of(arrival[0]) is None else None,
             }
             rec.update(arrival_figures(records, arrival[1], cpu.wall_s))
+        typed = Phase.from_dict(rec)
         if out is not None:
-            out.write(rec)
-        return PhaseOutcome(Phase.from_dict(rec), records)
+            out.write(typed)
+        return PhaseOutcome(typed, records)
 
     def prompts_for(self, cfg: Configuration, session: EngineSession) -> list[Prompt]:
         """The measured phases' prompts: the set's, or (``measurement.lengths``) prompts built at drawn lengths with the

@@ -35,7 +35,7 @@ from harness.run.campaign import soak_campaign
 from harness.run.interrupt import PhaseInterruption, RunInterrupted
 from harness.run.manifest import RESERVE, RunState, new_run_dir, prepare_run_dir
 from harness.run.order import block_order, prompt_offset
-from harness.run.outputs import NotifyingWriter, RunOutputs
+from harness.run.outputs import PhaseWriter, RunOutputs
 from harness.run.phases import PhaseExecutor, PhaseSpec
 from harness.run.progress import Progress
 from harness.run.ramp import run_ramp
@@ -170,7 +170,7 @@ class Runner:
         self.console.print(
             f"  {cfg.name}: the measurement phases again after the soak (engine up {session.uptime_s() or 0:,.0f} s)"
         )
-        out = NotifyingWriter(JsonlWriter(self.ctx.run_dir / AFTER_SOAK), None)
+        out = PhaseWriter(JsonlWriter(self.ctx.run_dir / AFTER_SOAK), None)
         try:
             self._measure(cfg, session, out, phase="after_soak", warmup=False)
         finally:
@@ -283,7 +283,7 @@ class Runner:
         self,
         cfg: Configuration,
         session: EngineSession,
-        out: NotifyingWriter,
+        out: PhaseWriter,
         phase: str = "measure",
         warmup: bool = True,
         reps: list[int] | None = None,
@@ -367,7 +367,7 @@ class Runner:
         self,
         cfg: Configuration,
         session: EngineSession,
-        out: NotifyingWriter | None,
+        out: PhaseWriter | None,
         key: str,
         rep: int,
         phase: str = "measure",

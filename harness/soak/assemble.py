@@ -19,7 +19,7 @@ from engines.types import EngineCounters, acceptance_figures, counters_delta
 from harness.probe.cpu import CpuUse
 from harness.records.types import SoakWindow
 from harness.soak.figures import engine_view, stall_figures, work_done
-from harness.soak.windows import acceptance_sd, drafted_per_request, load_state, window_figures
+from harness.soak.windows import Backlog, acceptance_sd, drafted_per_request, load_state, window_figures
 
 
 def window_delta(before: EngineCounters | None, after: EngineCounters | None) -> EngineCounters | None:
@@ -98,15 +98,16 @@ def settle_window(
     traffic: dict[str, Any],
     open_loop: bool,
     outstanding_end: int | None = None,
-    slice_windows: Sequence[dict[str, Any]] = (),
+    backlog: Backlog | None = None,
     intervals: Sequence[tuple[float, float]] = (),
 ) -> dict[str, Any]:
     """The window's request figures (step 2), added to ``win`` (returned). ``ended``: the records it takes (those that
     ended in it, or after an earlier window was judged); ``streaming``: the records not yet ended (they may have
     streamed in it); ``previous``: the configuration's last judged window (None: the first); ``counters``: the
     engine's totals at the window's end; ``traffic``: harness/load/pacing.py ``window_traffic``. Open loop:
-    ``outstanding_end`` (the backlog at its end) and ``slice_windows`` (the slice's judged windows) say whether the
-    backlog held still; ``intervals``: (start, end) of the slice's recent requests (which of its requests ran alone)."""
+    ``outstanding_end`` (the backlog at its end) and ``backlog`` (the slice's earlier windows, as load_state reads
+    them) say whether the backlog held still; ``intervals``: (start, end) of the slice's recent requests (which of
+    its requests ran alone)."""
     chunks = stall_figures(ended, [])
     win["max_chunk_gap_s"], win["itl_p99_s"] = chunks["max_chunk_gap_s"], chunks["itl_p99_s"]
     win.update(
@@ -130,7 +131,7 @@ def settle_window(
     win.update(traffic)
     if open_loop:
         win["outstanding_end"] = outstanding_end
-        win.update(load_state(slice_windows, win))
+        win.update(load_state(backlog if backlog is not None else Backlog(), win))
     return win
 
 

@@ -67,7 +67,7 @@ from harness.soak.figures import longest_stall, memory_figures
 from harness.soak.health import HealthProbe
 from harness.soak.tail import LogFollower, RecordTail
 from harness.soak.watchdog import WatchState, headroom, judge
-from harness.soak.windows import end_unix, outstanding, take_ended
+from harness.soak.windows import Backlog, end_unix, outstanding, take_ended
 
 OBSERVED_FAILURES = (*FAILURE_KINDS, "error_rate", "no_load", "stall", "disk")
 EXPLAINED = (
@@ -190,7 +190,7 @@ class SoakSlice:
         # (start, end) of the slice's recent records: which of a window's requests ran alone (open loop)
         self.intervals: list[tuple[float, float]] = []
         self.longest_s = 0.0  # the longest of them
-        self.slice_windows: list[dict[str, Any]] = []  # this slice's judged windows (the backlog's history)
+        self.backlog = Backlog()  # this slice's judged windows, as the open-loop backlog's state reads them
         self.window_t0 = 0.0
         self.window_counters: EngineCounters | None = None
         self.engine_restarted = True  # the first window after an engine start says so (detector warm-up on replay)
@@ -613,7 +613,7 @@ class SoakSlice:
             self._traffic(ended, t0, t1),
             self.arrival is not None,
             backlog,
-            self.slice_windows,
+            self.backlog,
             self.intervals,
         )
 
@@ -636,7 +636,7 @@ class SoakSlice:
         self.windows.write(record)
         self.ctx.obs.on_window(window)
         self.history.setdefault(self.cfg.name, []).append(record)
-        self.slice_windows.append(record)
+        self.backlog.add(record)
         self._status_line(record, window.t_end_unix)
         disk_short = self.disk.check(window.t_end_unix)
         for f in judge(

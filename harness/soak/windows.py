@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -255,7 +256,34 @@ def outstanding(
     return max(0, sent - bisect.bisect_left(ends_unix, t_unix))
 
 
-def load_state(previous: Sequence[dict[str, Any]], win: dict[str, Any]) -> dict[str, Any]:
+BACKLOG_KEYS = ("load_level", "outstanding_end", "scheduled", "draining", "load_settled", "backlog_inherited")
+
+
+@dataclass
+class Backlog:
+    """What ``load_state`` reads of an open-loop slice's earlier windows: the last BACKLOG_SPAN of them, and per load
+    level the largest backlog one of its settled windows held. Fed one window at a time (``add``): constant work and
+    memory per window, however long the slice."""
+
+    recent: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=BACKLOG_SPAN))
+    settled_max: dict[Any, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, windows: Sequence[Mapping[str, Any]]) -> Backlog:
+        backlog = cls()
+        for w in windows:
+            backlog.add(w)
+        return backlog
+
+    def add(self, win: Mapping[str, Any]) -> None:
+        self.recent.append({k: win.get(k) for k in BACKLOG_KEYS})
+        end = win.get("outstanding_end")
+        if win.get("load_settled") and end is not None:
+            level = win.get("load_level")
+            self.settled_max[level] = max(self.settled_max.get(level, 0), int(end))
+
+
+def load_state(previous: Backlog | Sequence[Mapping[str, Any]], win: Mapping[str, Any]) -> dict[str, Any]:
     """Open loop: whether the window's backlog held still (``load_settled``: a reference may be learned from it), fell
     (``draining``: the queue a heavier level left; not judged), or is still the queue an earlier level left
     (``backlog_inherited``; not judged). Settled: the last BACKLOG_SPAN windows at the same level and none of them
@@ -263,10 +291,12 @@ def load_state(previous: Sequence[dict[str, Any]], win: dict[str, Any]) -> dict[
     Inherited: the level began with a backlog, and it has not yet come down to what the level's settled windows held
     (or, before any, to one window's arrivals): the engine still serves at the concurrency that queue gives it, so
     its per-request figures are not the level's, even in a window whose fall Poisson noise hid. ``previous``: the
-    slice's earlier windows, oldest first, each with ``outstanding_end``, ``scheduled`` and ``load_level``. Noise: the
-    arrivals are Poisson, so a backlog moving by less than 2 sqrt(scheduled) + 1 over the span has not moved."""
+    slice's ``Backlog`` (or its earlier windows, oldest first, each with ``outstanding_end``, ``scheduled`` and
+    ``load_level``). Noise: the arrivals are Poisson, so a backlog moving by less than 2 sqrt(scheduled) + 1 over the
+    span has not moved."""
+    backlog = previous if isinstance(previous, Backlog) else Backlog.of(previous)
     level, end = win.get("load_level"), win.get("outstanding_end")
-    span = list(previous[-BACKLOG_SPAN:])
+    span = list(backlog.recent)
     same = len(span) == BACKLOG_SPAN and all(w.get("load_level") == level for w in span) and level is not None
     start = span[0] if same else (span[-1] if span else None)  # across a level change: over the last window only
     if end is None or start is None or start.get("outstanding_end") is None:
@@ -285,12 +315,7 @@ def load_state(previous: Sequence[dict[str, Any]], win: dict[str, Any]) -> dict[
     after_drain = any(w.get("draining") for w in span)  # a drain's last windows look still by chance: wait it out
     prev = span[-1]
     carried = level is not None and (prev.get("load_level") != level or bool(prev.get("backlog_inherited")))
-    settled_ends = [
-        int(w["outstanding_end"])
-        for w in previous
-        if w.get("load_level") == level and w.get("load_settled") and w.get("outstanding_end") is not None
-    ]
-    usual = max(settled_ends) if settled_ends else sched
+    usual = backlog.settled_max.get(level, sched)
     inherited = carried and end > usual + noise
     return {
         "draining": falling,

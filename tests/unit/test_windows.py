@@ -3,6 +3,8 @@ window, count-implied noise, the open-loop backlog, drift per load level."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,6 +14,8 @@ from harness.detect.changepoint import ChangeDetector, ChangeEvent, detect_serie
 from harness.detect.trend import trend
 from harness.soak.watchdog import drift_points
 from harness.soak.windows import (
+    BACKLOG_KEYS,
+    Backlog,
     chunk_times,
     load_state,
     outstanding,
@@ -26,6 +30,7 @@ from harness.soak.windows import (
 )
 
 T0 = 1_700_000_000.0
+SOAK3 = Path(__file__).resolve().parents[1] / "fixtures" / "soak_records" / "alone3_2h" / "windows.jsonl"
 
 
 def _rec(
@@ -332,3 +337,20 @@ def test_an_open_loop_window_gives_the_decode_of_its_requests_that_ran_alone() -
     assert one["alone_requests"] == 1 and one["alone_decode_tps"] is None
     closed = window_figures(recs, recs, T0, T0 + 20.0, open_loop=False, users=1, intervals=intervals)
     assert "alone_decode_tps" not in closed and "alone_decode_tps" not in closed["count_sd"]
+
+
+def test_the_backlog_fed_window_by_window_gives_the_states_the_live_soak_wrote() -> None:
+    """The third two-hour soak's 120 windows (tests/fixtures/soak_records/alone3_2h, written by the slice when it
+    rescanned every earlier window of its slice): fed one at a time into a ``Backlog`` that keeps two windows and a
+    maximum per level, each window's draining, settled and inherited states come out as written."""
+    windows = [json.loads(line) for line in SOAK3.read_text().splitlines()]
+    states = dict.fromkeys(("draining", "load_settled", "backlog_inherited"), 0)
+    backlogs: dict[str, Backlog] = {}
+    for w in windows:
+        backlog = backlogs.setdefault(w["slice"], Backlog())
+        got = load_state(backlog, {k: w.get(k) for k in ("load_level", "outstanding_end", "scheduled", "late")})
+        assert got == {k: w[k] for k in got}, (w["slice"], w["t_unix"], got)
+        states = {k: n + bool(w[k]) for k, n in states.items()}
+        backlog.add(w)
+        assert len(backlog.recent) <= 2 and set(backlog.recent[-1]) == set(BACKLOG_KEYS)
+    assert states["load_settled"] > 30 and states["draining"] + states["backlog_inherited"] > 0, states
