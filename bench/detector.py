@@ -55,7 +55,7 @@ from harness.load.schedule import LATE_AFTER_S, soak_offsets
 from harness.load.shapes import users_at
 from harness.soak.slice import SETTLE_WINDOWS
 from harness.soak.watchdog import drift_points
-from harness.soak.windows import end_unix, load_state, outstanding, throughput_sd, window_figures
+from harness.soak.windows import Backlog, end_unix, load_state, outstanding, throughput_sd, window_figures
 
 T0_UNIX = 1_700_000_000.0
 HOUR_S = 3600.0
@@ -216,6 +216,7 @@ def _windows_from(
     """Windows as the soak writes them: ``new`` (harness/soak/windows.py) or as before (finished requests, no count sd or backlog)."""
     ends = sorted(end_unix(r) for r in recs)
     out: list[dict[str, Any]] = []
+    backlog = Backlog()
     for t0, t1 in bounds:
         ws = t1 - t0
         ended = [r for r in recs if t0 <= end_unix(r) < t1]
@@ -245,7 +246,7 @@ def _windows_from(
             )
             if arrival is not None and sched is not None:
                 w["outstanding_end"] = outstanding(sched, 0.0, t1 - T0_UNIX, ends, t1)
-                w.update(load_state(out, w))
+                w.update(load_state(backlog, w))
         else:
             ok = [r for r in ended if r["status"] == "ok"]
             decode = [r["decode_tps"] for r in ok]
@@ -259,6 +260,7 @@ def _windows_from(
                     "error_ratio": 0.0 if ended else None,
                 }
             )
+        backlog.add(w)
         out.append(w)
     return out
 

@@ -256,16 +256,13 @@ def outstanding(
     return max(0, sent - bisect.bisect_left(ends_unix, t_unix))
 
 
-BACKLOG_KEYS = ("load_level", "outstanding_end", "scheduled", "draining", "load_settled", "backlog_inherited")
-
-
 @dataclass
 class Backlog:
     """What ``load_state`` reads of an open-loop slice's earlier windows: the last BACKLOG_SPAN of them, and per load
     level the largest backlog one of its settled windows held. Fed one window at a time (``add``): constant work and
     memory per window, however long the slice."""
 
-    recent: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=BACKLOG_SPAN))
+    recent: deque[Mapping[str, Any]] = field(default_factory=lambda: deque(maxlen=BACKLOG_SPAN))
     settled_max: dict[Any, int] = field(default_factory=dict)
 
     @classmethod
@@ -276,25 +273,24 @@ class Backlog:
         return backlog
 
     def add(self, win: Mapping[str, Any]) -> None:
-        self.recent.append({k: win.get(k) for k in BACKLOG_KEYS})
+        self.recent.append(win)
         end = win.get("outstanding_end")
         if win.get("load_settled") and end is not None:
             level = win.get("load_level")
             self.settled_max[level] = max(self.settled_max.get(level, 0), int(end))
 
 
-def load_state(previous: Backlog | Sequence[Mapping[str, Any]], win: Mapping[str, Any]) -> dict[str, Any]:
+def load_state(backlog: Backlog, win: Mapping[str, Any]) -> dict[str, Any]:
     """Open loop: whether the window's backlog held still (``load_settled``: a reference may be learned from it), fell
     (``draining``: the queue a heavier level left; not judged), or is still the queue an earlier level left
     (``backlog_inherited``; not judged). Settled: the last BACKLOG_SPAN windows at the same level and none of them
     draining, no late send, the backlog neither falling nor rising over them, and under one window's arrivals.
     Inherited: the level began with a backlog, and it has not yet come down to what the level's settled windows held
     (or, before any, to one window's arrivals): the engine still serves at the concurrency that queue gives it, so
-    its per-request figures are not the level's, even in a window whose fall Poisson noise hid. ``previous``: the
-    slice's ``Backlog`` (or its earlier windows, oldest first, each with ``outstanding_end``, ``scheduled`` and
-    ``load_level``). Noise: the arrivals are Poisson, so a backlog moving by less than 2 sqrt(scheduled) + 1 over the
-    span has not moved."""
-    backlog = previous if isinstance(previous, Backlog) else Backlog.of(previous)
+    its per-request figures are not the level's, even in a window whose fall Poisson noise hid. ``backlog``: the
+    slice's earlier windows (``Backlog.of`` a list of them, oldest first, each with ``outstanding_end``, ``scheduled``
+    and ``load_level``). Noise: the arrivals are Poisson, so a backlog moving by less than 2 sqrt(scheduled) + 1 over
+    the span has not moved."""
     level, end = win.get("load_level"), win.get("outstanding_end")
     span = list(backlog.recent)
     same = len(span) == BACKLOG_SPAN and all(w.get("load_level") == level for w in span) and level is not None

@@ -30,7 +30,7 @@ from harness.soak.watchdog import (
     memory_rules,
     stall_rule,
 )
-from harness.soak.windows import acceptance_sd, drafted_per_request, end_unix, load_state, window_figures
+from harness.soak.windows import Backlog, acceptance_sd, drafted_per_request, end_unix, load_state, window_figures
 
 RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "soak_records"
 MIB = 2**20
@@ -312,12 +312,12 @@ def test_the_queue_a_heavier_level_left_is_not_judged_at_the_lighter_level() -> 
     wd, open_loop, windows, verdicts = _folder("staged_2h")
     assert open_loop and any(v["kind"] == "collapse" for v in verdicts)
     redone: list[dict[str, Any]] = []
-    by_slice: dict[str, list[dict[str, Any]]] = {}
+    by_slice: dict[str, Backlog] = {}
     for recorded in windows:
         w = {k: v for k, v in recorded.items() if k not in ("draining", "load_settled", "backlog_inherited")}
-        earlier = by_slice.setdefault(w["slice"], [])
+        earlier = by_slice.setdefault(w["slice"], Backlog())
         w.update(load_state(earlier, w))
-        earlier.append(w)
+        earlier.add(w)
         redone.append(w)
     assert sum(bool(w["backlog_inherited"]) for w in redone) >= 10
     assert [(c, f.kind, f.metric) for c, f in _replay(wd, open_loop, redone, RULES_BEFORE_ALONE)] == []
