@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --disable-pip-version-check -q
 
-.PHONY: run test lint install install-harness install-test install-lint system-packages vllm clean bench bench-peers
+.PHONY: soak-check run test lint install install-harness install-test install-lint system-packages vllm clean bench bench-peers
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,8 +37,26 @@ lint: install-lint
 system-packages:
 	@bash scripts/system-packages.sh
 
-test: install-test system-packages vllm
-	$(BIN)/python -m pytest
+# Two groups (docs/testing.md): the tests that start no engine, on both cores; then those that start real engines,
+# one at a time (an engine measurement never shares the cores with a test). Each prints its seconds per file and
+# writes them, with the engines each file started, to .test-times/ (python -m tests.timing .test-times/*.json).
+# The installs run side by side: the llama.cpp compile takes both cores for about 11 minutes on a fresh machine, while
+# vLLM's and Debian's packages mostly wait on the network and the disk.
+test:
+	@s=$$(date +%s) && $(MAKE) --no-print-directory -j3 install-test system-packages vllm && \
+	  echo "make test: installs took $$(( $$(date +%s) - s )) s"
+	$(BIN)/python -m pytest -n 2 --times-json .test-times/no-engine.json tests/unit tests/fuzz
+	$(BIN)/python -m pytest --times-json .test-times/engine.json tests/integration tests/faults
+
+# The long checks outside CI (docs/testing.md#the-long-checks): a two-hour soak, alone on this machine, then its
+# records trimmed into tests/fixtures/soak_records/$(SOAK_CHECK_NAME)/, which `make test` replays in seconds. Run it
+# before a detector change is claimed; a verdict (exit 4) is a finding to keep, so the records are trimmed either way.
+SOAK_CHECK      ?= scenarios/soak-2h-cpu.yaml
+SOAK_CHECK_NAME ?= soak_check
+soak-check: install
+	rm -rf results/soak-check
+	$(BIN)/specsoak run $(SOAK_CHECK) --results results/soak-check; rc=$$?; \
+	  $(BIN)/python -m bench.soak_fixture "$$(ls -d results/soak-check/2*/ | head -1)" $(SOAK_CHECK_NAME) && exit $$rc
 
 # vLLM for CPU in its own venv (its torch/transformers pins would fight ours): the engine, like
 # llama-server, is a process the harness starts (harness/setup/vllm_env.py, docs/engines/vllm.md).

@@ -26,7 +26,7 @@ count sd, no backlog rule, drift over all windows):
 - the staged open-loop soak: Poisson 0.2 -> 0.5 -> 0.3 rps, 15 min each, 60-s windows, 128-token answers on
   an engine of 2 slots at 28 t/s each (0.41 rps at most): the 0.5 level overloads it (max_in_flight 16, then
   late sends), the 0.3 level drains the backlog, then runs steady; nothing planted;
-- the quantised closed-loop soak of tests/integration/test_soak_collapse.py: one user, 32-token answers
+- the quantised closed-loop soak of tests/integration/test_soak_gauntlet.py (its collapse plant): one user, 32-token answers
   (TTFT ~1.1 s, 70 t/s), 8-s windows of 4 or 5 finished requests, 2 minutes, the test's detector settings;
   unplanted, and planted (from 45 s the engine runs 15% of the time, as the test's SIGSTOP duty cycle).
 """

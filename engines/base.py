@@ -30,6 +30,7 @@ from engines.logcapture import BoundedLog, LogBound, read_bounded
 from engines.process import (
     describe_exit,
     listening_pid,
+    note_start,
     process_alive,
     spawn,
     stop_group,
@@ -231,6 +232,7 @@ class Engine(ABC):
             self.proc = spawn(cmd, extra_env, stdout)
         finally:
             self._log.started()
+        note_start(self.name, self.proc.pid, str(self.log_path))
 
     def wait_ready(self, timeout_s: float) -> float:
         """Poll the readiness endpoint until it answers OK; return seconds taken."""

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import signal
 import subprocess
+import time
 import urllib.parse
 
 
@@ -32,6 +34,19 @@ def spawn(cmd: list[str], extra_env: dict[str, str], stdout: int) -> subprocess.
         start_new_session=True,
         preexec_fn=set_parent_death_signal,  # noqa: PLW1509  the callable only calls prctl: no locks
     )
+
+
+LEDGER_ENV = "SPECSOAK_ENGINE_LEDGER"
+
+
+def note_start(engine: str, pid: int, log: str) -> None:
+    """With ``SPECSOAK_ENGINE_LEDGER`` set, one JSON line per engine launched (the test suite counts its engine starts
+    per file from it: tests/timing.py). A ledger that cannot be written is not the engine's failure."""
+    path = os.environ.get(LEDGER_ENV)
+    if not path:
+        return
+    with contextlib.suppress(OSError), open(path, "a") as f:
+        f.write(json.dumps({"engine": engine, "pid": pid, "unix": round(time.time(), 3), "log": log}) + "\n")
 
 
 def stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> int | None:

@@ -17,6 +17,16 @@ def http_body(text: str) -> str:
     return text
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--times-json", default=None, help="write the per-file seconds and engine starts to this file")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from tests.timing import Timing
+
+    config.pluginmanager.register(Timing(config), "specsoak-timing")
+
+
 @pytest.fixture
 def llamacpp_fixtures() -> Path:
     return LLAMACPP

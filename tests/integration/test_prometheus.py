@@ -276,7 +276,7 @@ def test_every_dashboard_and_rule_expression_returns_data(live: tuple[Prometheus
     targets = prom.api("targets")["activeTargets"]
     assert any(t["labels"]["job"] == scrape.EXPORTER_JOB and t["health"] == "up" for t in targets)
     empty: list[str] = []
-    # the soak's own expressions are checked on a real soak (tests/integration/test_soak_collapse.py)
+    # the soak's own expressions are checked on a real soak (tests/integration/test_soak_gauntlet.py)
     # and what llama.cpp reports: its own rules, no KV gauge (each engine: test_each_engines_own_series_...)
     exprs = [
         (uid, where, e)

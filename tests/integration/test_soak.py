@@ -22,7 +22,7 @@ from tests.integration.conftest import SMOLLM2
 
 pytestmark = pytest.mark.engine
 # These tests are about crashes, hangs, resume and records, with 5-s windows of two closed-loop users on two
-# cores: too short to judge a collapse by (tests/integration/test_soak_collapse.py does that on a stationary
+# cores: too short to judge a collapse by (tests/integration/test_soak_gauntlet.py does that on a stationary
 # soak), so a collapse verdict here is recorded, not acted on, and does not change the exit code.
 RECORD_COLLAPSES = {"actions": {"collapse": "record"}}
 

@@ -2,17 +2,20 @@
 docs/detector.md#alone-decode): a slowdown planted in the real llama-server is a collapse of that series, and the
 windows before it give none.
 
-The plant (tests/integration/test_soak_collapse.py's duty cycle): once the soak's engine has lived ``PLANT_AFTER_S``
-seconds, it is stopped for 60% of every 0.2 s (at half, the decode of requests alone read -42%, too near the rule's
-40%), so it decodes at about 40% of its speed. Short prompts at 0.3 rps keep
-the slowed engine under its capacity, so requests still run alone (at 0.4 rps with 0.9-s prefills, an engine slowed
-to 40% queued them all: no request ran alone, and TTFT p95 was the collapse); the arrivals' output still goes through
-(open-loop output t/s is what was asked while the engine keeps up), per-request decode is not judged in an open loop,
-and the requests that ran alone are what show it.
+The plant (tests/integration/plants.py's duty cycle): once the soak's records hold ``JUDGED_BEFORE_PLANT`` judged
+windows with requests that ran alone (the reference built, and judged against), the engine is stopped for 60% of every
+0.2 s (at half, the decode of requests alone read -42%, too near the rule's 40%), so it decodes at about 40% of its
+speed; the test stops the run (SIGINT) once the collapse is in. Short prompts at 0.3 rps keep the slowed engine under
+its capacity, so requests still run alone (at 0.4 rps with 0.9-s prefills, an engine slowed to 40% queued them all: no
+request ran alone, and TTFT p95 was the collapse); the arrivals' output still goes through (open-loop output t/s is
+what was asked while the engine keeps up), per-request decode is not judged in an open loop, and the requests that ran
+alone are what show it.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -20,19 +23,22 @@ import pytest
 import yaml
 
 from harness.records.files import VERDICTS, WINDOWS, read_jsonl
-from tests.faults.helpers import finish, start_cli
 from tests.integration.conftest import SMOLLM2
-from tests.integration.test_soak_collapse import DutyCyclePlant
+from tests.integration.plants import DutyCyclePlant
+from tests.integration.test_soak_gauntlet import start_run, wait_until
 from tests.integration.test_soak_watch import _measurement
 
 pytestmark = pytest.mark.engine
 
 WINDOW_S = 20.0
-# engine uptime: the warm-up window, one more before a backlog can be called settled (two windows of it), then three
-# reference windows and two spares (a late send leaves a window unsettled: in one CI run the reference at 110 s took
-# the plant's first window, 34 t/s beside 81 and 102, and its sigma of 31 t/s never let the collapse add up)
-PLANT_AFTER_S = 145.0
-SOAK_S = 315.0  # after the plant, windows enough for two with requests that ran alone (at 40% speed, some have none)
+# the plant waits for the records, not for a second of uptime: a late send leaves a window unsettled, and in one CI
+# run a plant at a fixed 110 s fell in the reference (34 t/s beside 81 and 102: its sigma never let the collapse add up)
+JUDGED_BEFORE_PLANT = 1
+# an upper bound: the plant comes at about 140 s of uptime here (warm-up, settling, three reference windows, the first
+# judged), then windows enough for two with requests that ran alone (at 40% speed, some have none); the test stops
+# the run once they are in
+SOAK_S = 480.0
+AFTER_PLANT_WINDOWS = 8
 
 
 def _scenario(folder: Path) -> Path:
@@ -40,7 +46,7 @@ def _scenario(folder: Path) -> Path:
         "name": "alone",
         "server": {"model": SMOLLM2, "ctx_size": 2048, "parallel": 4, "threads": 2, "stop_grace_s": 3},
         "configurations": [{"name": "baseline", "algorithm": "none"}],
-        # the plant thread signals the engine ten times a second (as test_soak_collapse's bound says)
+        # the plant thread signals the engine ten times a second
         "measurement": _measurement(contamination_cores=0.15),
         "soak": {
             "duration_s": SOAK_S,
@@ -70,17 +76,41 @@ def _scenario(folder: Path) -> Path:
 def test_a_slower_engine_in_an_open_loop_soak_is_a_collapse_of_the_decode_of_requests_that_ran_alone(
     tmp_path: Path,
 ) -> None:
-    proc = start_cli("run", str(_scenario(tmp_path)), "--results", str(tmp_path / "results"))
-    plant = DutyCyclePlant(proc.pid, stopped_s=0.12, period_s=0.2, plant_after_s=PLANT_AFTER_S)
+    results = tmp_path / "results"
+    proc, out_file = start_run(_scenario(tmp_path), results)
+    plant = DutyCyclePlant(proc.pid, stopped_s=0.12, period_s=0.2)
     plant.start()
     try:
-        out = finish(proc, 600)
+        run_dir = wait_until(lambda: next(results.glob("*-alone"), None), 120, "run folder", proc, out_file)
+
+        def judged_alone(after: float = 0.0) -> list[dict[str, Any]]:
+            return [
+                w
+                for w in read_jsonl(run_dir / WINDOWS)
+                if w["judged"] and w.get("alone_decode_tps") is not None and w["t_start_unix"] >= after
+            ]
+
+        wait_until(lambda: len(judged_alone()) >= JUDGED_BEFORE_PLANT, SOAK_S / 2, "judged window", proc, out_file)
+        plant.go.set()
+        wait_until(lambda: plant.onset_unix, 10, "the plant", proc, out_file)
+
+        # the collapse of the decode of requests that ran alone, or windows enough for it (it needs two with such
+        # requests, and at 40% speed some have none)
+        def collapsed_or_enough() -> bool:
+            alone = [v for v in read_jsonl(run_dir / VERDICTS) if v.get("metric") == "alone_decode_tps"]
+            after = [w for w in read_jsonl(run_dir / WINDOWS) if w["t_start_unix"] >= (plant.onset_unix or 0)]
+            return (bool(alone) and len(after) >= 2) or len(after) >= AFTER_PLANT_WINDOWS
+
+        wait_until(collapsed_or_enough, (AFTER_PLANT_WINDOWS + 3) * WINDOW_S, "windows after the plant", proc, out_file)
+        proc.send_signal(signal.SIGINT)  # the run's own interrupt: the soak ends, the records and report are kept
+        proc.wait(120)
     finally:
         plant.done.set()
         plant.join(10)
-    assert proc.returncode == 0, out[-3000:]
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    out = out_file.read_text()
     assert plant.onset_unix is not None, out[-3000:]
-    run_dir = next((tmp_path / "results").glob("*-alone"))
     windows = list(read_jsonl(run_dir / WINDOWS))
     verdicts = list(read_jsonl(run_dir / VERDICTS))
     before = [w for w in windows if w["t_end_unix"] <= plant.onset_unix and w.get("alone_decode_tps") is not None]
