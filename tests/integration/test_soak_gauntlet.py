@@ -42,6 +42,7 @@ from tests.faults.proxy import CORRUPT_FROM, FaultProxy
 from tests.integration.conftest import SMOLLM2
 from tests.integration.plants import DutyCyclePlant, pause, soak_engine
 from tests.integration.test_prometheus import Prometheus, _has_data, _tool
+from tests.integration.test_soak_watch import _measurement
 
 pytestmark = pytest.mark.engine
 
@@ -76,17 +77,9 @@ def scenario(
             "request_base_url": proxy_url,
         },
         "configurations": configs,
-        "measurement": {
-            "prompts": "builtin:repeat",
-            "max_tokens": 8,
-            "streams": [1],
-            "requests_per_stream": 1,
-            "repetitions": 1,
-            "warmup_requests": 0,
-            # the test's own Prometheus (1-s scrapes), fault proxy and plant share the machine: 0.03-0.09 cores in a
-            # quiet fresh-clone run. A developer's machine busy with other work can raise it for a local run
-            "contamination_cores": float(os.environ.get("SPECSOAK_TEST_CONTAMINATION_CORES", "0.15")),
-        },
+        # the test's own Prometheus (1-s scrapes), fault proxy and plant share the machine: 0.03-0.09 cores in a quiet
+        # fresh-clone run
+        "measurement": _measurement(contamination_cores=0.15),
         # a per-request SLO, so the soak windows have goodput for its dashboard panel (generous: it judges nothing here)
         "slo": {"e2e_s_max": 30.0},
         "soak": {
