@@ -24,7 +24,8 @@ does not move the figure, ``per_level=False``; a rule made for one kind of loop,
   window already past ``min_change`` the bad way does not refine it (a collapse right after a short
   reference would become the reference);
 - score: a one-sided CUSUM on ``z = bad_direction x (x - reference) / sigma``,
-  ``S = max(0, S + z - allowance)``;
+  ``S = max(0, S + z - allowance)``, cleared by a window back within ``min_change / 2`` of the reference (the score
+  weighs the current run of departing windows, not an outlier long past);
 - a ``collapse`` event fires when ``S >= threshold`` and the metric's last ``confirm_windows``
   judged values all depart from their level's reference by at least ``min_change`` the bad way
   (consecutive judged windows of the metric, each against its own level's reference, so a
@@ -319,7 +320,11 @@ class ChangeDetector:
             return _BUILDING
         ref, sigma, bad = lv.reference, lv.sigma, rule.bad_direction
         change = (x - ref) / (1.0 if rule.absolute else abs(ref))
-        lv.score = max(0.0, lv.score + bad * (x - ref) / sigma - s.allowance)
+        # a window back within min_change/2 (the test an episode's recovery uses) clears the score: it weighs the run
+        # of departing windows up to now, not one long past (a stall's window left 11 sigmas that, 14 windows later,
+        # made two windows one request short a collapse: fixture gauntlet_ci)
+        back = bad * change <= rule.min_change / 2
+        lv.score = 0.0 if back else max(0.0, lv.score + bad * (x - ref) / sigma - s.allowance)
         # judged against the reference so far, then refines it (median and MAD shrug off a few outliers); a window
         # already past min_change the bad way does not, or a collapse right after a short reference is learned
         if tr.episode is None and settled and len(lv.sample) < s.refine_windows and bad * change < rule.min_change:
@@ -341,7 +346,7 @@ class ChangeDetector:
             return _JUDGED
         if bad * change > bad * ep.worst_change:
             ep.worst_change = change
-        if bad * change <= rule.min_change / 2:
+        if back:
             if ep.back_windows == 0:
                 ep.back_since_unix = t_unix
             ep.back_windows += 1

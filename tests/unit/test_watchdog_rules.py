@@ -290,17 +290,52 @@ def _replay(
     return got
 
 
-@pytest.mark.parametrize("name", ["cache", "stalls", "drift", "faults", "staged_2h", "alone_2h"])
+# false verdicts a fixture's soak wrote that today's rules no longer give, with the fix named: (config, kind, metric)
+FALSE_THEN: dict[str, list[tuple[str, str, str]]] = {
+    # windows of 0 or 1 long-prompt request (output 0.0 and ~2 t/s by turns): the score the 0.0 windows left behind
+    # made two of them a -93% collapse; a window back at the reference now clears the score
+    "cache": [("cache-fits", "collapse", "output_tps")],
+}
+
+
+@pytest.mark.parametrize("name", ["cache", "stalls", "drift", "faults", "staged_2h", "alone_2h", "gauntlet"])
 def test_rules_replayed_over_a_real_soaks_windows_give_the_verdicts_it_wrote(name: str) -> None:
     wd, open_loop, windows, verdicts = _folder(name)
     got = _replay(wd, open_loop, windows, WRITTEN_WITH.get(name))
-    want = [v for v in verdicts if v["kind"] not in NOT_WINDOW_RULES]
+    false = FALSE_THEN.get(name, [])
+    want = [
+        v for v in verdicts if v["kind"] not in NOT_WINDOW_RULES and (v["config"], v["kind"], v["metric"]) not in false
+    ]
+    assert len(want) == len([v for v in verdicts if v["kind"] not in NOT_WINDOW_RULES]) - len(false)
     assert [(c, f.kind, f.metric) for c, f in got] == [(v["config"], v["kind"], v["metric"]) for v in want]
     for (_, f), v in zip(got, want, strict=True):
         # the slice adds the series that moved with it (harness/soak/explain.py) to evidence and message
         assert {k: v["evidence"][k] for k in f.evidence} == json.loads(json.dumps(f.evidence))
         if name != "stalls":  # that soak ran before the stall message took its present wording
             assert v["message"].removeprefix("attached server: ").startswith(f.message)
+
+
+def test_a_stall_long_past_does_not_make_two_windows_one_request_short_a_collapse() -> None:
+    """The gauntlet soak in CI (fixture gauntlet_ci, run 20261202T213346Z): one user, 32-token answers, 10-s windows of
+    4 or 5 requests (12.7 or 15.9 t/s by turns). The 4-s and 8-s pauses' windows pumped output_tps's score to 11
+    sigmas, and fourteen windows later two windows one request short (-20.07%, min_change 20%) were a collapse that
+    stopped a healthy engine, 15 s before the planted collapse began. A window back at the reference clears the score:
+    the stalls stay stall verdicts, and the collapse is the planted one, in the first window it froze the engine."""
+    wd, open_loop, windows, verdicts = _folder("gauntlet_ci")
+    written = [(v["kind"], v["metric"]) for v in verdicts if v["kind"] not in NOT_WINDOW_RULES]
+    assert written == [("stall", "longest_stall_s")] * 2 + [("collapse", "output_tps")]
+    false_onset = next(v for v in verdicts if v["kind"] == "collapse")["evidence"]["onset_unix"]
+    planted = windows[-1]  # the plant froze the engine in the last window: nothing streamed, then the run stopped
+    assert planted["output_tps"] == 0.0 and false_onset < planted["t_start_unix"]
+    got = _replay(wd, open_loop, windows)
+    assert [(f.kind, f.metric) for _, f in got] == written
+    collapse = got[-1][1]
+    assert collapse.evidence["t_unix"] == planted["t_unix"] and collapse.evidence["relative_change"] == -1.0
+    # the score the stalls left is gone by the windows the false collapse was judged on
+    det = ChangeDetector(detector_settings(wd))
+    for w in windows[:-1]:
+        det.update(w)
+    assert det.state()["output_tps"].score < detector_settings(wd).threshold
 
 
 def test_the_queue_a_heavier_level_left_is_not_judged_at_the_lighter_level() -> None:
