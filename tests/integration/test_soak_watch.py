@@ -97,9 +97,11 @@ def test_prompt_cache_growth_to_a_cap_that_fits_is_named_and_one_that_does_not_i
     # the cache grows with distinct prompts, and its cap is read from the engine's own log
     # (the default cap's soak is stopped by its memory verdict within a few windows: it grows less before that)
     # (long conversations: a few requests a window; each adds one prompt's KV, 1-60 MiB)
+    # (it may also shrink: in one run the capped cache went 10.8 -> 65 -> 11.4 MiB, the large prompt dropped again, so
+    # growth is its largest size past its first, not its last)
     for wins, growth_mib in ((fits, 2.0), (default, 2.0)):
         sizes = [w["prompt_cache_mib"] for w in wins if w.get("prompt_cache_mib") is not None]
-        assert len(sizes) >= 3 and sizes[-1] > sizes[0] + growth_mib, sizes
+        assert len(sizes) >= 3 and max(sizes[1:]) > sizes[0] + growth_mib, sizes
     assert {w["prompt_cache_cap_mib"] for w in fits if w.get("prompt_cache_cap_mib")} == {192.0}
     assert {w["prompt_cache_cap_mib"] for w in default if w.get("prompt_cache_cap_mib")} == {8192.0}
     # the engine's memory grows with it; what the watchdog judges is that growth less the cache
