@@ -480,6 +480,22 @@ PromptReuse = Literal["allow", "forbid"]
 # ---- end of the realistic prompts block -------------------------------------------------------------------------
 
 
+class MeasureVerify(_Strict):
+    """`specsoak verify` inside the run, on each configuration's own engine once its phases are measured: greedy answers
+    of every speculative configuration against its baseline's (harness/run/verify.py), no extra engine start."""
+
+    prompts: int = Field(4, ge=1, le=1000, description="the first N prompts of measurement.prompts")
+    streams: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="concurrent streams of the batched comparison (default: the largest of measurement.streams)",
+    )
+    max_tokens: int | None = Field(
+        None, ge=1, le=131_072, description="tokens per answer (default: measurement.max_tokens)"
+    )
+
+
 class Measurement(_Strict):
     prompts: str = Field("builtin:repeat", description="builtin:NAME or a JSONL/JSON file of prompts")
     max_tokens: int = Field(
@@ -537,6 +553,11 @@ class Measurement(_Strict):
         None,
         description="open-loop phases instead of closed-loop streams: requests sent at scheduled times "
         "(docs/metrics.md#open-loop-phases); streams and requests_per_stream are then not set",
+    )
+    verify: MeasureVerify | None = Field(
+        None,
+        description="greedy output of each speculative configuration compared with its baseline's on the engines the "
+        "measurement started (verify.jsonl, as `specsoak verify` writes it)",
     )
 
     @field_validator("streams")

@@ -39,6 +39,7 @@ from harness.run.outputs import PhaseWriter, RunOutputs
 from harness.run.phases import PhaseExecutor, PhaseSpec
 from harness.run.progress import Progress
 from harness.run.ramp import run_ramp
+from harness.run.verify import Verifier, VerifyOptions
 from harness.session.engine import EngineSession, RunContext, launch_spec
 from harness.session.observers import Observers, RunObserver
 
@@ -85,6 +86,9 @@ class Runner:
         # SIGTERM/SIGINT during a phase: the phase's loop and stop event (see run(), docs/reliability.md)
         self.interruption = PhaseInterruption()
         self.progress = Progress.of(self.sc)  # where the run is, and how long it has left (harness/run/progress.py)
+        # measurement.verify: greedy answers taken on the run's own engines, compared once every configuration is measured
+        self.verifier: Verifier | None = None
+        self.verify_answers: dict[str, dict[str, Any]] = {}
 
     # ---- the run ---------------------------------------------------------------------
     def run(self, resume_dir: Path | None = None) -> RunResult:
@@ -113,6 +117,9 @@ class Runner:
         for s in old:
             signal.signal(s, on_signal)
         self.ctx = RunContext(self.loaded, run_dir, self.console, self.obs, self.engine_cls, self.params)
+        if (v := self.sc.measurement.verify) is not None and not self._verified():
+            opts = VerifyOptions(streams=v.streams, prompts=v.prompts, max_tokens=v.max_tokens)
+            self.verifier = Verifier(self.loaded, self.results_root, opts, self.console, into=run_dir)
         self.out = RunOutputs.open(run_dir, self.obs)
         self.phases = PhaseExecutor(self.ctx, self.prompts, self.wall_anchor, self.out.requests, self.interruption)
         try:
@@ -130,6 +137,8 @@ class Runner:
                     state.set_config_status(cfg.name, status="done")  # measured in the interleaved blocks
                 if self.sc.report.fill_check and cfg.name not in state.fill_done:
                     self._fill_check(cfg)
+            if self.verifier is not None:
+                self._verify()
             soak_failed: list[str] = []
             stopped_run: str | None = None
             if self.sc.soak is not None:
@@ -176,6 +185,32 @@ class Runner:
         finally:
             out.close()
 
+    def _verified(self) -> bool:
+        v = self.state.manifest.verify  # a resumed run whose comparison is already written
+        return v is not None and v.status == "completed"
+
+    def _verify_answers(self, cfg: Configuration, session: EngineSession) -> None:
+        """``cfg``'s greedy answers for measurement.verify, on the engine that has just measured it."""
+        if self.verifier is not None and cfg.name not in self.verify_answers and self.verifier.wants(cfg):
+            got = self.verifier.collect(session.engine, cfg)
+            if got is not None:
+                self.verify_answers[cfg.name] = got
+
+    def _verify(self) -> None:
+        """The comparison (verify.jsonl, the manifest's ``verify``); an engine it had to start and lost is said, and
+        the run goes on to its soak."""
+        assert self.verifier is not None
+        try:
+            _, same = self.verifier.run(self.state.manifest, self.verify_answers)
+            self.console.print(
+                "  verify: every speculative configuration's greedy output equals its baseline's"
+                if same
+                else "  [red]verify: a speculative configuration's greedy output differs from its baseline's (verify.jsonl)[/]"
+            )
+        except EngineError as exc:
+            self.console.print(f"  [red]verify failed ({type(exc).__name__}): {exc}[/]")
+        self.state.write()
+
     def _run_config(self, cfg: Configuration) -> bool:
         """What is left of a configuration on one engine: its phases not yet measured (all of them in the
         sequential design), then its ramp. False when the engine failed (recorded)."""
@@ -183,6 +218,7 @@ class Runner:
         def body(session: EngineSession, where: dict[str, str]) -> None:
             if not self.state.phases_done(cfg):
                 self._measure(cfg, session, self.out.phases)
+            self._verify_answers(cfg, session)
             if self.sc.slo and self.sc.slo.ramp and cfg.name not in self.state.ramp_done:
                 where["stage"] = "ramp"
                 run_ramp(self.phases, cfg, session, self.sc.slo, self.out.ramp, self.console)
@@ -223,6 +259,7 @@ class Runner:
                     session: EngineSession, _where: dict[str, str], cfg: Configuration = cfg, rep: int = rep
                 ) -> None:
                     self._measure(cfg, session, self.out.phases, reps=[rep])
+                    self._verify_answers(cfg, session)
 
                 if not self._with_engine(cfg, f"block{rep}", body):
                     failed.append(cfg.name)

@@ -30,6 +30,7 @@ from rich.console import Console
 from scipy import stats
 
 from engines import engine_class
+from engines.base import Engine
 from harness import __version__
 from harness.common.errors import EngineError, ScenarioError
 from harness.common.net import free_port
@@ -121,9 +122,34 @@ class Verifier:
                 f"--config: no configuration named {', '.join(sorted(wanted - {c.name for c in self.sc.configurations}))}"
             )
 
-    def run(self) -> tuple[Path, bool]:
-        """Run the comparison; returns (run folder, every non-synthetic configuration identical)."""
-        if self.into is not None:
+    def wants(self, cfg: Configuration) -> bool:
+        """Whether the comparison needs ``cfg``'s answers: a speculative configuration it compares, or a baseline."""
+        if cfg in self.configs:
+            return not cfg.is_synthetic
+        return cfg == self.baseline or any((self.sc.baseline_of(c) or self.baseline) == cfg for c in self.configs)
+
+    def collect(self, engine: Engine, cfg: Configuration) -> dict[str, Any] | None:
+        """``cfg``'s answers on an engine that is already up (a run's own, its phases measured); None for a baseline
+        whose engine failed here (the comparison then starts one of its own)."""
+        self.console.print(
+            f"  {cfg.name}: greedy answers for verify ({len(self.prompts)} prompts, 1 and {self.streams} streams)"
+        )
+        try:
+            return self.answers_on(engine, cfg)
+        except EngineError as exc:
+            self.console.print(f"  [red]{cfg.name}: verify answers: {type(exc).__name__}: {exc}[/]")
+            return {"error": f"{type(exc).__name__}: {exc}", "answers": {}, "samples": []} if cfg.speculative else None
+
+    def run(
+        self, manifest: Manifest | None = None, collected: dict[str, dict[str, Any]] | None = None
+    ) -> tuple[Path, bool]:
+        """Run the comparison; returns (run folder, every non-synthetic configuration identical). In a run
+        (``manifest``: the run's own, written by it and here), ``collected`` holds the answers its engines gave, by
+        configuration; one missing (a resumed run) is asked of an engine started for it."""
+        collected = collected or {}
+        if manifest is not None and self.into is not None:
+            run_dir = self.into
+        elif self.into is not None:
             run_dir = self.into
             manifest = read_manifest(run_dir)  # a run's manifest, with a "verify" key added
         else:
@@ -166,7 +192,7 @@ class Verifier:
             b = self.sc.baseline_of(cfg) or self.baseline
             assert b is not None
             if b.name not in bases:
-                bases[b.name] = self._answers(b, run_dir)
+                bases[b.name] = collected.get(b.name) or self._answers(b, run_dir)
                 answers = bases[b.name]["answers"]
                 self._compare(out, b, self.streams, answers[self.streams], answers[1], f"{b.name}@1")
             return b, bases[b.name]
@@ -195,7 +221,7 @@ class Verifier:
                         )
                     self.console.print(f"  {cfg.name}: synthetic, skipped (never counted as lossless)")
                     continue
-                got = self._answers(cfg, run_dir)
+                got = collected.get(cfg.name) or self._answers(cfg, run_dir)
                 if "error" in got:
                     all_same = False
                     for pr in self.prompts:
@@ -241,30 +267,7 @@ class Verifier:
             engine.start()
             engine.wait_ready(self.sc.server.start_timeout_s)
             engine.check_speculation()
-            client = GreedyClient(engine)
-            timeout = self.sc.server.request_timeout_s
-            answers: dict[int, list[Answer]] = {
-                1: [client.answer(p, self.max_tokens, 0.0, self.seed, timeout) for p in self.prompts]
-            }
-            if self.streams != 1:
-                jobs = [
-                    (p, f"{p.id}" if i < len(self.prompts) else f"{p.id}#{i // len(self.prompts)}")
-                    for i, p in enumerate(self.prompts * -(-self.streams // len(self.prompts)))
-                ]
-                with ThreadPoolExecutor(max_workers=self.streams) as pool:
-                    answers[self.streams] = list(
-                        pool.map(lambda j: client.answer(j[0], self.max_tokens, 0.0, self.seed, timeout, j[1]), jobs)
-                    )
-            samples: list[Answer] = []
-            if self.opts.samples > 0:
-                offset = 0 if not cfg.speculative else 1_000_003  # the two samples must be independent draws
-                samples = [
-                    client.answer(
-                        self.prompts[0], self.opts.sample_tokens, self.opts.temperature, self.seed + offset + i, timeout
-                    )
-                    for i in range(self.opts.samples)
-                ]
-            return {"answers": answers, "samples": samples}
+            return self.answers_on(engine, cfg)
         except EngineError as exc:
             self.console.print(f"  [red]{cfg.name}: {type(exc).__name__}: {exc}[/]")
             if not cfg.speculative:
@@ -272,6 +275,34 @@ class Verifier:
             return {"error": f"{type(exc).__name__}: {exc}", "answers": {}, "samples": []}
         finally:
             engine.stop(self.sc.server.stop_grace_s)
+
+    def answers_on(self, engine: Engine, cfg: Configuration) -> dict[str, Any]:
+        """The greedy answers of a ready engine: every prompt at 1 stream, then at ``streams`` concurrent ones (and
+        the samples of the distribution test)."""
+        client = GreedyClient(engine)
+        timeout = self.sc.server.request_timeout_s
+        answers: dict[int, list[Answer]] = {
+            1: [client.answer(p, self.max_tokens, 0.0, self.seed, timeout) for p in self.prompts]
+        }
+        if self.streams != 1:
+            jobs = [
+                (p, f"{p.id}" if i < len(self.prompts) else f"{p.id}#{i // len(self.prompts)}")
+                for i, p in enumerate(self.prompts * -(-self.streams // len(self.prompts)))
+            ]
+            with ThreadPoolExecutor(max_workers=self.streams) as pool:
+                answers[self.streams] = list(
+                    pool.map(lambda j: client.answer(j[0], self.max_tokens, 0.0, self.seed, timeout, j[1]), jobs)
+                )
+        samples: list[Answer] = []
+        if self.opts.samples > 0:
+            offset = 0 if not cfg.speculative else 1_000_003  # the two samples must be independent draws
+            samples = [
+                client.answer(
+                    self.prompts[0], self.opts.sample_tokens, self.opts.temperature, self.seed + offset + i, timeout
+                )
+                for i in range(self.opts.samples)
+            ]
+        return {"answers": answers, "samples": samples}
 
     def _compare(
         self, out: JsonlWriter, cfg: Configuration, n: int, got: list[Answer], ref: list[Answer], ref_name: str
