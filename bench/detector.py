@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.config.schema import Watchdog
 from harness.detect.changepoint import (
     WATCHED_CHANGES,
     ChangeEvent,
@@ -59,6 +60,7 @@ from harness.soak.windows import Backlog, end_unix, load_state, outstanding, thr
 
 T0_UNIX = 1_700_000_000.0
 HOUR_S = 3600.0
+DRIFT_MIN_SPAN_S = Watchdog().drift_min_span_s  # today's soak runs the trend test only over this span
 SUBSAMPLES = 6  # per window, to average the load over a window in which it changes
 
 
@@ -268,7 +270,8 @@ def _windows_from(
 def _verdicts(
     wins: list[dict[str, Any]], settings: DetectorSettings, new: bool, drift_min_change: float = 0.1
 ) -> list[str]:
-    """Collapse events and drift verdicts, as the soak gives them (the drift test after every window, once per metric)."""
+    """Collapse events and drift verdicts, as the soak gives them (the drift test after every window, once per metric;
+    ``new``: once its windows span ``drift_min_span_s``)."""
     got = [f"collapse {e.metric}" for e in detect_series(wins, settings) if e.kind == "collapse"]
     flagged: set[str] = set()
     for j in range(6, len(wins) + 1):
@@ -280,7 +283,7 @@ def _verdicts(
                 if new
                 else [(w["t_unix"], w[metric], None) for w in wins[:j] if w.get(metric) is not None]
             )
-            if len(pts) < 6:
+            if len(pts) < 6 or (new and pts[-1][0] - pts[0][0] < DRIFT_MIN_SPAN_S):
                 continue
             tr = trend(
                 metric, [p[0] for p in pts], [p[1] for p in pts], bad, 0.01, drift_min_change, [p[2] for p in pts]

@@ -713,6 +713,13 @@ class Watchdog(_Strict):
     drift_min_windows: int = Field(
         6, ge=3, le=10_000, description="windows (uncontaminated, with a value) before the trend test runs"
     )
+    drift_min_span_s: float = Field(
+        1800.0,
+        ge=0,
+        le=10_000_000,
+        description="seconds between the first and last window the trend test takes before it runs: a shared VM's own "
+        "speed moves ±15% over minutes, so a shorter trend is not the engine's (the change detector judges short soaks)",
+    )
     max_restarts: int = Field(
         10,
         ge=0,

@@ -331,7 +331,7 @@ def drift_rules(history: Sequence[Window], wd: Watchdog, state: WatchState, open
         if metric in state.drift_flagged or (rule is not None and rule.loop not in (None, loop)):
             continue
         pts = drift_points(history, metric)
-        if len(pts) < wd.drift_min_windows:
+        if len(pts) < wd.drift_min_windows or pts[-1][0] - pts[0][0] < wd.drift_min_span_s:
             continue
         tr = trend(
             metric,

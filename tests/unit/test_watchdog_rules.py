@@ -206,9 +206,10 @@ def test_error_rate_needs_min_requests_and_the_threshold() -> None:
 # ---- drift, and the order of a window's verdicts -------------------------------------------------------------------
 def test_drift_once_per_metric_and_soak_and_not_before_min_windows() -> None:
     wd, state = Watchdog(drift_min_windows=6, drift_min_change=0.1), WatchState()
-    # decode t/s falling 2 % a window over 30 windows, at one level
-    wins = [win(i, decode_tps=25.0 * (1 - 0.02 * i)) for i in range(30)]
-    assert drift_rules(wins[:5], wd, state) == []
+    # decode t/s falling 2 % a minute over 40 minutes, at one level
+    wins = [win(i, decode_tps=25.0 * (1 - 0.02 * i)) for i in range(40)]
+    assert drift_rules(wins[:5], wd.model_copy(update={"drift_min_span_s": 0.0}), state) == []
+    assert drift_rules(wins[:30], wd, state) == []  # 29 minutes between the first window and the last: too short
     got = drift_rules(wins, wd, state)
     assert [(f.kind, f.metric) for f in got] == [("drift", "decode_tps")] and "falls" in got[0].message
     assert state.drift_flagged == {"decode_tps"}
@@ -217,6 +218,20 @@ def test_drift_once_per_metric_and_soak_and_not_before_min_windows() -> None:
     assert (
         drift_rules(young, wd, WatchState()) == []
     )  # engine memory in the engine's first 10 minutes: warm-up, not a leak
+
+
+def test_a_trend_over_minutes_is_not_a_drift_the_same_over_hours_is() -> None:
+    """CI's healthy soak (test_soak_healthy, 100 s of 10-s windows, nothing planted) gave a drift: baseline decode t/s
+    "falls 14% over the soak", p = 0.00095, n = 10. A shared VM's speed moves that much over minutes on its own, so
+    the trend test waits for ``drift_min_span_s`` (30 minutes) between its first window and its last."""
+    wd = Watchdog(drift_min_windows=6, drift_min_change=0.1)
+    minutes = [win(i, window_s=10.0, decode_tps=133.0 * (1 - 0.016 * i)) for i in range(10)]
+    assert drift_rules(minutes, wd, WatchState()) == []
+    assert [f.metric for f in drift_rules(minutes, wd.model_copy(update={"drift_min_span_s": 0.0}), WatchState())] == [
+        "decode_tps"
+    ]
+    hours = [win(i, window_s=800.0, decode_tps=133.0 * (1 - 0.016 * i)) for i in range(10)]
+    assert [f.metric for f in drift_rules(hours, wd, WatchState())] == ["decode_tps"]
 
 
 def test_open_loop_drift_watches_the_decode_of_requests_that_ran_alone_not_per_request_decode() -> None:
@@ -295,6 +310,9 @@ FALSE_THEN: dict[str, list[tuple[str, str, str]]] = {
     # windows of 0 or 1 long-prompt request (output 0.0 and ~2 t/s by turns): the score the 0.0 windows left behind
     # made two of them a -93% collapse; a window back at the reference now clears the score
     "cache": [("cache-fits", "collapse", "output_tps")],
+    # two users' per-request decode t/s flipping between taking turns and sharing a batch (53 -> 7 -> 52 -> 7 at a
+    # flat output t/s), "falls 101%" over 60 s: the trend test now waits for drift_min_span_s (30 minutes)
+    "drift": [("baseline", "drift", "decode_tps")],
 }
 
 
