@@ -991,6 +991,8 @@ class Scenario(_Strict):
                     f"(baselines: {', '.join(f'{b.name} on {b.model or self.server.model}' for b in bases)}); add an "
                     f"'algorithm: none' configuration with that model, or name the one to compare with in 'baseline:'"
                 )
+        if self.measurement.verify is not None and not bases:
+            raise ValueError("measurement.verify compares with a baseline: add a configuration with algorithm 'none'")
         return self
 
     @model_validator(mode="after")

@@ -253,6 +253,17 @@ def test_an_explicit_baseline_pairs_across_models_and_must_be_a_baseline(tmp_pat
         load_scenario(write(tmp_path, text.replace("baseline: baseline", "baseline: draft")), LlamaCpp.methods)
 
 
+def test_measurement_verify_needs_a_baseline_and_rejects_an_unknown_field(tmp_path: Path) -> None:
+    text = GOOD + "  verify: {prompts: 2, streams: 2}\n"
+    v = load_scenario(write(tmp_path, text), LlamaCpp.methods).scenario.measurement.verify
+    assert v is not None and (v.prompts, v.streams, v.max_tokens) == (2, 2, None)
+    alone = text.replace("  - name: baseline\n    algorithm: none\n", "")
+    with pytest.raises(ScenarioError, match=r"measurement\.verify compares with a baseline"):
+        load_scenario(write(tmp_path, alone), LlamaCpp.methods)
+    with pytest.raises(ScenarioError, match=r"verify.*promts"):
+        load_scenario(write(tmp_path, text.replace("prompts: 2", "promts: 2")), LlamaCpp.methods)
+
+
 def test_validate_prints_the_wall_clock_estimate_and_warns_about_slices(tmp_path: Path) -> None:
     text = GOOD + "soak:\n  duration_s: 7200\n  slice_s: 600\n"
     p = subprocess.run(
