@@ -87,6 +87,11 @@ def chi_square(ref: Counter[Any], got: Counter[Any]) -> dict[str, Any]:
     }
 
 
+def _failed(exc: EngineError) -> dict[str, Any]:
+    """A speculative configuration's answers when its engine failed: the reason, no answers."""
+    return {"error": f"{type(exc).__name__}: {exc}", "answers": {}, "samples": []}
+
+
 class Verifier:
     def __init__(
         self,
@@ -126,7 +131,11 @@ class Verifier:
         """Whether the comparison needs ``cfg``'s answers: a speculative configuration it compares, or a baseline."""
         if cfg in self.configs:
             return not cfg.is_synthetic
-        return cfg == self.baseline or any((self.sc.baseline_of(c) or self.baseline) == cfg for c in self.configs)
+        return cfg == self.baseline or any(self._base(c) == cfg for c in self.configs)
+
+    def _base(self, cfg: Configuration) -> Configuration | None:
+        """The baseline ``cfg`` is compared with: its own (``baseline:``, or by target model), else the scenario's."""
+        return self.sc.baseline_of(cfg) or self.baseline
 
     def collect(self, engine: Engine, cfg: Configuration) -> dict[str, Any] | None:
         """``cfg``'s answers on an engine that is already up (a run's own, its phases measured); None for a baseline
@@ -138,7 +147,7 @@ class Verifier:
             return self.answers_on(engine, cfg)
         except EngineError as exc:
             self.console.print(f"  [red]{cfg.name}: verify answers: {type(exc).__name__}: {exc}[/]")
-            return {"error": f"{type(exc).__name__}: {exc}", "answers": {}, "samples": []} if cfg.speculative else None
+            return _failed(exc) if cfg.speculative else None
 
     def run(
         self, manifest: Manifest | None = None, collected: dict[str, dict[str, Any]] | None = None
@@ -147,11 +156,10 @@ class Verifier:
         (``manifest``: the run's own, written by it and here), ``collected`` holds the answers its engines gave, by
         configuration; one missing (a resumed run) is asked of an engine started for it."""
         collected = collected or {}
-        if manifest is not None and self.into is not None:
+        if self.into is not None:
             run_dir = self.into
-        elif self.into is not None:
-            run_dir = self.into
-            manifest = read_manifest(run_dir)  # a run's manifest, with a "verify" key added
+            if manifest is None:
+                manifest = read_manifest(run_dir)  # a run's manifest, with a "verify" key added
         else:
             run_dir = new_run_dir(self.results_root, f"verify-{self.sc.name}")
             (run_dir / "scenario.yaml").write_text(self.loaded.text, encoding="utf-8")
@@ -189,7 +197,7 @@ class Verifier:
         def base_of(cfg: Configuration) -> tuple[Configuration, dict[str, Any]]:
             """Each configuration is compared with its own baseline (``baseline:``, else the baseline of its target
             model: an MTP target has its own), whose engine starts once, the first time one needs it."""
-            b = self.sc.baseline_of(cfg) or self.baseline
+            b = self._base(cfg)
             assert b is not None
             if b.name not in bases:
                 bases[b.name] = collected.get(b.name) or self._answers(b, run_dir)
@@ -272,7 +280,7 @@ class Verifier:
             self.console.print(f"  [red]{cfg.name}: {type(exc).__name__}: {exc}[/]")
             if not cfg.speculative:
                 raise
-            return {"error": f"{type(exc).__name__}: {exc}", "answers": {}, "samples": []}
+            return _failed(exc)
         finally:
             engine.stop(self.sc.server.stop_grace_s)
 
