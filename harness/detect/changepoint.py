@@ -24,8 +24,9 @@ does not move the figure, ``per_level=False``; a rule made for one kind of loop,
   window already past ``min_change`` the bad way does not refine it (a collapse right after a short
   reference would become the reference);
 - score: a one-sided CUSUM on ``z = bad_direction x (x - reference) / sigma``,
-  ``S = max(0, S + z - allowance)``, cleared by a window back within ``min_change / 2`` of the reference (the score
-  weighs the current run of departing windows, not an outlier long past);
+  ``S = max(0, S + min(z - allowance, threshold / confirm_windows))``, cleared by a window back within
+  ``min_change / 2`` of the reference (the score weighs the current run of departing windows, not an outlier long
+  past, and no window weighs more than its share of the confirmation);
 - a ``collapse`` event fires when ``S >= threshold`` and the metric's last ``confirm_windows``
   judged values all depart from their level's reference by at least ``min_change`` the bad way
   (consecutive judged windows of the metric, each against its own level's reference, so a
@@ -41,7 +42,11 @@ window (``users``, or in an open-loop soak ``load_level``, is None), whose open-
 (``draining``: more finished than arrived, a queue emptying; a collapse fills the queue instead), or still held the
 queue an earlier, heavier level left (``backlog_inherited``: the engine serves it at full concurrency, so its
 per-request figures are not the level's, docs/detector.md), or that fall in the warm-up after an engine (re)start are skipped:
-neither reference nor judged. Pure state over window aggregates; no clock, no I/O.
+neither reference nor judged. A window an engine pause overlapped (``paused_s``, the health probe's silence of at least
+the stall floor, in every window it covered) is seen but weighs nothing here: its fall is the ``stall`` verdict's, and
+a pause straddling two windows must not confirm a collapse by itself. More consecutive paused windows than
+``pause_windows`` are judged as any: an engine that keeps pausing has collapsed. Pure state over window aggregates; no
+clock, no I/O.
 
 The memory headroom forecast is a Theil-Sen slope over recent RSS samples, like Prometheus's
 ``predict_linear`` but robust to the odd spike.
@@ -113,12 +118,17 @@ class DetectorSettings:
     refine_windows: int = (
         30  # reference and sigma keep taking in judged windows (outside episodes) up to this many per level
     )
+    pause_windows: int = (
+        2  # consecutive windows an engine pause (``paused_s``) excuses: one pause shorter than a window
+    )
 
     def __post_init__(self) -> None:
         if self.warmup_windows < 0:
             raise ValueError("warmup_windows must be >= 0")
         if self.refine_windows < self.reference_windows:
             raise ValueError("refine_windows must be >= reference_windows")
+        if self.pause_windows < 0:
+            raise ValueError("pause_windows must be >= 0")
         if self.reference_windows < 1 or self.confirm_windows < 1 or self.recover_windows < 1:
             raise ValueError("reference_windows, confirm_windows and recover_windows must be >= 1")
         if not self.threshold > 0 or self.allowance < 0:
@@ -217,6 +227,7 @@ class ChangeDetector:
         self._tracks = {m: _Track(recent=deque(maxlen=settings.confirm_windows)) for m in self.rules}
         self._warmup_left = settings.warmup_windows  # a soak starts on a freshly started engine
         self._judged: tuple[bool, str | None] = (False, "no window yet")
+        self._paused_run = 0  # consecutive judged-eligible windows an engine pause overlapped
 
     def engine_restarted(self) -> None:
         """Warm-up again; references, scores and episodes are kept (same configuration)."""
@@ -246,6 +257,12 @@ class ChangeDetector:
         settled = window.get("load_settled", True) is not False  # absent: closed loop, or a windows.jsonl from before
         sds = window.get("count_sd") or {}
         loop = "open" if "load_level" in window else "closed"
+        # a window an engine pause overlapped is the stall verdict's: its figures fell with the pause, so it neither
+        # scores, confirms, recovers nor refines (a pause straddling two windows made both "depart": CI's gauntlet,
+        # 2026-12-03, an 8-s SIGSTOP was a collapse that stopped the configuration); pauses in more consecutive windows
+        # than one pause can overlap are judged as any window (an engine that keeps pausing has collapsed)
+        self._paused_run = self._paused_run + 1 if (window.get("paused_s") or 0) > 0 else 0
+        excused = 0 < self._paused_run <= self.settings.pause_windows
         events: list[ChangeEvent] = []
         outcomes = {
             self._feed(
@@ -257,6 +274,7 @@ class ChangeDetector:
                 _relative_sd(rule, window.get(m), sds.get(m)),
                 settled,
                 events,
+                excused,
             )
             for m, rule in self.rules.items()
         }
@@ -301,6 +319,7 @@ class ChangeDetector:
         sd: float | None,
         settled: bool,
         events: list[ChangeEvent],
+        excused: bool = False,
     ) -> str:
         if x is None:
             return _NO_VALUE
@@ -308,7 +327,7 @@ class ChangeDetector:
         tr = self._tracks[metric]
         lv = tr.levels.setdefault(level, _Level())
         if lv.reference is None or lv.sigma is None:
-            if tr.episode is not None:
+            if tr.episode is not None or excused:
                 return _BUILDING  # a reference taken during a collapse would be a reference of the collapse
             if not settled:
                 return _SETTLING
@@ -320,11 +339,23 @@ class ChangeDetector:
             return _BUILDING
         ref, sigma, bad = lv.reference, lv.sigma, rule.bad_direction
         change = (x - ref) / (1.0 if rule.absolute else abs(ref))
+        if excused:  # seen and said (the state shows its change), weighed by the stall rule only
+            tr.last_level, tr.judged_once, tr.last_change = level, True, change
+            return _JUDGED
         # a window back within min_change/2 (the test an episode's recovery uses) clears the score: it weighs the run
         # of departing windows up to now, not one long past (a stall's window left 11 sigmas that, 14 windows later,
         # made two windows one request short a collapse: fixture gauntlet_ci)
         back = bad * change <= rule.min_change / 2
-        lv.score = 0.0 if back else max(0.0, lv.score + bad * (x - ref) / sigma - s.allowance)
+        # one window adds at most threshold / confirm_windows: a collapse is confirm_windows windows far out, not one
+        # outlier and a window of noise after it (CI's gauntlet, 2026-12-03: a paused window's 87% and a -29% window
+        # the canary had slowed made 5 sigmas)
+        lv.score = (
+            0.0
+            if back
+            else max(
+                0.0, min(lv.score + bad * (x - ref) / sigma - s.allowance, lv.score + s.threshold / s.confirm_windows)
+            )
+        )
         # judged against the reference so far, then refines it (median and MAD shrug off a few outliers); a window
         # already past min_change the bad way does not, or a collapse right after a short reference is learned
         if tr.episode is None and settled and len(lv.sample) < s.refine_windows and bad * change < rule.min_change:

@@ -148,6 +148,7 @@ class SoakWindow(JsonRecord):
     gpu_used_mib: float | None = None
     gpu_total_mib: float | None = None
     probe_max_s: float | None = None
+    paused_s: float = 0.0  # seconds of the window the engine was silent at least the stall floor (a pause in it)
     max_chunk_gap_s: float | None = None
     users: int | None = None
     judged: bool = False

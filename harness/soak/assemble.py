@@ -18,7 +18,7 @@ from typing import Any
 from engines.types import EngineCounters, acceptance_figures, counters_delta
 from harness.probe.cpu import CpuUse
 from harness.records.types import SoakWindow
-from harness.soak.figures import engine_view, stall_figures, work_done
+from harness.soak.figures import engine_view, paused_s, stall_figures, work_done
 from harness.soak.windows import Backlog, acceptance_sd, drafted_per_request, load_state, window_figures
 
 
@@ -100,6 +100,7 @@ def settle_window(
     outstanding_end: int | None = None,
     backlog: Backlog | None = None,
     intervals: Sequence[tuple[float, float]] = (),
+    pauses: Sequence[tuple[float, float]] = (),
 ) -> dict[str, Any]:
     """The window's request figures (step 2), added to ``win`` (returned). ``ended``: the records it takes (those that
     ended in it, or after an earlier window was judged); ``streaming``: the records not yet ended (they may have
@@ -107,8 +108,10 @@ def settle_window(
     engine's totals at the window's end; ``traffic``: harness/load/pacing.py ``window_traffic``. Open loop:
     ``outstanding_end`` (the backlog at its end) and ``backlog`` (the slice's earlier windows, as load_state reads
     them) say whether the backlog held still; ``intervals``: (start, end) of the slice's recent requests (which of
-    its requests ran alone)."""
+    its requests ran alone); ``pauses``: the engine's silences at least the stall floor long, as (start, end), known
+    by now (``paused_s``: how much of the window they cover, a pause that began in it and ended in the next included)."""
     chunks = stall_figures(ended, [])
+    win["paused_s"] = paused_s(pauses, win["t_start_unix"], win["t_end_unix"])
     win["max_chunk_gap_s"], win["itl_p99_s"] = chunks["max_chunk_gap_s"], chunks["itl_p99_s"]
     win.update(
         work_done(

@@ -43,6 +43,17 @@ def longest_stall(window: Mapping[str, Any] | SoakWindow) -> float | None:
     return float(v) if isinstance(v, int | float) else None
 
 
+def paused_s(pauses: Iterable[tuple[float, float]], t0: float, t1: float) -> float:
+    """Seconds of ``[t0, t1)`` the engine was silent in ``pauses`` ((start, end) spans, harness/soak/health.py
+    ``HealthProbe.pauses``), overlapping spans counted once: a pause that straddles two windows is in both."""
+    cut = sorted((max(a, t0), min(b, t1)) for a, b in pauses if b > t0 and a < t1)
+    total, reach = 0.0, t0
+    for a, b in cut:
+        total += max(0.0, b - max(a, reach))
+        reach = max(reach, b)
+    return total
+
+
 def stall_to_flag(window: Mapping[str, Any] | SoakWindow, floor_s: float, flagged_s: float) -> float | None:
     """The pause a ``stall`` verdict names for this window, or None: the engine's longest pause in it (the probe's
     silence) when it reaches the floor and is at least half again the longest already named on this engine

@@ -615,6 +615,7 @@ class SoakSlice:
             backlog,
             self.backlog,
             self.intervals,
+            self.probe.pauses(self.wd.stall_warn_s),
         )
 
     def _judge(self, win: dict[str, Any]) -> None:

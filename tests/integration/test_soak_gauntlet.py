@@ -205,8 +205,14 @@ def gauntlet(prometheus: tuple[Prometheus, int, Path]) -> Iterator[dict[str, Any
                 out,
             )
             events["reference_built_unix"] = first_judged["t_end_unix"]
-            # 1. growing pauses, each two whole windows after the last one ended
+            # 1. growing pauses, each two whole windows after the last one ended; the last one straddles the end of
+            # the window now open (it began when the last window was written, one window after that one ended), half
+            # in each window, as a pause falls wherever it likes in a user's soak
             for i, seconds in enumerate(PAUSES_S):
+                if i == len(PAUSES_S) - 1:
+                    boundary = max(w["t_end_unix"] for w in read_jsonl(run_dir / WINDOWS)) + 2 * WINDOW_S
+                    events["straddled_unix"] = boundary
+                    time.sleep(max(0.0, boundary - seconds / 2 - time.time()))
                 began = pause(eng, seconds)
                 events["pauses"].append((began, seconds))
                 if seconds > STALL_WARN_S:  # its verdict before the next pause
@@ -285,6 +291,13 @@ def test_pauses_that_grow_give_a_stall_verdict_at_the_first_over_the_floor_befor
     assert sum(w["errors"] for w in windows) == 0
     # the 8-s pause measured whole by the health probe's silence, wherever it fell in the streams
     assert max(longest_stall(w) or 0 for w in windows) >= 7.5
+    # and it is in both windows it straddled (a collapse of neither: test_verdicts_come_in_the_order_of_the_plants)
+    t8, s8 = pauses[2]
+    straddled = [w for w in windows if w["t_start_unix"] < t8 + s8 and w["t_end_unix"] > t8]
+    assert len(straddled) == 2 and all(w["paused_s"] >= 1.5 for w in straddled), [
+        (w["t_start_unix"], w["t_end_unix"], w["paused_s"]) for w in straddled
+    ]
+    assert sum(w["paused_s"] for w in straddled) == pytest.approx(s8, abs=1.0)
     report = (run_dir / "report.md").read_text()
     assert "longest stall s" in report
     # llama-server's /metrics has no KV usage or preemption series: said, not shown as 0

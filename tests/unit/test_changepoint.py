@@ -290,3 +290,44 @@ def test_open_loop_windows_judge_the_decode_of_requests_alone_at_one_reference_f
     assert closed.state()["decode_tps"].in_episode and closed.state()["alone_decode_tps"].reference is None
     with pytest.raises(ValueError, match="loop"):
         MetricRule(bad_direction=-1, min_change=0.4, noise_floor=0.02, loop="both")
+
+
+# CI's gauntlet soak, 2026-12-03 (the test's console, windows ending 101-161 s): one user, 10-s windows, output t/s and
+# finished requests; the 8-s SIGSTOP fell in the window ending 151 s, after a window the canary's requests had slowed
+GAUNTLET_CI = [(13.3, 4), (12.7, 4), (14.6, 5), (14.6, 5), (9.5, 3), (1.7, 1), (9.1, 3)]
+
+
+def _gauntlet_windows(paused: dict[int, float]) -> list[dict[str, Any]]:
+    return [
+        {
+            "t_unix": T0 + 10.0 * i,
+            "users": 1,
+            "output_tps": tps,
+            "count_sd": {"output_tps": tps * 0.5 / n},
+            "paused_s": paused.get(i, 0.0),
+        }
+        for i, (tps, n) in enumerate([(12.0, 4), *GAUNTLET_CI])  # the first window is the warm-up
+    ]
+
+
+def test_a_pause_is_the_stall_verdicts_and_confirms_no_collapse_wherever_it_falls() -> None:
+    st = DetectorSettings(warmup_windows=1, reference_windows=3, confirm_windows=2)
+    # as CI judged it (no window knew of the pause): the pause's window and a slow one before it were a collapse
+    assert [e.metric for e in detect_series(_gauntlet_windows({}), st) if e.kind == "collapse"] == ["output_tps"]
+    # the pause's window is excused: the slow windows either side of it are a score of about 2 sigmas, not 5
+    assert not [e for e in detect_series(_gauntlet_windows({6: 7.8}), st) if e.kind == "collapse"]
+    # a 10-s pause straddling two windows, 5 s in each: both fall by half, neither confirms (unexcused, they would)
+    base = [
+        {"t_unix": T0 + 10.0 * i, "users": 1, "output_tps": 13.0, "count_sd": {"output_tps": 1.6}} for i in range(6)
+    ]
+    straddle = [{**base[0], "t_unix": T0 + 10.0 * (6 + j), "output_tps": 6.5, "paused_s": 5.0} for j in range(2)]
+    after = [{**base[0], "t_unix": T0 + 10.0 * (8 + j)} for j in range(4)]
+    assert not [e for e in detect_series([*base, *straddle, *after], st) if e.kind == "collapse"]
+    unpaused = [{**w, "paused_s": 0.0} for w in straddle]
+    assert [e.kind for e in detect_series([*base, *unpaused, *after], st)] == ["collapse", "recovered"]
+    # an engine that keeps pausing, window after window, has collapsed: past pause_windows they are judged
+    keeps = [{**straddle[0], "t_unix": T0 + 10.0 * (6 + j)} for j in range(6)]
+    got = [e for e in detect_series([*base, *keeps], st) if e.kind == "collapse"]
+    assert [e.t_unix for e in got] == [keeps[st.pause_windows + st.confirm_windows - 1]["t_unix"]]
+    with pytest.raises(ValueError, match="pause_windows"):
+        DetectorSettings(pause_windows=-1)

@@ -122,3 +122,21 @@ def test_the_thread_asks_on_its_own_until_stopped() -> None:
     time.sleep(0.1)
     assert count[0] == n  # stopped
     assert len(probe.take()) >= 3
+
+
+def test_a_pause_is_kept_as_its_span_of_wall_time_the_one_going_on_included() -> None:
+    engine = PausedEngine(start=10.2, length=8.0)
+    probe = HealthProbe(engine.ask, INTERVAL_S, TIMEOUT_S, clock=engine.clock, wall=lambda: 1000.0 + engine.now)
+    while engine.now < 14.0:  # 3.8 s into the pause: the first ask timed out, the silence goes on
+        engine.now += INTERVAL_S
+        probe.probe_once()
+    ((a, b),) = probe.pauses(3.0)
+    # from the first ask it left unanswered (read short by at most one interval; each answer took 10 ms)
+    assert 1010.2 - 0.1 <= a <= 1010.2 + INTERVAL_S + 0.1 and b == pytest.approx(1000.0 + engine.now)
+    assert probe.pauses(6.0) == []  # not that long yet
+    while engine.now < 30.0:
+        engine.now += INTERVAL_S
+        probe.probe_once()
+    ((a2, b),) = probe.pauses(3.0)  # answered: one span, from the same ask to the answer
+    assert a2 == pytest.approx(a) and b == pytest.approx(1018.2 + engine.latency_s)
+    assert probe.pauses(8.5) == []

@@ -19,6 +19,7 @@ from harness.soak.figures import (
     engine_view,
     longest_stall,
     memory_figures,
+    paused_s,
     stall_figures,
     stall_trend,
     work_done,
@@ -236,3 +237,11 @@ def test_sglang_kv_usage_and_retractions_from_its_metrics() -> None:
     assert c.kv_usage == 0.0 and c.requests_finished is not None
     text = '# TYPE sglang:num_retracted_requests_total counter\nsglang:num_retracted_requests_total{model_name="m"} 3\n'
     assert SGLang.normalise_metrics(text).preemptions == 3.0
+
+
+def test_paused_s_is_the_share_of_a_window_a_pause_covered_in_every_window_it_straddles() -> None:
+    pauses = [(146.0, 154.0), (170.0, 171.0), (170.5, 172.0)]  # the last two overlap: counted once
+    assert paused_s(pauses, 141.0, 151.0) == pytest.approx(5.0)
+    assert paused_s(pauses, 151.0, 161.0) == pytest.approx(3.0)
+    assert paused_s(pauses, 161.0, 171.5) == pytest.approx(1.5)
+    assert paused_s(pauses, 131.0, 141.0) == 0.0 and paused_s([], 0.0, 10.0) == 0.0

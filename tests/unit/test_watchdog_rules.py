@@ -313,13 +313,25 @@ FALSE_THEN: dict[str, list[tuple[str, str, str]]] = {
     # two users' per-request decode t/s flipping between taking turns and sharing a batch (53 -> 7 -> 52 -> 7 at a
     # flat output t/s), "falls 101%" over 60 s: the trend test now waits for drift_min_span_s (30 minutes)
     "drift": [("baseline", "drift", "decode_tps")],
+    # per-request decode t/s at one open-loop level: one window at -66% (4.3 sigmas) and one at -41% an hour later
+    # made 6.6; one window now adds at most threshold / confirm_windows (2.5), so two windows make 4.8
+    "alone_2h": [("ngram-map-k", "collapse", "decode_tps"), ("ngram-map-k", "collapse", "acceptance")],
 }
+# verdicts a fixture's windows give under the rules its soak ran with that the soak did not write: the n-gram
+# acceptance collapse at 15% (-18%, 7.7 sigmas mostly from one window) comes 31 minutes later at -63% (today's rule,
+# 30% against the requests' spread, gives none: test_acceptance_judged_against_the_spread_of_its_requests...)
+GIVEN_NOW: dict[str, list[tuple[str, str, str]]] = {"alone_2h": [("ngram-map-k", "collapse", "acceptance")]}
+# fixtures whose collapse scores were written before one window's share was capped: the replay's is no higher
+SCORE_BEFORE_CAP = {"gauntlet", "alone_2h"}
 
 
 @pytest.mark.parametrize("name", ["cache", "stalls", "drift", "faults", "staged_2h", "alone_2h", "gauntlet"])
 def test_rules_replayed_over_a_real_soaks_windows_give_the_verdicts_it_wrote(name: str) -> None:
     wd, open_loop, windows, verdicts = _folder(name)
     got = _replay(wd, open_loop, windows, WRITTEN_WITH.get(name))
+    now = GIVEN_NOW.get(name, [])
+    assert [k for c, f in got if (k := (c, f.kind, f.metric)) in now] == now
+    got = [(c, f) for c, f in got if (c, f.kind, f.metric) not in now]
     false = FALSE_THEN.get(name, [])
     want = [
         v for v in verdicts if v["kind"] not in NOT_WINDOW_RULES and (v["config"], v["kind"], v["metric"]) not in false
@@ -328,7 +340,10 @@ def test_rules_replayed_over_a_real_soaks_windows_give_the_verdicts_it_wrote(nam
     assert [(c, f.kind, f.metric) for c, f in got] == [(v["config"], v["kind"], v["metric"]) for v in want]
     for (_, f), v in zip(got, want, strict=True):
         # the slice adds the series that moved with it (harness/soak/explain.py) to evidence and message
-        assert {k: v["evidence"][k] for k in f.evidence} == json.loads(json.dumps(f.evidence))
+        written, replayed = {k: v["evidence"][k] for k in f.evidence}, json.loads(json.dumps(f.evidence))
+        if name in SCORE_BEFORE_CAP and "score" in replayed:
+            assert replayed.pop("score") <= written.pop("score")
+        assert written == replayed
         if name != "stalls":  # that soak ran before the stall message took its present wording
             assert v["message"].removeprefix("attached server: ").startswith(f.message)
 
@@ -338,17 +353,27 @@ def test_a_stall_long_past_does_not_make_two_windows_one_request_short_a_collaps
     4 or 5 requests (12.7 or 15.9 t/s by turns). The 4-s and 8-s pauses' windows pumped output_tps's score to 11
     sigmas, and fourteen windows later two windows one request short (-20.07%, min_change 20%) were a collapse that
     stopped a healthy engine, 15 s before the planted collapse began. A window back at the reference clears the score:
-    the stalls stay stall verdicts, and the collapse is the planted one, in the first window it froze the engine."""
+    the stalls stay stall verdicts, and the collapse is the planted one, in the second window it froze the engine (one
+    window adds at most threshold / confirm_windows to the score: the run stopped after the first, so it is repeated)."""
     wd, open_loop, windows, verdicts = _folder("gauntlet_ci")
     written = [(v["kind"], v["metric"]) for v in verdicts if v["kind"] not in NOT_WINDOW_RULES]
     assert written == [("stall", "longest_stall_s")] * 2 + [("collapse", "output_tps")]
     false_onset = next(v for v in verdicts if v["kind"] == "collapse")["evidence"]["onset_unix"]
     planted = windows[-1]  # the plant froze the engine in the last window: nothing streamed, then the run stopped
     assert planted["output_tps"] == 0.0 and false_onset < planted["t_start_unix"]
-    got = _replay(wd, open_loop, windows)
+    span = planted["t_end_unix"] - planted["t_start_unix"]
+    frozen_on = {
+        **planted,
+        **{k: planted[k] + span for k in ("t_start_unix", "t_end_unix", "t_unix")},
+        "engine_uptime_s": planted["engine_uptime_s"] + span,
+    }
+    frozen_on["memory_headroom_s"], frozen_on["memory_slope_mib_per_h"] = headroom(windows, frozen_on, wd)
+    assert [(f.kind, f.metric) for _, f in _replay(wd, open_loop, windows)] == written[:2]
+    got = _replay(wd, open_loop, [*windows, frozen_on])
     assert [(f.kind, f.metric) for _, f in got] == written
     collapse = got[-1][1]
-    assert collapse.evidence["t_unix"] == planted["t_unix"] and collapse.evidence["relative_change"] == -1.0
+    assert collapse.evidence["t_unix"] == frozen_on["t_unix"] and collapse.evidence["relative_change"] == -1.0
+    assert collapse.evidence["onset_unix"] == planted["t_unix"]
     # the score the stalls left is gone by the windows the false collapse was judged on
     det = ChangeDetector(detector_settings(wd))
     for w in windows[:-1]:
