@@ -515,7 +515,8 @@ def _blocks(
             "restarts": "restarts",
             "drift": "drift verdicts",
             "canary": "output canary",
-            "judged_windows": "judged windows",
+            "coverage": "windows judged",
+            "not_judged": "not judged: why",
             "contaminated_windows": "contaminated windows",
             "engine_cores": "engine cores",
             "harness_cores": "harness cores (incl. Locust)",
@@ -545,6 +546,13 @@ def _blocks(
                 )
             if row.get("why"):
                 b.append(p(f"Why {row['config']}'s soak was flagged: {row['why']}."))
+        b.append(
+            p(
+                "Windows judged (a verdict's silence counts only beside them): "
+                + " | ".join(str(row["coverage_detail"]) for _, row in sk.iterrows())
+                + "."
+            )
+        )
         b.append(
             p(
                 "A collapse is a watched window series (output t/s, decode t/s, in an open-loop soak that of the requests",

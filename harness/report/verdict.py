@@ -364,7 +364,10 @@ def soak_verdict(soak: dict[str, Any] | None) -> str:
     hours = f"{float(soak.get('soak_s') or 0) / 3600:.2f} h"
     first = soak.get("first_failure")
     if soak.get("status") != "failed":
-        return f"ok ({hours})"
+        # an "ok" says how much of the soak was judged (absent in a manifest written before it was counted)
+        seen = soak.get("windows")
+        judged = f", {soak.get('judged_windows', 0)}/{seen} windows judged" if isinstance(seen, int) else ""
+        return f"ok ({hours}{judged})"
     if not first:
         return f"✗ {soak.get('stopped_by') or 'failed'} ({hours})"
     up = first.get("engine_uptime_s")

@@ -11,12 +11,13 @@ from harness.common.errors import EngineError
 from harness.common.net import free_port
 from harness.config.policy import verdict_fails
 from harness.config.schema import Configuration, safe_name
-from harness.records.files import AFTER_SOAK, read_jsonl
+from harness.records.files import AFTER_SOAK, WINDOWS, read_jsonl
 from harness.records.files import VERDICTS as VERDICTS_FILE
 from harness.run.manifest import RunState
 from harness.run.outputs import NotifyingWriter
 from harness.run.progress import Progress
 from harness.session.engine import EngineSession, RunContext
+from harness.soak.coverage import coverage
 
 
 def soak_campaign(
@@ -124,14 +125,22 @@ def soak_campaign(
                     session.stop()
     # the verdicts decide: a configuration whose soak crashed, hung, collapsed, ran out of memory or was stopped failed
     verdicts = [v for v in read_jsonl(run_dir / VERDICTS_FILE) if v.get("config") in detectors]
+    windows = list(read_jsonl(run_dir / WINDOWS))
     soak_failed = []
     for cfg in cfgs:
         bad = [v for v in verdicts if v["config"] == cfg.name and verdict_fails(v)]
+        cov = coverage(w for w in windows if w.get("config") == cfg.name)
         summary: dict[str, Any] = {
             "status": "failed" if bad or cfg.name in stopped else "ok",
             "soak_s": round(elapsed.get(cfg.name, 0.0), 1),
             "stopped_by": stopped.get(cfg.name),
+            # beside the verdict, how much of the soak was looked at (docs/soak.md#coverage)
+            "windows": cov.windows,
+            "judged_windows": cov.judged,
+            "not_judged": cov.not_judged,
         }
+        if cov.windows:
+            console.print(f"  soak windows judged: {cov.sentence(cfg.name)}", highlight=False)
         if bad:
             first = bad[0]
             summary["first_failure"] = {

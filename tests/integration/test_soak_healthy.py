@@ -57,6 +57,8 @@ def test_the_same_soak_without_a_plant_gives_no_verdict_at_full_and_at_half_spee
         assert len(mine) >= SOAK_S / WINDOW_S - 1, (config, len(mine))
         judged = [w for w in mine if w["judged"]]
         assert len(judged) >= 5, (config, [(w.get("not_judged_why"), w.get("contaminated")) for w in mine])
+        # the silence beside what was looked at: the console says how many windows were judged, and why not the rest
+        assert f"soak windows judged: {config}: {len(judged)}/{len(mine)} (" in text, text[-3000:]
         # one engine process lived through the whole soak
         assert len({w["engine_pid"] for w in mine}) == 1
         assert mine[-1]["engine_uptime_s"] >= SOAK_S - WINDOW_S

@@ -13,6 +13,7 @@ from harness.common.stats import t_interval
 from harness.config.policy import ENGINE_FAILURES, verdict_fails
 from harness.report.load import RunData
 from harness.soak.canary import canary_cell
+from harness.soak.coverage import coverage
 from harness.soak.figures import stall_trend
 
 WATCHDOG_FAILURES = (
@@ -78,6 +79,7 @@ def soak_table(runs: list[RunData]) -> pd.DataFrame:
             )
             episodes = collapse_episodes(verdicts)
             cw = [w for w in run.soak_windows if w.get("config") == name]
+            cov = coverage(cw)
             rows.append(
                 {
                     "run": run.run_id,
@@ -106,6 +108,10 @@ def soak_table(runs: list[RunData]) -> pd.DataFrame:
                     if cw
                     else None,
                     "judged_windows": sum(1 for w in cw if w.get("judged")),
+                    "judged_share": cov.share,
+                    "coverage": cov.cell(),
+                    "not_judged": cov.why(),
+                    "coverage_detail": cov.sentence(name),
                     "canary": canary_cell(run.canary, verdicts, name),
                     **_soak_cpu([w for w in run.soak_windows if w.get("config") == name]),
                     **_soak_rates(cw),
