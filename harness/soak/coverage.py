@@ -2,7 +2,8 @@
 
 Of the windows with traffic (a request ended or streamed in them), how many the change detector judged, per watched
 metric (a metric is judged in a window when its state there has a change against its reference) and per load level
-(closed-loop users, or the open-loop rate's level, named by its rate), and why the others were not (the windows' ``not_judged_why``).
+(closed-loop users, or the open-loop rate's level, named by its rate), and why the others were not (the windows'
+``not_judged_why``).
 Pure: read from the windows' records, so a report rebuilt from the results folder says the same as the live soak.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from harness.detect.changepoint import WATCHED_CHANGES
@@ -47,9 +48,6 @@ class Coverage:
         if self.by_metric:
             text += f"; by metric {parts(self.by_metric)}"
         return text + (f"; not judged: {self.why()}" if self.not_judged else "")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "share": self.share}
 
 
 def _has_traffic(w: Mapping[str, Any]) -> bool:
