@@ -16,8 +16,8 @@ PAUSES_KEPT = 4096  # the most recent of them: a window is judged one window aft
 
 class HealthProbe:
     """``ask(timeout_s)`` is True when the engine answered healthy. Each answer records the engine's silence: from the
-        first ask still unanswered (a timed-out or failed one) to this answer, else this ask's own wait; a failed ask
-        records its wait (at most ``timeout_s``). A pause is read short by at most one interval, never long. Each answered
+    first ask still unanswered (a timed-out or failed one) to this answer, else this ask's own wait; a failed ask
+    records its wait (at most ``timeout_s``). A pause is read short by at most one interval, never long. Each answered
     silence is also kept as a span of wall-clock time (``pauses``), so that every window it overlapped can say so, not
     only the one its answer fell in."""
 

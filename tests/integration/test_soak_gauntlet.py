@@ -211,7 +211,6 @@ def gauntlet(prometheus: tuple[Prometheus, int, Path]) -> Iterator[dict[str, Any
             for i, seconds in enumerate(PAUSES_S):
                 if i == len(PAUSES_S) - 1:
                     boundary = max(w["t_end_unix"] for w in read_jsonl(run_dir / WINDOWS)) + 2 * WINDOW_S
-                    events["straddled_unix"] = boundary
                     time.sleep(max(0.0, boundary - seconds / 2 - time.time()))
                 began = pause(eng, seconds)
                 events["pauses"].append((began, seconds))
