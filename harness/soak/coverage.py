@@ -1,6 +1,6 @@
 """How much of a soak the collapse detector judged: silence is a finding only beside it.
 
-Of the windows with traffic (a request ended or streamed in them), how many the change detector judged, per watched
+Of the windows with traffic (load offered to the engine, whether or not it served any), how many the change detector judged, per watched
 metric (a metric is judged in a window when its state there has a change against its reference) and per load level
 (closed-loop users, or the open-loop rate's level, named by its rate), and why the others were not (the windows'
 ``not_judged_why``).
@@ -51,7 +51,10 @@ class Coverage:
 
 
 def _has_traffic(w: Mapping[str, Any]) -> bool:
-    return bool(w.get("requests") or w.get("streaming_requests") or (w.get("output_tps") or 0) > 0)
+    """Load was offered: closed-loop users (None: their number changed inside the window), an open-loop schedule's
+    arrivals, or requests seen. A window where the engine served nothing under load counts: a collapse to zero."""
+    offered = (w.get("offered_rps") or 0) > 0 if "load_level" in w else ("users" in w and w["users"] != 0)
+    return offered or bool(w.get("requests") or w.get("streaming_requests") or (w.get("output_tps") or 0) > 0)
 
 
 def _loop(w: Mapping[str, Any]) -> str:

@@ -44,7 +44,10 @@ def test_a_closed_loop_soak_is_judged_by_users_and_a_window_without_traffic_is_n
         "building reference": 3,
         "warm-up": 1,
     }
-    idle = {**wins[0], "requests": 0, "streaming_requests": 0, "output_tps": 0.0, "judged": False}
+    # the planted collapse's last windows served nothing to the one user: they count, judged
+    frozen = [w for w in wins if w["output_tps"] == 0.0]
+    assert frozen and all(w["users"] == 1 and w["judged"] for w in frozen) and cov.windows == len(wins)
+    idle = {**wins[0], "users": 0, "requests": 0, "streaming_requests": 0, "output_tps": 0.0, "judged": False}
     assert coverage([*wins, idle]).windows == cov.windows
     assert coverage([]).cell() == "–" and coverage([]).why() == "none"
 
