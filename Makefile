@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --disable-pip-version-check -q
 
-.PHONY: soak-check run test lint install install-harness install-test install-lint system-packages vllm clean bench bench-peers
+.PHONY: soak-check live-checks run test lint install install-harness install-test install-lint system-packages vllm clean bench bench-peers
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,11 @@ soak-check: install
 	rm -rf results/soak-check
 	$(BIN)/specsoak run $(SOAK_CHECK) --results results/soak-check; rc=$$?; \
 	  $(BIN)/python -m bench.soak_fixture "$$(ls -d results/soak-check/2*/ | head -1)" $(SOAK_CHECK_NAME) && exit $$rc
+
+# The live checks whose records `make test` replays instead (docs/testing.md#the-long-checks): tests/long, alone on
+# the machine (the open-loop plant: tests/fixtures/soak_records/alone_planted came from its run).
+live-checks: install-test
+	$(BIN)/python -m pytest --times-json .test-times/long.json tests/long
 
 # vLLM for CPU in its own venv (its torch/transformers pins would fight ours): the engine, like
 # llama-server, is a process the harness starts (harness/setup/vllm_env.py, docs/engines/vllm.md).

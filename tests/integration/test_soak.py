@@ -171,7 +171,7 @@ def test_harness_sigkilled_mid_soak_resumes_without_losing_or_duplicating_a_reco
     )
     results = tmp_path / "results"
     soak = {
-        "duration_s": 60,
+        "duration_s": 40,  # killed after its second record; the resume runs the rest
         "shape": {"kind": "steady", "users": 2},
         "max_tokens": 12,
         "stall_s": 15,

@@ -325,7 +325,9 @@ GIVEN_NOW: dict[str, list[tuple[str, str, str]]] = {"alone_2h": [("ngram-map-k",
 SCORE_BEFORE_CAP = {"gauntlet", "alone_2h"}
 
 
-@pytest.mark.parametrize("name", ["cache", "stalls", "drift", "faults", "staged_2h", "alone_2h", "gauntlet"])
+@pytest.mark.parametrize(
+    "name", ["cache", "stalls", "drift", "faults", "staged_2h", "alone_2h", "gauntlet", "alone_planted"]
+)
 def test_rules_replayed_over_a_real_soaks_windows_give_the_verdicts_it_wrote(name: str) -> None:
     wd, open_loop, windows, verdicts = _folder(name)
     got = _replay(wd, open_loop, windows, WRITTEN_WITH.get(name))
@@ -451,6 +453,28 @@ def test_the_decode_of_requests_that_ran_alone_holds_where_per_request_decode_sw
     assert [(c, f.metric) for c, f in got] == [("baseline", "alone_decode_tps")]
     after = [w for w in planted if w["config"] == "baseline" and w["soak_t_start_s"] >= onset and w["alone_decode_tps"]]
     assert got[0][1].evidence["t_unix"] <= after[2]["t_unix"]
+
+
+def test_a_slowdown_planted_in_an_open_loop_soak_is_a_collapse_of_the_decode_of_requests_that_ran_alone() -> None:
+    """The open-loop plant (tests/long/test_soak_alone.py, run 20261203T141431Z-alone, fixture alone_planted): Poisson
+    arrivals at 0.3 rps on the real llama-server, which the test froze for 60% of every 0.2 s once the first window was
+    judged. The requests that ran alone decoded at 75-91 t/s before and about 30 after; replayed, the windows before the
+    plant give nothing and the first slowed window starts a collapse of that series, confirmed within three windows.
+    Per-request decode t/s, which swings with how requests overlap, is never judged in an open loop."""
+    wd, open_loop, windows, verdicts = _folder("alone_planted")
+    assert open_loop
+    slowed = next(i for i, w in enumerate(windows) if (w["alone_decode_tps"] or 99) < 50)
+    before = [w["alone_decode_tps"] for w in windows[:slowed]]
+    after = [w["alone_decode_tps"] for w in windows[slowed:] if w["alone_decode_tps"] is not None]
+    assert min(before) > 70 and max(after) < 0.5 * min(before) and len(after) >= 3, (before, after)
+    assert sum(w["judged"] for w in windows[:slowed]) >= 2  # the reference was built and judged against first
+    got = _replay(wd, open_loop, windows)
+    assert [f.metric for _, f in got][:1] == ["alone_decode_tps"] and {f.kind for _, f in got} == {"collapse"}
+    first = got[0][1]
+    assert first.evidence["onset_unix"] == windows[slowed]["t_unix"] and first.evidence["relative_change"] <= -0.4
+    assert first.evidence["t_unix"] <= windows[slowed + 3]["t_unix"]
+    assert not [f for _, f in got if f.metric == "decode_tps"]
+    assert [v["metric"] for v in verdicts] == [f.metric for _, f in got]  # what the live soak wrote
 
 
 def test_the_third_two_hour_soak_gives_no_verdict_once_drift_watches_the_decode_of_requests_that_ran_alone() -> None:
