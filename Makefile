@@ -59,7 +59,7 @@ soak-check: install
 	  $(BIN)/python -m bench.soak_fixture "$$(ls -d results/soak-check/2*/ | head -1)" $(SOAK_CHECK_NAME) && exit $$rc
 
 # The live checks whose records `make test` replays instead (docs/testing.md#the-long-checks): tests/long, alone on
-# the machine (the open-loop plant: tests/fixtures/soak_records/alone_planted came from its run).
+# the machine (the open-loop plants: tests/fixtures/soak_records/alone_planted and overload_planted came from them).
 live-checks: install-test
 	$(BIN)/python -m pytest --times-json .test-times/long.json tests/long
 

@@ -8,7 +8,18 @@ from __future__ import annotations
 from typing import Any, Literal, get_args
 
 VerdictKind = Literal[
-    "crash", "hang", "collapse", "memory", "error_rate", "drift", "no_load", "stall", "cache_cap", "divergence", "disk"
+    "crash",
+    "hang",
+    "collapse",
+    "memory",
+    "error_rate",
+    "drift",
+    "no_load",
+    "stall",
+    "cache_cap",
+    "divergence",
+    "disk",
+    "overload",
 ]
 VerdictAction = Literal["record", "restart", "stop_config", "stop_run"]
 VERDICT_KINDS: tuple[str, ...] = get_args(VerdictKind)
@@ -25,6 +36,7 @@ DEFAULT_ACTIONS: dict[str, str] = {
     "cache_cap": "record",
     "divergence": "stop_config",
     "disk": "stop_run",
+    "overload": "record",  # offered more than it serves: a finding about the rate (a rate it served before: collapse)
 }
 
 

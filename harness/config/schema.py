@@ -768,6 +768,13 @@ class Watchdog(_Strict):
         description="a 'disk' verdict when the results disk has less free, or will have at its "
         "write rate within two windows (docs/soak.md#disk-space)",
     )
+    overload_windows: int = Field(
+        3,
+        ge=2,
+        le=10_000,
+        description="open loop: consecutive windows at one rate whose backlog keeps growing that make an 'overload' "
+        "verdict (a 'collapse' of served_rps when the engine served that rate earlier in the soak)",
+    )
     actions: dict[VerdictKind, VerdictAction] = Field(
         default_factory=dict,
         description="what a verdict kind does: record, restart (crash, hang), stop_config, stop_run; defaults in docs/soak.md",

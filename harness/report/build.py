@@ -514,6 +514,7 @@ def _blocks(
             "failures_per_hour": "failures/h",
             "restarts": "restarts",
             "drift": "drift verdicts",
+            "overload": "overloaded at",
             "canary": "output canary",
             "coverage": "windows judged",
             "not_judged": "not judged: why",

@@ -367,7 +367,8 @@ def soak_verdict(soak: dict[str, Any] | None) -> str:
         # an "ok" says how much of the soak was judged (absent in a manifest written before it was counted)
         seen = soak.get("windows")
         judged = f", {soak.get('judged_windows', 0)}/{seen} windows judged" if isinstance(seen, int) else ""
-        return f"ok ({hours}{judged})"
+        over = soak.get("overloads") or []
+        return f"ok ({hours}{judged})" + (f"; overloaded at {over[0]}" if over else "")
     if not first:
         return f"✗ {soak.get('stopped_by') or 'failed'} ({hours})"
     up = first.get("engine_uptime_s")

@@ -18,6 +18,7 @@ from harness.run.outputs import NotifyingWriter
 from harness.run.progress import Progress
 from harness.session.engine import EngineSession, RunContext
 from harness.soak.coverage import coverage
+from harness.soak.watchdog import overload_cell
 
 
 def soak_campaign(
@@ -138,6 +139,8 @@ def soak_campaign(
             "windows": cov.windows,
             "judged_windows": cov.judged,
             "not_judged": cov.not_judged,
+            # offered more than it served: a finding, not a failure (docs/soak.md#overload)
+            "overloads": [overload_cell(v) for v in verdicts if v["config"] == cfg.name and v["kind"] == "overload"],
         }
         if cov.windows:
             console.print(f"  soak windows judged: {cov.sentence(cfg.name)}", highlight=False)

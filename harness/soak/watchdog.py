@@ -4,11 +4,13 @@ windows without an engine. harness/soak/slice.py writes the verdicts these rules
 
 Rules, in the order a window's verdicts are given: the change detector's events (``collapse`` / ``recovered``),
 ``stall``, the prompt cache (``cache_cap``, ``memory``), the engine's and the GPU's memory forecast (``memory``),
-``disk``, ``error_rate``, ``drift``.
+``disk``, ``error_rate``, ``drift``, and in an open loop ``overload`` (or ``collapse`` of ``served_rps``: a rate the
+engine served earlier in the soak and no longer does), judged on every window whatever its backlog.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -84,11 +86,13 @@ class WatchState:
     cache_warned_pid: int | None = None
     stall_flagged_s: float = 0.0
     drift_flagged: set[str] = field(default_factory=set)
+    overload_flagged: set[Any] = field(default_factory=set)  # the load levels an overload was named at, this engine
 
     def engine_restarted(self) -> None:
-        """A new engine process: its memory, cache and stalls are judged afresh (drift is over the whole soak)."""
+        """A new engine process: its memory, cache, stalls and overloads are judged afresh (drift is over the soak)."""
         self.memory_warned_pid = self.gpu_warned_pid = self.cache_warned_pid = None
         self.stall_flagged_s = 0.0
+        self.overload_flagged = set()
 
 
 def brief(w: SoakWindow | Window) -> dict[str, Any]:
@@ -293,6 +297,104 @@ def error_rate_rule(win: SoakWindow, wd: Watchdog) -> Finding | None:
     return None
 
 
+# a collapse of the served rate: the engine now sustains under this share of a rate it served earlier in the soak
+SERVED_SHORTFALL = 0.25
+
+
+def _seconds(w: Window) -> float:
+    return max(0.0, float(w["t_end_unix"]) - float(w["t_start_unix"]))
+
+
+def overload_rule(history: Sequence[Window], wd: Watchdog, state: WatchState) -> Finding | None:
+    """Open loop, on every window whatever its backlog: over the last ``overload_windows`` windows at one load level
+    (one engine, none draining), a queue that kept growing, by more than the Poisson arrivals wander (2 sqrt(arrivals)
+    + 1) and past one window's arrivals, means the engine serves less than it is offered. An ``overload`` (default
+    ``record``: a finding about the rate, not a failure) naming the offered rate and the rate it sustained; a
+    ``collapse`` of ``served_rps`` instead when earlier in the soak the engine served this rate or a higher one with a
+    backlog that held still, and now sustains less than (1 - SERVED_SHORTFALL) of it by more than three Poisson sds
+    (an engine near its capacity queues by chance, at about the rate it is asked); recorded, not acted on, when other
+    processes took the CPU in one of those windows. Once per level and engine.
+    ``history`` ends with the window judged."""
+    n = wd.overload_windows
+    span = list(history[-n:])
+    last = span[-1] if span else None
+    if last is None or len(span) < n:
+        return None
+    level, pid = last.get("load_level"), last.get("engine_pid")
+    if level is None or (pid, level) in state.overload_flagged:
+        return None
+    if any(
+        w.get("load_level") != level or w.get("engine_pid") != pid or w.get("outstanding_end") is None for w in span
+    ):
+        return None
+    queue = [int(w["outstanding_end"]) for w in span]
+    arrivals = sum(int(w.get("scheduled") or 0) for w in span[1:])
+    sched = int(last.get("scheduled") or 0)
+    rose = queue[-1] - queue[0] > 2 * math.sqrt(arrivals) + 1 and queue[-1] == max(queue)
+    if not rose or queue[-1] <= sched + 2 * math.sqrt(sched) + 1 or any(w.get("draining") for w in span):
+        return None
+    secs = sum(_seconds(w) for w in span)
+    if secs <= 0:
+        return None
+    served = sum(float(w.get("achieved_rps") or 0.0) * _seconds(w) for w in span) / secs
+    offered = sum(float(w.get("offered_rps") or 0.0) * _seconds(w) for w in span) / secs
+    asked = float(last.get("asked_rps") or offered)
+    late = sum(int(w.get("late") or 0) for w in span)
+    busy = sum(bool(w.get("contaminated")) for w in span)
+    state.overload_flagged.add((pid, level))
+    evidence: dict[str, Any] = {
+        "load_level": level,
+        "asked_rps": asked,
+        "offered_rps": offered,
+        "served_rps": served,
+        "backlog": queue,
+        "late": late,
+        "contaminated_windows": busy,
+        "onset_unix": span[0]["t_start_unix"],
+        "windows": [brief(w) for w in span],
+    }
+    queued = f"its queue grew {queue[0]} → {queue[-1]} over {n} windows, {late} late sends"
+    also = f"; other processes took the CPU in {busy} of these windows" if busy else ""
+    earlier = [
+        w
+        for w in history[:-n]
+        if w.get("load_settled") and w.get("achieved_rps") and float(w.get("asked_rps") or 0.0) >= asked / 1.05
+    ]
+    if earlier:
+        before = sum(float(w["achieved_rps"]) * _seconds(w) for w in earlier) / sum(_seconds(w) for w in earlier)
+        served_then = min(asked, before)
+        expected = served_then * secs
+        if served < (1 - SERVED_SHORTFALL) * served_then and expected - served * secs > 3 * math.sqrt(expected):
+            change = served / served_then - 1
+            evidence.update(served_before_rps=served_then, relative_change=change, reference=served_then)
+            return Finding(
+                "collapse",
+                f"served_rps {change:+.0%}: the engine sustains {served:.3g} rps at about {asked:.3g} rps asked, a rate "
+                f"it served earlier in this soak ({served_then:.3g} rps, backlog held still); {queued}{also}"
+                + (": recorded, not acted on" if busy else ""),
+                evidence,
+                metric="served_rps",
+                # other processes took the CPU meanwhile: the machine may be what slowed, so it is said, not acted on
+                action="record" if busy else None,
+            )
+    return Finding(
+        "overload",
+        f"the engine serves {served:.3g} rps of the {offered:.3g} rps offered (about {asked:.3g} rps asked): {queued}"
+        + also,
+        evidence,
+        metric="served_rps",
+    )
+
+
+def overload_cell(v: dict[str, Any]) -> str:
+    """An ``overload`` verdict in a few words: the rate asked, what the engine sustained of what was offered."""
+    ev = v.get("evidence") or {}
+    asked, served, offered = ev.get("asked_rps"), ev.get("served_rps"), ev.get("offered_rps")
+    if not all(isinstance(x, int | float) for x in (asked, served, offered)):
+        return str(v.get("message", "overload"))
+    return f"~{asked:.3g} rps: served {served:.3g} of {offered:.3g} offered"
+
+
 def drift_points(wins: Sequence[Window], metric: str) -> list[tuple[float, float, Any]]:
     """(t_unix, value, load level) of the windows the drift test takes: not contaminated, engine memory only after the
     engine's first 10 minutes and at one level (memory does not follow the load), a series the change detector judges
@@ -375,6 +477,7 @@ def judge(
         lambda: disk_rule(win, disk_short),
         lambda: error_rate_rule(win, wd),
         lambda: drift_rules(history, wd, state, open_loop),
+        lambda: overload_rule(history, wd, state) if open_loop else None,
     ]
     for rule in rules:
         got = rule()

@@ -28,6 +28,8 @@ from harness.soak.watchdog import (
     headroom,
     judge,
     memory_rules,
+    overload_cell,
+    overload_rule,
     stall_rule,
 )
 from harness.soak.windows import Backlog, acceptance_sd, drafted_per_request, end_unix, load_state, window_figures
@@ -257,6 +259,106 @@ def test_judge_gives_a_windows_verdicts_in_the_soaks_order(tmp_path: Path) -> No
     assert [f.kind for f in got] == ["stall", "memory", "disk", "error_rate"]
 
 
+# ---- overload ------------------------------------------------------------------------------------------------------
+def open_win(i: int, rps: float, served: float, queue: int, **over: Any) -> dict[str, Any]:
+    """The i-th 20-s window of an open-loop soak at ``rps`` (its level), the engine completing ``served`` rps, the
+    backlog ``queue`` at its end: a window as windows.jsonl holds it."""
+    w = win(i, window_s=20.0, users=None, load_level=round(np.log(rps) / np.log(1.1)), asked_rps=rps, offered_rps=rps)
+    w.update(scheduled=round(rps * 20), achieved_rps=served, outstanding_end=queue, late=0, draining=False)
+    w.update(load_settled=False, backlog_inherited=False)
+    w.update(over)
+    return w
+
+
+def _overloads(wins: list[dict[str, Any]], wd: Watchdog | None = None) -> list[tuple[int, Any]]:
+    """(window index, finding) of every finding the rule gives as the soak's windows come, one state for the soak."""
+    wd, state = wd or Watchdog(), WatchState()
+    return [(i, f) for i in range(len(wins)) if (f := overload_rule(wins[: i + 1], wd, state)) is not None]
+
+
+def test_a_queue_that_keeps_growing_at_one_rate_is_an_overload_once_naming_both_rates() -> None:
+    """2 rps offered, 1.2 served: the backlog grows by 16 a window. The rule waits for three windows at the rate whose
+    queue rose past Poisson noise (2 sqrt(arrivals) + 1 = 18.9) and past one window's arrivals (40, wandering 13.6)."""
+    wins = [open_win(i, 2.0, 1.2, 16 * i) for i in range(8)]
+    got = _overloads(wins)
+    assert [i for i, _ in got] == [4]
+    f = got[0][1]
+    assert (f.kind, f.metric, f.action) == ("overload", "served_rps", None)
+    assert f.evidence["served_rps"] == pytest.approx(1.2) and f.evidence["offered_rps"] == pytest.approx(2.0)
+    assert f.evidence["backlog"] == [32, 48, 64] and f.evidence["onset_unix"] == wins[2]["t_start_unix"]
+    assert f.message.startswith("the engine serves 1.2 rps of the 2 rps offered (about 2 rps asked): its queue grew 32")
+    assert Watchdog().action("overload") == "record"
+
+
+def test_a_backlog_that_wanders_or_changes_level_or_drains_is_no_overload() -> None:
+    still = [open_win(i, 2.0, 2.0, q) for i, q in enumerate([5, 9, 4, 12, 6, 10, 7])]
+    assert _overloads(still) == []
+    # rising, but by less than the arrivals wander over the span
+    slow = [open_win(i, 2.0, 1.9, 40 + 4 * i) for i in range(8)]
+    assert _overloads(slow) == []
+    # a level change inside the span: the rule waits for three windows at the new rate
+    ramp = [open_win(i, 2.0 if i < 5 else 4.0, 1.2, 16 * i) for i in range(7)]
+    assert [i for i, _ in _overloads(ramp)] == [4]
+    assert [i for i, _ in _overloads(ramp[:4] + ramp[5:])] == []
+    # a drain in the span (the queue a heavier level left): not this rate's overload
+    drain = [open_win(i, 2.0, 1.2, 16 * i, draining=i == 3) for i in range(6)]
+    assert [i for i, _ in _overloads(drain)] == []
+
+
+def test_a_fresh_engine_is_judged_afresh_and_contamination_is_named() -> None:
+    wins = [open_win(i, 2.0, 1.2, 16 * i, contaminated=i == 3) for i in range(6)]
+    wins += [open_win(i, 2.0, 1.2, 16 * (i - 6), engine_pid=200) for i in range(6, 12)]
+    state, wd = WatchState(), Watchdog()
+    got = []
+    for i in range(len(wins)):
+        if wins[i]["engine_pid"] == 200 and wins[i - 1]["engine_pid"] == 100:
+            state.engine_restarted()
+        if (f := overload_rule(wins[: i + 1], wd, state)) is not None:
+            got.append((i, f))
+    assert [i for i, _ in got] == [4, 10]
+    assert got[0][1].evidence["contaminated_windows"] == 1 and "other processes took the CPU in 1" in got[0][1].message
+
+
+def test_a_rate_the_engine_served_earlier_and_no_longer_does_is_a_collapse_of_the_served_rate() -> None:
+    """The engine served 2 rps with a backlog that held still; then it sustains 1.0 (halved): a ``collapse`` of
+    ``served_rps``, whatever the queue does to the windows the change detector judges. At 1.6 of 2 (within 25% of
+    what it served: an engine near its capacity) it is an overload, not a collapse."""
+    served = [open_win(i, 2.0, 2.0, 6, load_settled=True) for i in range(6)]
+    halved = served + [open_win(i, 2.0, 1.0, 6 + 20 * (i - 5)) for i in range(6, 12)]
+    got = _overloads(halved)
+    assert [(i, f.kind, f.metric) for i, f in got] == [(8, "collapse", "served_rps")]
+    ev = got[0][1].evidence
+    assert ev["served_before_rps"] == pytest.approx(2.0) and ev["relative_change"] == pytest.approx(-0.5)
+    assert got[0][1].message.startswith("served_rps -50%: the engine sustains 1 rps at about 2 rps asked")
+    near = served + [open_win(i, 2.0, 1.6, 6 + 10 * (i - 5)) for i in range(6, 14)]
+    assert [(f.kind, round(f.evidence["served_rps"], 6)) for _, f in _overloads(near)] == [("overload", 1.6)]
+    # other processes took the CPU in one of those windows: said, and recorded rather than acted on
+    busy = [{**w, "contaminated": i == 7} for i, w in enumerate(halved)]
+    [(_, f)] = _overloads(busy)
+    assert (f.kind, f.action) == ("collapse", "record") and "other processes took the CPU in 1" in f.message
+    assert got[0][1].action is None
+    # a heavier rate than any it served before is an overload, even at half of it
+    heavier = served + [open_win(i, 4.0, 2.0, 40 * (i - 5)) for i in range(6, 12)]
+    assert [f.kind for _, f in _overloads(heavier)] == ["overload"]
+    # an open loop only: judge gives it there, never in a closed loop
+    w = halved[9]
+    assert [f.kind for f in judge(typed(w), halved[:10], Watchdog(), WatchState(), [], None, True)] == ["collapse"]
+    assert judge(typed(w), halved[:10], Watchdog(), WatchState(), [], None, False) == []
+
+
+def test_an_overload_is_named_in_the_soak_table_and_the_verdict_cell_without_failing_the_soak() -> None:
+    from harness.config.policy import verdict_fails
+    from harness.report.verdict import soak_verdict
+
+    [(_, f)] = _overloads([open_win(i, 2.0, 1.2, 16 * i) for i in range(5)])
+    v = {"kind": f.kind, "metric": f.metric, "action": Watchdog().action(f.kind), "evidence": f.evidence}
+    assert not verdict_fails(v)
+    cell = overload_cell(v)
+    assert cell == "~2 rps: served 1.2 of 2 offered"
+    soak = {"status": "ok", "soak_s": 3600, "windows": 60, "judged_windows": 57, "overloads": [cell]}
+    assert soak_verdict(soak) == "ok (1.00 h, 57/60 windows judged); overloaded at ~2 rps: served 1.2 of 2 offered"
+
+
 # ---- real soaks ----------------------------------------------------------------------------------------------------
 def _folder(name: str) -> tuple[Watchdog, bool, list[dict[str, Any]], list[dict[str, Any]]]:
     sc = yaml.safe_load((RECORDS / name / "scenario.yaml").read_text())
@@ -320,13 +422,19 @@ FALSE_THEN: dict[str, list[tuple[str, str, str]]] = {
 # verdicts a fixture's windows give under the rules its soak ran with that the soak did not write: the n-gram
 # acceptance collapse at 15% (-18%, 7.7 sigmas mostly from one window) comes 31 minutes later at -63% (today's rule,
 # 30% against the requests' spread, gives none: test_acceptance_judged_against_the_spread_of_its_requests...)
-GIVEN_NOW: dict[str, list[tuple[str, str, str]]] = {"alone_2h": [("ngram-map-k", "collapse", "acceptance")]}
+# The staged soak's 0.5-rps level, which neither configuration served (its queue grew 36 -> 60 while the engine
+# sustained 0.33 rps): an overload, recorded (test_the_queue_a_heavier_level_left_is_not_judged_at_the_lighter_level)
+GIVEN_NOW: dict[str, list[tuple[str, str, str]]] = {
+    "alone_2h": [("ngram-map-k", "collapse", "acceptance")],
+    "staged_2h": [("baseline", "overload", "served_rps"), ("ngram-map-k", "overload", "served_rps")],
+}
 # fixtures whose collapse scores were written before one window's share was capped: the replay's is no higher
 SCORE_BEFORE_CAP = {"gauntlet", "alone_2h"}
 
 
 @pytest.mark.parametrize(
-    "name", ["cache", "stalls", "drift", "faults", "staged_2h", "alone_2h", "gauntlet", "alone_planted"]
+    "name",
+    ["cache", "stalls", "drift", "faults", "staged_2h", "alone_2h", "gauntlet", "alone_planted", "overload_planted"],
 )
 def test_rules_replayed_over_a_real_soaks_windows_give_the_verdicts_it_wrote(name: str) -> None:
     wd, open_loop, windows, verdicts = _folder(name)
@@ -388,7 +496,8 @@ def test_the_queue_a_heavier_level_left_is_not_judged_at_the_lighter_level() -> 
     engine still served the heavier levels' queue at full concurrency (decode ~12 t/s a request, against 45 at 0.2 rps
     with an empty queue), and the windows whose fall Poisson arrivals hid were judged: a false -74% decode collapse
     (replayed as written above). With the backlog's state worked out as the slice now does (load_state, window by
-    window), every window still holding that queue is left out and nothing is flagged."""
+    window), every window still holding that queue is left out and no collapse is flagged; the heavier level itself,
+    where the queue grew, is an ``overload`` (recorded: a finding about 0.5 rps, not a failure)."""
     wd, open_loop, windows, verdicts = _folder("staged_2h")
     assert open_loop and any(v["kind"] == "collapse" for v in verdicts)
     redone: list[dict[str, Any]] = []
@@ -400,7 +509,10 @@ def test_the_queue_a_heavier_level_left_is_not_judged_at_the_lighter_level() -> 
         earlier.add(w)
         redone.append(w)
     assert sum(bool(w["backlog_inherited"]) for w in redone) >= 10
-    assert [(c, f.kind, f.metric) for c, f in _replay(wd, open_loop, redone, RULES_BEFORE_ALONE)] == []
+    got = _replay(wd, open_loop, redone, RULES_BEFORE_ALONE)
+    assert [(c, f.kind) for c, f in got] == [("baseline", "overload"), ("ngram-map-k", "overload")]
+    assert all(f.evidence["asked_rps"] == pytest.approx(0.5) and f.evidence["served_rps"] < 0.4 for _, f in got)
+    assert Watchdog().action("overload") == "record"
 
 
 def _with_alone_decode(name: str) -> list[dict[str, Any]]:
@@ -475,6 +587,23 @@ def test_a_slowdown_planted_in_an_open_loop_soak_is_a_collapse_of_the_decode_of_
     assert first.evidence["t_unix"] <= windows[slowed + 3]["t_unix"]
     assert not [f for _, f in got if f.metric == "decode_tps"]
     assert [v["metric"] for v in verdicts] == [f.metric for _, f in got]  # what the live soak wrote
+
+
+def test_an_engine_slowed_under_the_rate_it_served_is_a_collapse_of_the_served_rate_first() -> None:
+    """The live check tests/long/test_soak_overload.py (run 20261203T163711Z-overload, fixture overload_planted): 0.5
+    rps of short prompts, served with a still backlog for three windows; then the engine frozen for 95% of every
+    0.2 s. It sustained 0.07 rps, the queue grew 7 -> 18 -> 22 -> 31, and the first verdict was the collapse of
+    ``served_rps`` that stopped the configuration (the change detector's output t/s and TTFT collapses came in the
+    same window)."""
+    wd, open_loop, windows, verdicts = _folder("overload_planted")
+    assert open_loop and (verdicts[0]["kind"], verdicts[0]["metric"]) == ("collapse", "served_rps")
+    served = [w for w in windows if w["load_settled"]]
+    assert len(served) >= 3 and all(w["late"] == 0 for w in served)
+    got = _replay(wd, open_loop, windows)
+    first = got[0][1]
+    assert (first.kind, first.metric) == ("collapse", "served_rps") and first.evidence["relative_change"] < -0.5
+    assert first.evidence["served_before_rps"] == pytest.approx(0.5) and first.evidence["backlog"] == [7, 18, 22]
+    assert [(f.kind, f.metric) for _, f in got] == [(v["kind"], v["metric"]) for v in verdicts]
 
 
 def test_the_third_two_hour_soak_gives_no_verdict_once_drift_watches_the_decode_of_requests_that_ran_alone() -> None:

@@ -15,6 +15,7 @@ from harness.report.load import RunData
 from harness.soak.canary import canary_cell
 from harness.soak.coverage import coverage
 from harness.soak.figures import stall_trend
+from harness.soak.watchdog import overload_cell
 
 WATCHDOG_FAILURES = (
     *ENGINE_FAILURES,
@@ -73,6 +74,7 @@ def soak_table(runs: list[RunData]) -> pd.DataFrame:
             failures = sum(kinds.values())
             ftimes = [t for t in fail_times if t is not None]
             drift = [f"{v.get('metric')}: {v.get('message')}" for v in verdicts if v.get("kind") == "drift"]
+            overloads = [overload_cell(v) for v in verdicts if v.get("kind") == "overload"]
             failing = [v for v in verdicts if verdict_fails(v)]
             first_up = next(
                 (float(v["engine_uptime_s"]) for v in failing if v.get("engine_uptime_s") is not None), None
@@ -97,6 +99,7 @@ def soak_table(runs: list[RunData]) -> pd.DataFrame:
                     "windows": sum(1 for w in run.soak_windows if w.get("config") == name),
                     "drift_verdicts": len(drift),
                     "drift": " | ".join(drift) if drift else "none",
+                    "overload": " | ".join(overloads) if overloads else "none",
                     "soak_verdict": "failed" if failing else "ok",
                     "first_failure_engine_uptime_h": first_up / 3600 if first_up is not None else None,
                     "first_failure": f"{failing[0]['kind']}"
