@@ -42,6 +42,7 @@ from harness.probe.memory import rss_bytes
 from harness.records.files import RequestRecord
 from harness.records.types import CanaryRound, Failure, Manifest, Phase, SoakWindow, Verdict
 from harness.session.observers import BaseObserver
+from harness.soak.coverage import has_traffic
 
 CONFIG_LABELS = ("run", "config", "engine", "algorithm", "synthetic")
 MAX_POSITIONS = 16  # per-position acceptance beyond this many drafted tokens is not exported
@@ -551,6 +552,13 @@ class MetricsExporter(BaseObserver):
             registry=r,
         )
         self.soak_windows = Counter("specsoak_soak_windows", "soak windows closed", L, registry=r)
+        # the coverage (docs/soak.md#coverage): the windows with traffic, judged or not and why not
+        self.soak_traffic_windows = Counter(
+            "specsoak_soak_traffic_windows",
+            "soak windows with traffic (load offered), by whether the change detector judged them and why not",
+            [*L, "judged", "why"],
+            registry=r,
+        )
         self.change_score = Gauge(
             "specsoak_soak_change_score",
             "the change detector's score of a watched window series (last window)",
@@ -791,6 +799,9 @@ class MetricsExporter(BaseObserver):
         for kind, key in (("used", "gpu_used_mib"), ("total", "gpu_total_mib"), ("engine", "engine_gpu_mib")):
             _set_or_remove(self.soak_gpu_memory, [*values, kind], _times(record.get(key), MIB))
         self.soak_windows.labels(**lab).inc()
+        if has_traffic(record.to_dict()) and (judged := record.get("judged")) is not None:
+            why = "" if judged else str(record.get("not_judged_why") or "not said")
+            self.soak_traffic_windows.labels(**lab, judged=str(bool(judged)).lower(), why=why).inc()
         detectors = record.get("detectors") or {}
         for metric in WATCHED_METRICS:
             det = detectors.get(metric) or {}

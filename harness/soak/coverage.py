@@ -50,7 +50,7 @@ class Coverage:
         return text + (f"; not judged: {self.why()}" if self.not_judged else "")
 
 
-def _has_traffic(w: Mapping[str, Any]) -> bool:
+def has_traffic(w: Mapping[str, Any]) -> bool:
     """Load was offered: closed-loop users (None: their number changed inside the window), an open-loop schedule's
     arrivals, or requests seen. A window where the engine served nothing under load counts: a collapse to zero."""
     offered = (w.get("offered_rps") or 0) > 0 if "load_level" in w else ("users" in w and w["users"] != 0)
@@ -70,7 +70,7 @@ def _level(w: Mapping[str, Any]) -> str:
 
 def coverage(windows: Iterable[Mapping[str, Any]]) -> Coverage:
     """The coverage of one configuration's windows (windows.jsonl lines, or typed windows' dicts)."""
-    busy = [w for w in windows if _has_traffic(w)]
+    busy = [w for w in windows if has_traffic(w)]
     why = Counter(str(w.get("not_judged_why") or "not said") for w in busy if not w.get("judged"))
     metrics: dict[str, tuple[int, int]] = {}
     for m, rule in WATCHED_CHANGES.items():

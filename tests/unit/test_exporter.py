@@ -284,7 +284,20 @@ def test_soak_window_figures_are_exported() -> None:
     assert metrics <= set(WATCHED_METRICS) and "made_up" not in metrics
 
 
-def test_a_window_without_a_value_has_no_series_not_zero() -> None:
+def test_the_windows_with_traffic_are_counted_judged_or_not_and_why_not() -> None:
+    """The coverage live (docs/soak.md#coverage): share judged = judged="true" over all, per configuration."""
+    exp = _soak_exporter()
+    get = exp.registry.get_sample_value
+    exp.on_window(_window())
+    exp.on_window(_window(judged=False, not_judged_why="warm-up"))
+    exp.on_window(_window(judged=False, not_judged_why="warm-up"))
+    exp.on_window(_window(judged=False, not_judged_why="no load", users=0, requests=0, output_tps=0.0))
+    assert get("specsoak_soak_traffic_windows_total", {**LAB, "judged": "true", "why": ""}) == 1.0
+    assert get("specsoak_soak_traffic_windows_total", {**LAB, "judged": "false", "why": "warm-up"}) == 2.0
+    # no load offered, nothing served: not a window with traffic
+    assert get("specsoak_soak_traffic_windows_total", {**LAB, "judged": "false", "why": "no load"}) is None
+    assert get("specsoak_soak_windows_total", LAB) == 4.0
+
     exp = _soak_exporter()
     get = exp.registry.get_sample_value
     exp.on_window(_window())
