@@ -86,7 +86,7 @@ class WatchState:
     cache_warned_pid: int | None = None
     stall_flagged_s: float = 0.0
     drift_flagged: set[str] = field(default_factory=set)
-    overload_flagged: set[Any] = field(default_factory=set)  # the load levels an overload was named at, this engine
+    overload_flagged: set[Any] = field(default_factory=set)  # (engine pid, load level) an overload was named at
 
     def engine_restarted(self) -> None:
         """A new engine process: its memory, cache, stalls and overloads are judged afresh (drift is over the soak)."""

@@ -1,8 +1,9 @@
-"""An open-loop soak at a rate the engine serves, then the engine slowed far under that rate: the queue grows, no
-window settles, and the change detector (which judges settled windows only) goes blind; the ``overload`` rule,
-judged on every window, sees the engine sustain much less than the rate it served earlier in this soak, and that is a
-``collapse`` of ``served_rps`` with its default action: the configuration stops, `specsoak run` exits 4
-(docs/soak.md#overload, issue #33).
+"""An open-loop soak at a rate the engine serves, then the engine slowed far under that rate: the queue grows and no
+window settles again. The ``overload`` rule, judged on every window whatever its backlog, sees the engine sustain
+much less than the rate it served earlier in this soak, and that is a ``collapse`` of ``served_rps`` with its default
+action: the configuration stops, `specsoak run` exits 4 (docs/soak.md#overload, issue #33). (In the run the fixture
+came from, the change detector also judged the slowed windows, their level having a reference, and gave its own
+collapses in the same window; a level without a reference yet would have had only this rule.)
 
 The plant (tests/integration/plants.py's duty cycle) waits for the soak's own records: two windows whose backlog
 held still at the soak's one rate (the rate served). Then the engine is frozen for 95% of every 0.2 s (it decodes
