@@ -20,13 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from harness.records.files import VERDICTS, WINDOWS, read_jsonl
 from tests.integration.conftest import SMOLLM2
 from tests.integration.plants import DutyCyclePlant
 from tests.integration.test_soak_gauntlet import start_run, wait_until
-from tests.integration.test_soak_watch import _measurement
+from tests.integration.test_soak_watch import _measurement, _write
 
 pytestmark = pytest.mark.engine
 
@@ -41,36 +40,51 @@ SOAK_S = 480.0
 AFTER_PLANT_WINDOWS = 8
 
 
-def _scenario(folder: Path) -> Path:
+def open_loop_scenario(
+    folder: Path,
+    name: str,
+    duration_s: float,
+    arrival: dict[str, Any],
+    max_tokens: int,
+    hang_s: float,
+    actions: dict[str, str] | None,
+) -> Path:
+    """The open-loop plants' soak (this file's and test_soak_overload.py's): one baseline on four slots, short prompts
+    (builtin:mixed), 20-s windows, the reference from three of them; ``actions`` None: every action as a user gets it."""
+    watchdog: dict[str, Any] = {
+        "probe_interval_s": 0.5,
+        "hang_s": hang_s,
+        "window_s": WINDOW_S,
+        "warmup_windows": 1,
+        "reference_windows": 3,
+        "confirm_windows": 2,
+    }
+    if actions is not None:
+        watchdog["actions"] = actions
     data: dict[str, Any] = {
-        "name": "alone",
+        "name": name,
         "server": {"model": SMOLLM2, "ctx_size": 2048, "parallel": 4, "threads": 2, "stop_grace_s": 3},
         "configurations": [{"name": "baseline", "algorithm": "none"}],
         # the plant thread signals the engine ten times a second
         "measurement": _measurement(contamination_cores=0.15),
         "soak": {
-            "duration_s": SOAK_S,
-            # light Poisson traffic: a short prompt's 32-token answer takes about half a second, so most requests
-            # run alone, and still do at 40% of the engine's speed
-            "arrival": {"kind": "poisson", "rate_rps": 0.3, "max_in_flight": 4, "seed": 11},
+            "duration_s": duration_s,
+            "arrival": arrival,
             "prompts": "builtin:mixed",
-            "max_tokens": 32,
-            "stall_s": 30,
-            "watchdog": {
-                "probe_interval_s": 0.5,
-                "hang_s": 30,
-                "window_s": WINDOW_S,
-                "warmup_windows": 1,
-                "reference_windows": 3,
-                "confirm_windows": 2,
-                # every verdict is recorded and the soak runs on: the test reads which series moved, and when
-                "actions": {"collapse": "record", "drift": "record"},
-            },
+            "max_tokens": max_tokens,
+            "stall_s": hang_s,
+            "watchdog": watchdog,
         },
     }
-    path = folder / "alone.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    return _write(folder, data)
+
+
+def _scenario(folder: Path) -> Path:
+    # light Poisson traffic: a short prompt's 32-token answer takes about half a second, so most requests run alone,
+    # and still do at 40% of the engine's speed; every verdict is recorded and the soak runs on: the test reads which
+    # series moved, and when
+    arrival = {"kind": "poisson", "rate_rps": 0.3, "max_in_flight": 4, "seed": 11}
+    return open_loop_scenario(folder, "alone", SOAK_S, arrival, 32, 30, {"collapse": "record", "drift": "record"})
 
 
 def test_a_slower_engine_in_an_open_loop_soak_is_a_collapse_of_the_decode_of_requests_that_ran_alone(

@@ -16,20 +16,16 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 from harness.records.files import VERDICTS, WINDOWS, read_jsonl
-from tests.integration.conftest import SMOLLM2
 from tests.integration.plants import DutyCyclePlant
 from tests.integration.test_soak_gauntlet import start_run, wait_until
-from tests.integration.test_soak_watch import _measurement
+from tests.long.test_soak_alone import WINDOW_S, open_loop_scenario
 
 pytestmark = pytest.mark.engine
 
-WINDOW_S = 20.0
 RATE_RPS = 0.5
 SETTLED_BEFORE_PLANT = 2
 SOAK_S = 600.0  # an upper bound: the collapse stops the configuration
@@ -37,32 +33,10 @@ EXIT_SOAK = 4
 
 
 def _scenario(folder: Path) -> Path:
-    data: dict[str, Any] = {
-        "name": "overload",
-        "server": {"model": SMOLLM2, "ctx_size": 2048, "parallel": 4, "threads": 2, "stop_grace_s": 3},
-        "configurations": [{"name": "baseline", "algorithm": "none"}],
-        "measurement": _measurement(contamination_cores=0.15),
-        "soak": {
-            "duration_s": SOAK_S,
-            # short prompts and 16-token answers: a fraction of a second each at full speed, so 0.5 rps is served
-            # (builtin:repeat's long prompts at 1 rps kept 8 in flight and every send late: the engine's capacity)
-            "arrival": {"kind": "poisson", "rate_rps": RATE_RPS, "max_in_flight": 8, "seed": 5},
-            "prompts": "builtin:mixed",
-            "max_tokens": 16,
-            "stall_s": 60,
-            "watchdog": {
-                "probe_interval_s": 0.5,
-                "hang_s": 60,
-                "window_s": WINDOW_S,
-                "warmup_windows": 1,
-                "reference_windows": 3,
-                "confirm_windows": 2,
-            },
-        },
-    }
-    path = folder / "overload.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    # short prompts and 16-token answers: a fraction of a second each at full speed, so 0.5 rps is served
+    # (builtin:repeat's long prompts at 1 rps kept 8 in flight and every send late: the engine's capacity)
+    arrival = {"kind": "poisson", "rate_rps": RATE_RPS, "max_in_flight": 8, "seed": 5}
+    return open_loop_scenario(folder, "overload", SOAK_S, arrival, 16, 60, None)
 
 
 def test_an_engine_slowed_under_the_rate_it_served_is_a_collapse_of_the_served_rate(tmp_path: Path) -> None:
