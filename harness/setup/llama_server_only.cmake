@@ -24,6 +24,13 @@ function(specsoak_only_llama_server)
       set_target_properties(${t} PROPERTIES EXCLUDE_FROM_ALL TRUE)
     endif()
   endforeach()
+  # Unity builds (16 sources a unit) for common and the server, as llama.cpp already does for src/'s model files: their
+  # sources share heavy headers, parsed once a unit instead of once a file. tools/mtmd's helpers #error when merged.
+  foreach(t IN ITEMS llama-common server-context llama-server-impl)
+    if(TARGET ${t})
+      set_target_properties(${t} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 16)
+    endif()
+  endforeach()
   add_custom_target(specsoak_llama_server ALL)
   add_dependencies(specsoak_llama_server llama-server)
   message(STATUS "specsoak: building llama-server and what it links, nothing else")
