@@ -40,7 +40,7 @@ system-packages:
 # Two groups (docs/testing.md): the tests that start no engine, on both cores; then those that start real engines,
 # one at a time (an engine measurement never shares the cores with a test). Each prints its seconds per file and
 # writes them, with the engines each file started, to .test-times/ (python -m tests.timing .test-times/*.json).
-# The installs run side by side: the llama.cpp compile takes both cores for about 11 minutes on a fresh machine, while
+# The installs run side by side: the llama.cpp compile takes both cores for 4-12 minutes on a fresh machine, while
 # vLLM's and Debian's packages mostly wait on the network and the disk.
 test:
 	@s=$$(date +%s) && $(MAKE) --no-print-directory -j3 install-test system-packages vllm && \
