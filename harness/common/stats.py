@@ -62,6 +62,29 @@ def ratio_interval(ratios: Sequence[float], level: float = CI_LEVEL) -> tuple[fl
     return centre, math.exp(lo), math.exp(hi)
 
 
+def unpaired_ratio_interval(
+    before: Sequence[float], after: Sequence[float], level: float = CI_LEVEL
+) -> tuple[float | None, float | None, float | None]:
+    """(ratio, low, high) of after over before from two unpaired samples: the pooled-variance two-sample Student-t
+    interval of the difference of their mean logarithms, back-transformed. One value on one side is enough when the
+    other has two (the spread is then the other side's); (ratio, None, None) with fewer than three values in all or no
+    spread, (None, None, None) with an empty side."""
+    b = [math.log(float(x)) for x in before if isnum(x) and float(x) > 0]
+    a = [math.log(float(x)) for x in after if isnum(x) and float(x) > 0]
+    if not a or not b:
+        return None, None, None
+    mb, ma = sum(b) / len(b), sum(a) / len(a)
+    centre = math.exp(ma - mb)
+    df = len(a) + len(b) - 2
+    if df < 1:
+        return centre, None, None
+    pooled = (sum((x - mb) ** 2 for x in b) + sum((x - ma) ** 2 for x in a)) / df
+    if pooled <= 0:
+        return centre, None, None
+    half = float(stats.t.ppf(0.5 + level / 2, df)) * math.sqrt(pooled * (1 / len(a) + 1 / len(b)))
+    return centre, math.exp(ma - mb - half), math.exp(ma - mb + half)
+
+
 def shown_difference(lo: object, hi: object) -> str | None:
     """'faster' or 'slower' when the interval [lo, hi] of a ratio excludes 1.0, 'no difference shown' when it
     straddles it, None without an interval: a ratio is never called a win or a loss on its point alone."""

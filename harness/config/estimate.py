@@ -38,9 +38,8 @@ def wall_clock_estimate(sc: Scenario) -> dict[str, float]:
     if sc.soak is not None:
         n_soak = len(sc.soak_configurations())
         soak_s = n_soak * sc.soak.duration_s
-        after_s = n_soak * (
-            ASSUMED_START_S + phases_s - warmup_s
-        )  # the phases again on the soaked engine, without a warm-up
+        # the phases again on the soaked engine, soak.after_repetitions times over, without a warm-up
+        after_s = n_soak * (ASSUMED_START_S + (phases_s - warmup_s) * sc.soak.after_repetitions / m.repetitions)
     total = measure_s + ramp_s + fill_s + soak_s + after_s
     return {
         "total_s": total,

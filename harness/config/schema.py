@@ -868,6 +868,14 @@ class Soak(_Strict):
     canary: Canary = Field(
         default_factory=Canary, description="fixed greedy prompts answered through the soak, compared answer by answer"
     )
+    after_repetitions: int = Field(
+        3,
+        ge=1,
+        le=100,
+        description="the measurement phases again on each soaked engine, this many times (each with the prompts and "
+        "schedule of a repetition before it): the before/after comparison's interval, and a 'degraded' verdict when the "
+        "soaked engine is slower beyond it (docs/soak.md#after-the-soak); 1 gives no interval",
+    )
 
     @model_validator(mode="after")
     def _shape_or_arrival(self) -> Soak:

@@ -21,7 +21,7 @@ from harness.report.render import Block, h, img, p, table, to_html, to_markdown,
 from harness.report.sweep import rate_sweep_table, saturation_table
 from harness.report.tables.memory import max_streams_table, memory_table
 from harness.report.tables.prompts import prompts_table
-from harness.report.tables.soak import after_soak_table, soak_table
+from harness.report.tables.soak import after_soak_table, degraded_after_soak, soak_table
 from harness.report.tables.speculation import breakeven_table, explain_table, k_sweep_table, roofline_table
 from harness.report.tables.verify import verify_distribution_table, verify_table
 from harness.report.verdict import display_table, stream_counts, verdict_table
@@ -108,6 +108,13 @@ def build_report(
     tables["saturation"] = saturation_table(tables["rate_sweep"], tables["break_even"])
     tables["soak"] = soak_table(runs)
     tables["after_soak"] = after_soak_table(runs)
+    if not verdict.empty and "soak" in verdict:  # a configuration slower after its soak: a finding in its soak cell
+        worse = degraded_after_soak(tables["after_soak"])
+        verdict["soak"] = [
+            f"{cell}; {worse[(str(r), str(c))]}" if (str(r), str(c)) in worse else cell
+            for r, c, cell in zip(verdict["run"], verdict["config"], verdict["soak"], strict=True)
+        ]
+        tables["verdict"] = verdict
     tables["verify"] = verify_table(runs)
     tables["verify_distribution"] = verify_distribution_table(runs)
     tables["prompts"] = prompts_table(runs)
@@ -588,11 +595,16 @@ def _blocks(
                 "before_total_tps": "total t/s before",
                 "after_total_tps": "total t/s after",
                 "after_vs_before": "after / before",
+                "ratio": "ratio (geometric)",
+                "ratio_ci_low": "ratio 95% low",
+                "ratio_ci_high": "ratio 95% high",
                 "verdict": "verdict",
                 "before_decode_tps": "decode t/s before",
                 "after_decode_tps": "decode t/s after",
                 "before_acceptance": "acceptance before",
                 "after_acceptance": "acceptance after",
+                "before_drafted_per_request": "drafted per request before",
+                "after_drafted_per_request": "drafted per request after",
                 "before_ttft_p50_s": "TTFT p50 s before",
                 "after_ttft_p50_s": "TTFT p50 s after",
                 "engine_uptime_h": "engine uptime h (after)",
@@ -601,9 +613,11 @@ def _blocks(
             b.append(
                 p(
                     "Before: the measurement phases on a fresh engine. After: the same phases on the engine that lived through",
-                    "the soak. 'worse' means the after figure is below the before figure's 95% interval over its repetitions:",
-                    "the engine aged, or the machine slowed (the soak windows tell which). An open-loop phase is run again with",
-                    "its own schedule and prompts: the same offered load, so achieved rps, goodput and late sends compare too.",
+                    "the soak, soak.after_repetitions times over with the prompts of the repetitions before. The ratio of",
+                    "total t/s after to before has a 95% interval (two-sample t on the phases' logarithms); 'degraded' means",
+                    "the whole interval lies under 1: the engine aged, or the machine slowed (the soak windows and the",
+                    "baseline's own row tell which). An open-loop phase is run again with its own schedule and prompts: the",
+                    "same offered load, so achieved rps, goodput and late sends compare too.",
                 )
             )
 

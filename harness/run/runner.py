@@ -181,7 +181,9 @@ class Runner:
         )
         out = PhaseWriter(JsonlWriter(self.ctx.run_dir / AFTER_SOAK), None)
         try:
-            self._measure(cfg, session, out, phase="after_soak", warmup=False)
+            assert self.sc.soak is not None
+            reps = list(range(1, self.sc.soak.after_repetitions + 1))
+            self._measure(cfg, session, out, phase="after_soak", warmup=False, reps=reps)
         finally:
             out.close()
 
@@ -330,7 +332,8 @@ class Runner:
 
         Phase (N, r) sends the same prompts whatever the design or configuration (``prompt_offset``): repetition r of a
         configuration and of its baseline answer the same prompts; the repetitions differ in their prompts. An open-loop
-        phase (``measurement.arrival``) also has the same schedule in every configuration (harness/load/arrivals.py)."""
+        phase (``measurement.arrival``) also has the same schedule in every configuration (harness/load/arrivals.py).
+        After a soak, repetition r takes the prompts (and schedule) of repetition ((r - 1) mod repetitions) + 1."""
         m = self.sc.measurement
         if m.warmup_requests and warmup:
             self.phases.run(
@@ -359,12 +362,13 @@ class Runner:
                 if phase == "measure" and (cfg.name, load, rep) in self.state.done_phases:
                     continue
                 self.state.done_phases.discard((cfg.name, load, rep))
+                like = (rep - 1) % m.repetitions + 1  # the repetition whose prompts and schedule this one takes
                 if isinstance(load, str):  # open loop: the same schedule as before the soak (after it too)
-                    rec = self._arrival_phase(cfg, session, out, load, rep, phase)
+                    rec = self._arrival_phase(cfg, session, out, load, rep, phase, like)
                     assert m.arrival is not None
                     judged.setdefault(rep, []).append(judge(rec.to_dict(), Rule.of(m.arrival.saturation)))
                 else:
-                    offset = prompt_offset(m.requests_per_stream, m.streams, m.repetitions, load, rep)
+                    offset = prompt_offset(m.requests_per_stream, m.streams, m.repetitions, load, like)
                     rec = self.phases.run(
                         cfg, session, PhaseSpec(phase, load, rep, m.requests_per_stream, offset), out
                     ).record
@@ -408,18 +412,20 @@ class Runner:
         key: str,
         rep: int,
         phase: str = "measure",
+        like: int | None = None,
     ) -> Phase:
         """One open-loop phase: phase ``arrivals`` of ``key`` (a rate, or the stage list), repetition ``rep``; after a
-        soak (``phase`` after_soak) the same schedule and prompts again, as phase ``after_soak``."""
+        soak (``phase`` after_soak) the schedule and prompts of repetition ``like`` again, as phase ``after_soak``."""
         m = self.sc.measurement
         assert m.arrival is not None
-        sched = schedule(m.arrival, key, rep)
+        like = like or rep
+        sched = schedule(m.arrival, key, like)
         spec = PhaseSpec(
             "after_soak" if phase == "after_soak" else "arrivals",
             m.arrival.max_in_flight,
             rep,
             len(sched),
-            arrival_prompt_offset(m.arrival, m.repetitions, key, rep),
+            arrival_prompt_offset(m.arrival, m.repetitions, key, like),
             arrival=(key, sched),
         )
         rec = self.phases.run(cfg, session, spec, out).record

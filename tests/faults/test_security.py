@@ -144,6 +144,7 @@ def test_hostile_model_path_api_key_and_umask_000_in_a_real_run(
         "max_tokens": 8,
         "prompts": "short.jsonl",
         "watchdog": {"probe_interval_s": 0.5, "window_s": 3},
+        "after_repetitions": 1,
     }  # Locust sends the key too
     sc.write_text(yaml.safe_dump(data, sort_keys=False))
     p = cli("run", str(sc), "--results", str(results), env={"SPECSOAK_TEST_API_KEY": KEY}, umask=0)

@@ -55,6 +55,7 @@ def _scenario(folder: Path) -> Path:
             "max_tokens": 16,
             "stall_s": 20,
             "watchdog": {"probe_interval_s": 0.5, "hang_s": 20, "window_s": 10, "actions": {"collapse": "record"}},
+            "after_repetitions": 2,  # the bracket twice, each time with the one repetition's schedule and prompts
         },
     }
     path = folder / "open-soak.yaml"
@@ -156,7 +157,12 @@ def test_open_loop_soak_on_the_real_engine(tmp_path: Path) -> None:
     # the bracket after the soak ran the open-loop phase again, on the same schedule
     before = [p for p in read_jsonl(run / PHASES) if p.get("load") == "1rps"]
     after = [p for p in read_jsonl(run / AFTER_SOAK) if p.get("load") == "1rps"]
-    assert len(before) == len(after) == 1
-    assert after[0]["scheduled"] == before[0]["scheduled"] == 3 and after[0]["phase"] == "after_soak"
+    assert len(before) == 1 and [p["repetition"] for p in after] == [1, 2]  # soak.after_repetitions
+    assert all(p["scheduled"] == before[0]["scheduled"] == 3 and p["phase"] == "after_soak" for p in after)
+    answered = list(read_jsonl(run / "requests.jsonl"))
+    prompts = lambda phase, rep: sorted(
+        r["prompt_id"] for r in answered if r["phase"] == phase and r["repetition"] == rep
+    )
+    assert prompts("after_soak", 1) == prompts("after_soak", 2) == prompts("arrivals", 1) != []
     report = (run / "report.md").read_text()
     assert "achieved rps before" in report and "1rps" in report  # the report's before/after table has the open-loop row

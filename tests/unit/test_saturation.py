@@ -339,7 +339,9 @@ def test_the_runner_skips_rates_past_saturation_and_counts_them_done() -> None:
     )
     measured: list[tuple[str, int]] = []
 
-    def phase(cfg: Any, session: Any, out: Any, load: str, rep: int, phase: str = "measure") -> Phase:
+    def phase(
+        cfg: Any, session: Any, out: Any, load: str, rep: int, phase: str = "measure", like: int | None = None
+    ) -> Phase:
         measured.append((load, rep))
         completion = 1.0 if load == "0.5rps" or rep == 2 else 0.3  # rep 2 keeps up at every rate
         return Phase.from_dict(

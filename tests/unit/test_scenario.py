@@ -275,7 +275,9 @@ def test_validate_prints_the_wall_clock_estimate_and_warns_about_slices(tmp_path
         check=False,
     )
     assert p.returncode == 0, p.stderr
-    assert "estimated wall clock 4.0 h" in p.stdout and "soak 4.0 h" in p.stdout  # 2 configurations x 2 h
+    assert "soak 4.0 h" in p.stdout  # 2 configurations x 2 h
+    # and the measurement again on each soaked engine, soak.after_repetitions (3) times: 3 min of phases in all
+    assert "after soak 3 min" in p.stdout and "estimated wall clock 4.1 h" in p.stdout, p.stdout
     assert "soak.slice_s (10 min) restarts each configuration's engine every slice" in " ".join(p.stderr.split())
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from engines.types import EngineCounters, acceptance_figures
-from harness.common.stats import t_interval
+from harness.common.stats import t_interval, unpaired_ratio_interval
 from harness.config.policy import ENGINE_FAILURES, verdict_fails
 from harness.report.load import RunData
 from harness.soak.canary import canary_cell
@@ -246,8 +246,9 @@ def _uptime_text(v: dict[str, Any]) -> str:
 
 def after_soak_table(runs: list[RunData]) -> pd.DataFrame:
     """The measurement before the soak (fresh engine) and after it (the soaked engine), per configuration and
-    stream count: total t/s, solo decode, acceptance, TTFT; 'worse' when the after figure is below the
-    before's 95% interval (t interval over the repetitions)."""
+    stream count: total t/s, solo decode, acceptance, TTFT, and the ratio after / before with its 95% interval (the
+    two-sample t interval of the phases' log total t/s, soak.after_repetitions after against the repetitions before):
+    'degraded' when the interval lies under 1, 'better' when it lies over 1."""
     rows: list[dict[str, Any]] = []
     for run in runs:
         after = pd.DataFrame(run.after_soak)
@@ -270,6 +271,7 @@ def after_soak_table(runs: list[RunData]) -> pd.DataFrame:
             n = int(grp["streams"].iloc[0])
             b_tps, a_tps = [float(x) for x in before["total_tps"]], [float(x) for x in grp["total_tps"]]
             lo, hi = t_interval(b_tps)
+            ratio, r_lo, r_hi = unpaired_ratio_interval(b_tps, a_tps)
             b_med, a_med = float(pd.Series(b_tps).median()), float(pd.Series(a_tps).median())
             row: dict[str, Any] = {
                 "run": run.run_id,
@@ -278,6 +280,9 @@ def after_soak_table(runs: list[RunData]) -> pd.DataFrame:
                 "before_total_tps": b_med,
                 "after_total_tps": a_med,
                 "after_vs_before": a_med / b_med if b_med else None,
+                "ratio": ratio,  # of the geometric means, the centre of its interval
+                "ratio_ci_low": r_lo,
+                "ratio_ci_high": r_hi,
                 "before_ci_low": lo,
                 "before_ci_high": hi,
                 "before_reps": len(b_tps),
@@ -293,16 +298,39 @@ def after_soak_table(runs: list[RunData]) -> pd.DataFrame:
             for label, ph in (("before", before), ("after", grp)):
                 acc = _pooled_acceptance(ph)
                 row[f"{label}_acceptance"] = acc
+                # tokens drafted per answered request: a drafter that proposes more (or less) after the soak
+                drafted = sum(float((c or {}).get("draft_tokens") or 0) for c in ph.get("counters", []))
+                answered = float(ph["ok"].sum()) if "ok" in ph else 0.0
+                row[f"{label}_drafted_per_request"] = drafted / answered if drafted and answered else None
                 if not rq.empty:
                     r = rq[rq["attempt"].isin(set(ph["attempt"])) & (rq["status"] == "ok")]
                     row[f"{label}_decode_tps"] = float(r["decode_tps"].median()) if not r.empty else None
                     row[f"{label}_ttft_p50_s"] = float(r["ttft_s"].median()) if not r.empty else None
-            if lo is not None and hi is not None:
-                row["verdict"] = "worse" if a_med < lo else ("better" if a_med > hi else "same within the interval")
+            if r_lo is not None and r_hi is not None:
+                row["verdict"] = "degraded" if r_hi < 1.0 else ("better" if r_lo > 1.0 else "same within the interval")
             else:
-                row["verdict"] = "n/a (one repetition: no interval)"
+                row["verdict"] = "n/a (one repetition each side: no interval)"
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def degraded_after_soak(after: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """(run, config) -> what the verdict table's soak cell adds for a configuration slower after its soak than its
+    fresh self beyond the interval: the worst such load, its ratio and interval."""
+    out: dict[tuple[str, str], str] = {}
+    if after.empty or "verdict" not in after:
+        return out
+    bad = after[after["verdict"] == "degraded"].sort_values("ratio")
+    for (run, config), grp in bad.groupby(["run", "config"], sort=False):
+        w = grp.iloc[0]
+        load = w.get("load")
+        where = (
+            f"load {load}" if isinstance(load, str) else f"{int(w['streams'])} stream{'s' if w['streams'] > 1 else ''}"
+        )
+        out[(str(run), str(config))] = (
+            f"degraded after soak: {w['ratio']:.2f}× [{w['ratio_ci_low']:.2f}, {w['ratio_ci_high']:.2f}] at {where}"
+        )
+    return out
 
 
 def _pooled_acceptance(ph: pd.DataFrame) -> float | None:

@@ -1,0 +1,98 @@
+"""After the soak, a verdict (issue #33): the soaked engine's phases against the fresh engine's, with an interval.
+
+Replayed through `specsoak report` on copies of a real run folder (tests/fixtures/run_soak_cache: llama-server, one
+repetition before its soak and one after), whose after_soak.jsonl is given planted repetitions: the report's own path
+from the records to after_soak.csv and the verdict table's soak cell."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from scipy import stats
+
+from harness.common.stats import unpaired_ratio_interval
+from harness.records.files import AFTER_SOAK
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run_soak_cache"
+CONFIG = "cache-fits"  # the fixture's configuration that ran its soak out and was measured again
+
+
+def _report(tmp_path: Path, factors: list[float]) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """The fixture's folder with its after-soak phase repeated, repetition i at ``factors[i]`` times its total t/s."""
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURE, run)
+    real = json.loads((run / AFTER_SOAK).read_text().splitlines()[0])
+    assert real["config"] == CONFIG and real["phase"] == "after_soak"
+    planted = [
+        {**real, "repetition": i, "attempt": f"{real['attempt']}-{i}", "total_tps": real["total_tps"] * f}
+        for i, f in enumerate(factors, start=1)
+    ]
+    (run / AFTER_SOAK).write_text("".join(json.dumps(r) + "\n" for r in planted))
+    out = tmp_path / "out"
+    p = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "report", str(run), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    after = pd.read_csv(out / "after_soak.csv").set_index("config")
+    verdict = pd.read_csv(out / "verdict.csv").set_index("config")
+    return after, verdict, (out / "report.md").read_text()
+
+
+def test_a_soaked_engine_at_half_its_fresh_speed_is_degraded_in_the_soak_column(tmp_path: Path) -> None:
+    factors = [0.50, 0.47, 0.53]
+    after, verdict, report = _report(tmp_path, factors)
+    row = after.loc[CONFIG]
+    assert row["before_reps"] == 1 and row["after_reps"] == 3  # one repetition before is enough with three after
+    real = 7.9093582951942025  # the fixture's own after-soak total t/s (its after_soak.jsonl)
+    geo = math.exp(sum(math.log(real * f) for f in factors) / len(factors))
+    assert row["ratio"] == pytest.approx(geo / row["before_total_tps"])
+    assert row["ratio_ci_high"] < 1.0 and row["verdict"] == "degraded", row.to_dict()
+    cell = verdict.loc[CONFIG, "soak"]
+    assert cell.startswith("ok (") and f"degraded after soak: {row['ratio']:.2f}×" in cell and "at 1 stream" in cell
+    assert "degraded after soak" not in str(
+        verdict.loc["cache-default", "soak"]
+    )  # stopped by its verdict: not measured
+    assert "degraded after soak" in report
+
+
+def test_a_soaked_engine_within_its_noise_is_the_same_and_one_repetition_each_side_has_no_interval(
+    tmp_path: Path,
+) -> None:
+    after, verdict, _ = _report(tmp_path / "same", [1.0, 0.97, 1.03])
+    row = after.loc[CONFIG]
+    assert row["ratio_ci_low"] < 1.0 < row["ratio_ci_high"] and row["verdict"] == "same within the interval"
+    assert "degraded" not in verdict.loc[CONFIG, "soak"]
+
+    after, verdict, _ = _report(tmp_path / "one", [0.5])  # half speed, but one phase on each side: no interval
+    row = after.loc[CONFIG]
+    assert pd.isna(row["ratio_ci_low"]) and row["verdict"].startswith("n/a")
+    assert "degraded" not in verdict.loc[CONFIG, "soak"]
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [([10.0, 11.0, 9.5], [5.2, 4.9, 5.0, 5.4]), ([7.47], [3.9, 3.7, 4.1]), ([80.0, 76.0], [79.0, 83.0])],
+)
+def test_the_after_over_before_interval_is_scipys_pooled_two_sample_t_interval(
+    before: list[float], after: list[float]
+) -> None:
+    """Against scipy's own two-sample t test (equal variances) on the logarithms, its confidence interval
+    back-transformed: an independent computation of the same interval."""
+    ratio, lo, hi = unpaired_ratio_interval(before, after)
+    res = stats.ttest_ind([math.log(x) for x in after], [math.log(x) for x in before], equal_var=True)
+    ci = res.confidence_interval(0.95)
+    assert lo == pytest.approx(math.exp(ci.low)) and hi == pytest.approx(math.exp(ci.high))
+    geo = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))
+    assert ratio == pytest.approx(geo(after) / geo(before))
+    assert unpaired_ratio_interval([7.47], [3.9])[1:] == (None, None)
+    assert unpaired_ratio_interval([], [3.9]) == (None, None, None)
