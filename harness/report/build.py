@@ -595,6 +595,7 @@ def _blocks(
                 "before_total_tps": "total t/s before",
                 "after_total_tps": "total t/s after",
                 "after_vs_before": "after / before",
+                "ratio_metric": "ratio of",
                 "ratio": "ratio (geometric)",
                 "ratio_ci_low": "ratio 95% low",
                 "ratio_ci_high": "ratio 95% high",
@@ -613,8 +614,9 @@ def _blocks(
             b.append(
                 p(
                     "Before: the measurement phases on a fresh engine. After: the same phases on the engine that lived through",
-                    "the soak, soak.after_repetitions times over with the prompts of the repetitions before. The ratio of",
-                    "total t/s after to before has a 95% interval (two-sample t on the phases' logarithms); 'degraded' means",
+                    "the soak, soak.after_repetitions times over with the prompts of the repetitions before. The ratio after to",
+                    "before of the phases' median decode t/s (total t/s in open loop) has a 95% interval (two-sample t on",
+                    "the logarithms); 'degraded' means",
                     "the whole interval lies under 1: the engine aged, or the machine slowed (the soak windows and the",
                     "baseline's own row tell which). An open-loop phase is run again with its own schedule and prompts: the",
                     "same offered load, so achieved rps, goodput and late sends compare too.",

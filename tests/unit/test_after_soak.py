@@ -31,7 +31,13 @@ def _report(tmp_path: Path, factors: list[float]) -> tuple[pd.DataFrame, pd.Data
     real = json.loads((run / AFTER_SOAK).read_text().splitlines()[0])
     assert real["config"] == CONFIG and real["phase"] == "after_soak"
     planted = [
-        {**real, "repetition": i, "attempt": f"{real['attempt']}-{i}", "total_tps": real["total_tps"] * f}
+        {
+            **real,
+            "repetition": i,
+            "attempt": f"{real['attempt']}-{i}",
+            "total_tps": real["total_tps"] * f,
+            "median_decode_tps": real["median_decode_tps"] * f,
+        }
         for i, f in enumerate(factors, start=1)
     ]
     (run / AFTER_SOAK).write_text("".join(json.dumps(r) + "\n" for r in planted))
@@ -53,9 +59,12 @@ def test_a_soaked_engine_at_half_its_fresh_speed_is_degraded_in_the_soak_column(
     after, verdict, report = _report(tmp_path, factors)
     row = after.loc[CONFIG]
     assert row["before_reps"] == 1 and row["after_reps"] == 3  # one repetition before is enough with three after
-    real = 7.9093582951942025  # the fixture's own after-soak total t/s (its after_soak.jsonl)
+    # judged on the phases' median decode t/s (closed loop): the fixture's own figures, before and after its soak
+    phases = [json.loads(line) for line in (FIXTURE / "phases.jsonl").read_text().splitlines()]
+    before = next(p["median_decode_tps"] for p in phases if p["config"] == CONFIG)
+    real = json.loads((FIXTURE / AFTER_SOAK).read_text().splitlines()[0])["median_decode_tps"]
     geo = math.exp(sum(math.log(real * f) for f in factors) / len(factors))
-    assert row["ratio"] == pytest.approx(geo / row["before_total_tps"])
+    assert row["ratio_metric"] == "median_decode_tps" and row["ratio"] == pytest.approx(geo / before)
     assert row["ratio_ci_high"] < 1.0 and row["verdict"] == "degraded", row.to_dict()
     cell = verdict.loc[CONFIG, "soak"]
     assert cell.startswith("ok (") and f"degraded after soak: {row['ratio']:.2f}×" in cell and "at 1 stream" in cell
