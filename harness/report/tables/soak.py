@@ -306,7 +306,7 @@ def after_soak_table(runs: list[RunData]) -> pd.DataFrame:
                 acc = _pooled_acceptance(ph)
                 row[f"{label}_acceptance"] = acc
                 # tokens drafted per answered request: a drafter that proposes more (or less) after the soak
-                drafted = sum(float((c or {}).get("draft_tokens") or 0) for c in ph.get("counters", []))
+                drafted = _counter_sum(ph, "draft_tokens")
                 answered = float(ph["ok"].sum()) if "ok" in ph else 0.0
                 row[f"{label}_drafted_per_request"] = drafted / answered if drafted and answered else None
                 if not rq.empty:
@@ -345,9 +345,13 @@ def degraded_after_soak(after: pd.DataFrame) -> dict[tuple[str, str], str]:
     return out
 
 
+def _counter_sum(ph: pd.DataFrame, key: str) -> float:
+    """One engine counter's deltas summed over the phases ``ph`` (a missing counter counts 0)."""
+    return sum(float((c or {}).get(key) or 0) for c in ph.get("counters", []))
+
+
 def _pooled_acceptance(ph: pd.DataFrame) -> float | None:
-    drafted = sum(float((c or {}).get("draft_tokens") or 0) for c in ph.get("counters", []))
-    accepted = sum(float((c or {}).get("accepted_tokens") or 0) for c in ph.get("counters", []))
+    drafted, accepted = _counter_sum(ph, "draft_tokens"), _counter_sum(ph, "accepted_tokens")
     return acceptance_figures(EngineCounters(draft_tokens=drafted, accepted_tokens=accepted))["acceptance"]
 
 
