@@ -37,13 +37,15 @@ does not move the figure, ``per_level=False``; a rule made for one kind of loop,
   judged windows are back within ``min_change / 2`` of the reference; that fires ``recovered``
   (episode start, end, worst departure), resets the metric's scores, and it can alarm again.
 
-Windows that are contaminated (other processes stole CPU), whose load level changed inside the
-window (``users``, or in an open-loop soak ``load_level``, is None), whose open-loop backlog was draining
-(``draining``: more finished than arrived, a queue emptying; a collapse fills the queue instead), or still held the
-queue an earlier, heavier level left (``backlog_inherited``: the engine serves it at full concurrency, so its
-per-request figures are not the level's, docs/detector.md), or that fall in the warm-up after an engine (re)start are skipped:
-neither reference nor judged. A window an engine pause overlapped (``paused_s``, the health probe's silence of at least
-the stall floor, in every window it covered) is seen but weighs nothing here: its fall is the ``stall`` verdict's, and
+Windows that fall in the warm-up after an engine (re)start are skipped: neither reference nor judged. Windows that
+are contaminated (other processes stole CPU), whose load level changed inside the window (``users``, or in an
+open-loop soak ``load_level``, is None), whose open-loop backlog was draining (``draining``: more finished than
+arrived, a queue emptying; a collapse fills the queue instead), or still held the queue an earlier, heavier level left
+(``backlog_inherited``: the engine serves it at full concurrency, so its per-request figures are not the level's,
+docs/detector.md) are judged only by the rules made for any load (``any_load``: the speed index, a figure already
+measured against the engine's own curve at the concurrency it had), and a contaminated window refines no reference.
+A window an engine pause overlapped (``paused_s``, the health probe's silence of at least the stall floor, in every
+window it covered) is seen but weighs nothing here: its fall is the ``stall`` verdict's, and
 a pause straddling two windows must not confirm a collapse by itself. More consecutive paused windows than
 ``pause_windows`` are judged as any: an engine that keeps pausing has collapsed. Pure state over window aggregates; no
 clock, no I/O.
@@ -76,6 +78,9 @@ class MetricRule:
     absolute: bool = False
     loop: str | None = None  # "open" or "closed": watched in open-loop (``load_level``) or closed-loop windows only
     per_level: bool = True  # False: one reference for every load level (a figure the load does not move)
+    # True: judged whatever the load does (level changing, backlog draining or inherited, level not settled): a figure
+    # already measured against what the engine serves at the concurrency it had (harness/soak/speed.py)
+    any_load: bool = False
 
     def __post_init__(self) -> None:
         if self.bad_direction not in (-1, 1):
@@ -84,6 +89,8 @@ class MetricRule:
             raise ValueError(f"loop is 'open', 'closed' or None, not {self.loop!r}")
         if not self.min_change > 0 or not self.noise_floor > 0:
             raise ValueError(f"min_change ({self.min_change}) and noise_floor ({self.noise_floor}) must be positive")
+        if self.any_load and self.per_level:
+            raise ValueError("a figure judged at any load has one reference for every level (per_level=False)")
 
 
 # The window fields the collapse detector watches (docs/detector.md says why these numbers).
@@ -102,6 +109,10 @@ WATCHED_CHANGES: dict[str, MetricRule] = {
     # accepted / drafted tokens: with n-gram lookup it follows the prompts (0.14 to 1.0 a window at one level of the
     # second two-hour soak, docs/soak.md#the-second-two-hour-soak); the collapses operators report are -40% and worse
     "acceptance": MetricRule(bad_direction=-1, min_change=0.3, noise_floor=0.02),
+    # the tokens streamed against what this engine streams at the concurrency each request had (harness/soak/speed.py):
+    # about 1 at any load, so judged in every window whatever its load does; the two-hour soak's healthy windows went
+    # down to 0.83 (median 1.06), a 30% slower engine gives 0.7 and a halved one 0.5
+    "speed_index": MetricRule(bad_direction=-1, min_change=0.25, noise_floor=0.02, per_level=False, any_load=True),
     # the engine's memory net of its prompt cache (a cache growing to its cap by design is not a collapse)
     "engine_memory_mib": MetricRule(bad_direction=+1, min_change=0.3, noise_floor=0.01),  # above warm-up growth (+15%)
 }
@@ -233,6 +244,10 @@ class ChangeDetector:
         """Warm-up again; references, scores and episodes are kept (same configuration)."""
         self._warmup_left = self.settings.warmup_windows
 
+    def warming_up(self) -> bool:
+        """Whether the next window fed is one of the warm-up's (not judged, and nothing is learned from it)."""
+        return self._warmup_left > 0
+
     def update(self, window: dict[str, Any]) -> list[ChangeEvent]:
         """Feed one closed window; returns the events it decided (usually none)."""
         t_unix = float(window["t_unix"])
@@ -241,17 +256,24 @@ class ChangeDetector:
         if self._warmup_left > 0:
             self._warmup_left -= 1
             return self._skip("warm-up")
-        if window.get("contaminated"):
-            return self._skip("contaminated")
-        if window.get("draining"):
-            return self._skip("backlog draining")
-        if window.get("backlog_inherited"):
-            return self._skip("backlog from an earlier level")
+        # other processes took the CPU: judged only by the figures made for any load, and learned from by none (the
+        # watchdog names the contamination in a collapse it confirms and only records it, harness/soak/watchdog.py)
+        contaminated = bool(window.get("contaminated"))
         # the load level: ``load_level`` in an open-loop soak (the asked rate's level, harness/load/pacing.py), else
-        # ``users``; None: it changed inside the window
+        # ``users``; None: it changed inside the window. Such a window, and one whose backlog drains or is an earlier
+        # level's, is judged only by the figures made for any load (``any_load``)
         key = "load_level" if "load_level" in window else "users"
-        if key in window and window[key] is None:
-            return self._skip("load level changed")
+        load_why = (
+            "contaminated"
+            if contaminated
+            else "backlog draining"
+            if window.get("draining")
+            else "backlog from an earlier level"
+            if window.get("backlog_inherited")
+            else "load level changed"
+            if key in window and window[key] is None
+            else None
+        )
         users = window.get(key)  # absent (an old windows.jsonl): one level, None
         level = int(users) if users is not None else None
         settled = window.get("load_settled", True) is not False  # absent: closed loop, or a windows.jsonl from before
@@ -272,14 +294,17 @@ class ChangeDetector:
                 t_unix,
                 number_or_none(window.get(m), finite=True) if rule.loop in (None, loop) else None,
                 _relative_sd(rule, window.get(m), sds.get(m)),
-                settled,
+                (settled or rule.any_load) and not contaminated,
                 events,
                 excused,
             )
             for m, rule in self.rules.items()
+            if load_why is None or rule.any_load
         }
         if _JUDGED in outcomes:
             self._judged = (True, None)
+        elif load_why is not None:
+            self._judged = (False, load_why)
         else:
             self._judged = (False, next((o for o in (_BUILDING, _SETTLING) if o in outcomes), _NO_VALUE))
         return events

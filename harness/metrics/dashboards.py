@@ -158,6 +158,11 @@ SOAK = DashboardSpec(
             (_win("specsoak_soak_decode_tokens_per_second"), _ref("decode_tps")),
         ),
         PanelSpec(
+            "Speed index: tokens streamed / what the engine streams at that concurrency (1 = its own speed, any load)",
+            "timeseries",
+            (_win("specsoak_soak_speed_index"), _ref("speed_index")),
+        ),
+        PanelSpec(
             "TTFT p50 / p99 (soak requests), window p95",
             "timeseries",
             (

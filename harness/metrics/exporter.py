@@ -101,6 +101,11 @@ WINDOW_GAUGES: tuple[WindowGauge, ...] = (
         _field("decode_tps"),
     ),
     WindowGauge(
+        "specsoak_soak_speed_index",
+        "tokens the last soak window's requests streamed / what the engine's learned curve gives at their concurrency",
+        _field("speed_index"),
+    ),
+    WindowGauge(
         "specsoak_soak_ttft_p95_seconds",
         "p95 TTFT of the last soak window",
         _field("ttft_p95_s"),

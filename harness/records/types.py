@@ -139,6 +139,7 @@ class SoakWindow(JsonRecord):
     decode_tps: float | None = None
     ttft_p95_s: float | None = None
     acceptance: float | None = None
+    speed_index: float | None = None  # tokens streamed over what the engine streams at the concurrency they had
     engine_rss_mib: float | None = None
     engine_anon_mib: float | None = None
     engine_memory_mib: float | None = None

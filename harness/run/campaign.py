@@ -35,6 +35,7 @@ def soak_campaign(
     again on that aged engine (``after_soak``, into ``after_soak.jsonl``: the report's before/after). With ``slice_s``
     the configurations alternate, each slice on a fresh engine."""
     from harness.soak.slice import SoakSlice, load_history, replay_detector, soak_elapsed
+    from harness.soak.speed import SpeedModel
 
     sc, run_dir, console = ctx.sc, ctx.run_dir, ctx.console
     assert sc.soak is not None
@@ -43,6 +44,8 @@ def soak_campaign(
     elapsed, n_slices = soak_elapsed(run_dir)
     history = load_history(run_dir)
     detectors = {c.name: replay_detector(soak.watchdog, history.get(c.name, [])) for c in cfgs}
+    # each configuration's speed curve, learned afresh from its first windows of this process (a resumed soak too)
+    speeds = {c.name: SpeedModel() for c in cfgs}
     ports = {c.name: free_port() for c in cfgs}
     slice_len = soak.slice_s or soak.duration_s
     stopped: dict[str, str] = {}  # config -> why its soak was ended by a verdict
@@ -77,7 +80,9 @@ def soak_campaign(
             try:
                 session.start()
                 before = elapsed.get(cfg.name, 0.0)
-                result = SoakSlice(ctx, cfg, session, slice_id, length, before, history, detectors[cfg.name]).run()
+                result = SoakSlice(
+                    ctx, cfg, session, slice_id, length, before, history, detectors[cfg.name], speeds[cfg.name]
+                ).run()
                 elapsed[cfg.name] = before + max(result.elapsed_s, 1.0)
                 # a soak a verdict stopped will not use the rest of its time
                 progress.soak_done_s += (

@@ -16,9 +16,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from engines.types import EngineCounters, acceptance_figures, counters_delta
+from harness.detect.changepoint import ChangeDetector, DetectorSettings
 from harness.probe.cpu import CpuUse
 from harness.records.types import SoakWindow
 from harness.soak.figures import engine_view, paused_s, stall_figures, work_done
+from harness.soak.speed import Span, SpeedModel, span_of, speed_figures
 from harness.soak.windows import Backlog, acceptance_sd, drafted_per_request, load_state, window_figures
 
 
@@ -101,6 +103,10 @@ def settle_window(
     backlog: Backlog | None = None,
     intervals: Sequence[tuple[float, float]] = (),
     pauses: Sequence[tuple[float, float]] = (),
+    spans: Sequence[Span] = (),
+    speed: SpeedModel | None = None,
+    learn_windows: int = 0,
+    warming_up: bool = False,
 ) -> dict[str, Any]:
     """The window's request figures (step 2), added to ``win`` (returned). ``ended``: the records it takes (those that
     ended in it, or after an earlier window was judged); ``streaming``: the records not yet ended (they may have
@@ -109,7 +115,10 @@ def settle_window(
     ``outstanding_end`` (the backlog at its end) and ``backlog`` (the slice's earlier windows, as load_state reads
     them) say whether the backlog held still; ``intervals``: (start, end) of the slice's recent requests (which of
     its requests ran alone); ``pauses``: the engine's silences at least the stall floor long, as (start, end), known
-    by now (``paused_s``: how much of the window they cover, a pause that began in it and ended in the next included)."""
+    by now (``paused_s``: how much of the window they cover, a pause that began in it and ended in the next included).
+    ``spans``: the slice's recent requests' spans, ``speed``: the configuration's speed model (harness/soak/speed.py),
+    learning from its first ``learn_windows`` clean windows; ``warming_up``: the change detector's warm-up (the model
+    learns nothing from a cold engine)."""
     chunks = stall_figures(ended, [])
     win["paused_s"] = paused_s(pauses, win["t_start_unix"], win["t_end_unix"])
     win["max_chunk_gap_s"], win["itl_p99_s"] = chunks["max_chunk_gap_s"], chunks["itl_p99_s"]
@@ -131,6 +140,10 @@ def settle_window(
     win["count_sd"]["acceptance"] = acceptance_sd(
         win.get("acceptance"), (win.get("counters") or {}).get("draft_tokens"), drafted_per_request(ended)
     )
+    if speed is not None:
+        figures = speed_figures(win, spans, speed, learn_windows, warming_up)
+        win["count_sd"]["speed_index"] = figures.pop("speed_index_sd")
+        win.update(figures)
     win.update(traffic)
     if open_loop:
         win["outstanding_end"] = outstanding_end
@@ -153,3 +166,27 @@ def judged_window(
     win["memory_headroom_s"], win["memory_slope_mib_per_h"] = memory
     win["gpu_headroom_s"], win["gpu_slope_mib_per_h"] = gpu
     return SoakWindow.from_dict(win)
+
+
+def replay_speed(
+    windows: Sequence[dict[str, Any]],
+    records: Sequence[dict[str, Any]],
+    settings: DetectorSettings,
+    settle_s: float,
+) -> list[dict[str, Any]]:
+    """One configuration's windows (a finished soak's windows.jsonl) with their speed index rebuilt from its request
+    records, as the slice builds it: a window sees the records that had ended ``settle_s`` after its end, learns when
+    the slice would have (the detector's warm-up, fed the same windows), and the detector is fed the result."""
+    det = ChangeDetector(settings)
+    model = SpeedModel()
+    spans = sorted(((end, s) for r in records if (s := span_of(r)) is not None for end in (s.end,)), key=lambda e: e[0])
+    out = []
+    for w in windows:
+        if w.get("engine_restart"):
+            det.engine_restarted()
+        seen = [s for end, s in spans if end < float(w["t_end_unix"]) + settle_s]
+        figures = speed_figures(w, seen, model, settings.reference_windows, det.warming_up())
+        win = {**w, "count_sd": {**(w.get("count_sd") or {}), "speed_index": figures.pop("speed_index_sd")}, **figures}
+        det.update(win)
+        out.append(win)
+    return out

@@ -65,6 +65,7 @@ from harness.soak.disk import DiskWatch
 from harness.soak.explain import explain
 from harness.soak.figures import longest_stall, memory_figures
 from harness.soak.health import HealthProbe
+from harness.soak.speed import Span, SpeedModel, span_of
 from harness.soak.tail import LogFollower, RecordTail
 from harness.soak.watchdog import WatchState, headroom, judge
 from harness.soak.windows import Backlog, end_unix, outstanding, take_ended
@@ -147,6 +148,7 @@ class SoakSlice:
         offset_s: float,
         history: dict[str, list[dict[str, Any]]],
         detector: ChangeDetector,
+        speed: SpeedModel | None = None,
     ):
         self.ctx = ctx
         self.cfg = cfg
@@ -160,6 +162,8 @@ class SoakSlice:
         self.run_dir: Path = ctx.run_dir
         self.history = history  # config -> windows so far (drift needs the whole soak)
         self.detector = detector
+        # the configuration's speed curve (harness/soak/speed.py), learned from its first windows; kept across slices
+        self.speed = speed if speed is not None else SpeedModel()
         self.restarts = 0
         self.verdict_count = 0
         self.outcome = SliceOutcome()
@@ -190,6 +194,7 @@ class SoakSlice:
         # (start, end) of the slice's recent records: which of a window's requests ran alone (open loop)
         self.intervals: list[tuple[float, float]] = []
         self.longest_s = 0.0  # the longest of them
+        self.spans: list[Span] = []  # the same records' decode spans: each window's speed index
         self.backlog = Backlog()  # this slice's judged windows, as the open-loop backlog's state reads them
         self.window_t0 = 0.0
         self.window_counters: EngineCounters | None = None
@@ -509,6 +514,8 @@ class SoakSlice:
             start = float(r.get("start_unix_s") or 0.0)
             self.intervals.append((start, end_unix(r)))
             self.longest_s = max(self.longest_s, end_unix(r) - start)
+            if (span := span_of(r)) is not None:
+                self.spans.append(span)
         self.window.extend(new)
         self.unassigned.extend(new)
         if now - self.window_t0 >= self.wd.window_s or (final and self.window):
@@ -598,6 +605,7 @@ class SoakSlice:
         ended, self.unassigned = take_ended(self.unassigned, t1, last)
         # a request that ends in this window or later started after t0 - longest_s; what ended before it is not needed
         self.intervals = [iv for iv in self.intervals if iv[1] >= t0 - 2 * self.longest_s]
+        self.spans = [sp for sp in self.spans if sp.end >= t0 - 2 * self.longest_s]
         earlier = self.history.get(self.cfg.name)
         previous = earlier[-1] if earlier else None
         backlog = None
@@ -616,6 +624,10 @@ class SoakSlice:
             self.backlog,
             self.intervals,
             self.probe.pauses(self.wd.stall_warn_s),
+            self.spans,
+            self.speed,
+            self.wd.reference_windows,
+            self.detector.warming_up() or bool(win.get("engine_restart")),
         )
 
     def _judge(self, win: dict[str, Any]) -> None:

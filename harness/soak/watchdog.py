@@ -26,7 +26,7 @@ from harness.soak.windows import load_key
 
 RSS_TREND_AFTER_S = 600.0  # the slow RSS trend ignores the engine's first 10 minutes (warm-up growth is not a leak)
 # figures a window carries only in some soaks: in its evidence where it has one (open loop: harness/soak/windows.py)
-BRIEF_IF_SET = ("alone_decode_tps",)
+BRIEF_IF_SET = ("alone_decode_tps", "speed_index")
 # the figures of a window that verdict evidence carries (not the detector state nor the CPU detail)
 BRIEF_KEYS = (
     "t_start_unix",
@@ -148,6 +148,9 @@ def change_finding(ev: ChangeEvent, history: Sequence[Window], wd: Watchdog, ope
     evidence = {**ev.to_dict(), "windows": [brief(w) for w in history[-(wd.confirm_windows + 2) :]]}
     change = f"{ev.relative_change:+.0%}" if ev.metric != "error_ratio" else f"{ev.relative_change:+.2f}"
     if ev.kind == "collapse":
+        # confirmed in windows where other processes took the CPU: said, and recorded rather than acted on
+        busy = [w for w in history[-wd.confirm_windows :] if w.get("contaminated")]
+        other = max((float((w.get("cpu") or {}).get("other_cores") or 0.0) for w in busy), default=0.0)
         at = (
             f"{ev.level} users"
             if not open_loop
@@ -158,9 +161,16 @@ def change_finding(ev: ChangeEvent, history: Sequence[Window], wd: Watchdog, ope
         return Finding(
             "collapse",
             f"{ev.metric} {change} against its reference {ev.reference:.3g} at {at} "
-            f"(now {ev.value:.3g}), since {time.strftime('%H:%M:%S', time.localtime(ev.onset_unix))}",
-            evidence,
+            f"(now {ev.value:.3g}), since {time.strftime('%H:%M:%S', time.localtime(ev.onset_unix))}"
+            + (
+                f"; other processes took up to {other:.2f} cores in {len(busy)} of its last {wd.confirm_windows} "
+                "windows, so it is recorded, not acted on"
+                if busy
+                else ""
+            ),
+            {**evidence, "contaminated_windows": len(busy)} if busy else evidence,
             metric=ev.metric,
+            action="record" if busy else None,
         )
     return Finding(
         "recovered",

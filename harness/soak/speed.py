@@ -1,0 +1,233 @@
+"""A window's speed index: the tokens the engine streamed against what it streams at the concurrency it had.
+
+A window's throughput and per-request decode follow the load (how many streams shared the engine, how big the queue
+was), so they can only be compared with windows at the same settled load, and a slowed engine under open-loop load
+never settles (issue #33). The engine's own curve does not move with the load. ``SpeedModel`` learns, from this
+engine's own requests, how fast one stream decodes while k streams decode together, with or without a prompt being
+processed at the same moment; a window's index is the decode tokens its requests streamed over what that predicts for
+the concurrency they had moment by moment: about 1 at any load, backlog or level, 0.5 when the engine halves its speed.
+
+- **Spans**: a request waits or prefills from its start to its first token, and decodes from then to its end, its
+  output tokens after the first spread evenly over that span. Only fields every request record has (the committed
+  fixtures are cut down to them); a stall inside a request stretches its span either way.
+- **The model**: one stream's rate while k streams decode, ``r(k, p) = T1 x min(k, k_max)**beta / k``, times ``rho``
+  while a prompt is being processed (``p``: some request between its start and first token). On llama-server a
+  prompt's batch stalls every stream (rho about 0 in the two-hour soak's records), and how often that happens is the
+  load's doing: without ``p`` the index fell to 0.75 at the busier stage. ``beta`` (0: the engine's total rate does not
+  grow with streams, as on this CPU; 1: each stream as fast as one alone) is fitted on a grid, ``T1`` and ``rho T1`` by
+  non-negative least squares over the requests, each request's tokens against its seconds in each state. Beyond the
+  largest concurrency learned for ``MIN_LEVEL_S`` the total rate is taken as flat: a lower bound, so a level never
+  learned can hide a slowdown, never invent one.
+- **The index** of a window: ``sum(tokens) / sum(predicted)`` over the parts of its requests' spans inside it, and its
+  standard error the ratio estimator's over those requests (as acceptance's count sd).
+  ``rho`` is fitted once ``MIN_PROMPT_S`` of decoding beside a prompt has been learned, and is 0 before (a lower bound
+  again).
+- **Learning**: the first ``learn_windows`` eligible windows (after warm-up, not contaminated, not paused), then a
+  later window only when it decoded at a concurrency above ``k_max`` and its index is not low (a slowed engine at a
+  new level must not become its curve).
+
+Pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.optimize import nnls
+
+MIN_LEVEL_S = 60.0  # decode seconds at one concurrency before the model extrapolates past it
+MIN_PROMPT_S = 20.0  # decode seconds beside a prompt in progress before rho is fitted (before: 0, a lower bound)
+MIN_DECODE_SHARE = 0.02  # a window's index needs its requests decoding for at least this share of it
+MIN_REQUESTS = 2  # and this many requests decoding in it (their spread is the index's noise)
+BETAS = np.linspace(0.0, 1.0, 21)
+MAX_ROWS = 20_000  # requests the model keeps to fit on (a day of learning at several a second)
+
+
+@dataclass(frozen=True)
+class Span:
+    start: float  # unix s the request was sent
+    first: float  # of its first token
+    end: float  # of its last
+    tokens: float  # tokens after the first
+
+
+def span_of(r: Mapping[str, Any]) -> Span | None:
+    """An ok record's span; None when it streamed one token or says nothing of its timing."""
+    if r.get("status") != "ok":
+        return None
+    start, ttft, e2e, n = r.get("start_unix_s"), r.get("ttft_s"), r.get("e2e_s"), r.get("output_tokens")
+    if not all(isinstance(v, int | float) for v in (start, ttft, e2e, n)):
+        return None
+    after_first = float(n) - 1.0  # type: ignore[arg-type]  # the first token is the prompt's (its chunk's others are few)
+    s, a, b = float(start), float(start) + float(ttft), float(start) + float(e2e)  # type: ignore[arg-type]
+    return Span(s, a, b, after_first) if after_first > 0 and b > a else None
+
+
+def spans_of(records: Sequence[Mapping[str, Any]]) -> list[Span]:
+    return [s for s in map(span_of, records) if s is not None]
+
+
+def _states(spans: Sequence[Span], t0: float, t1: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``[t0, t1)`` cut where any span starts or ends: (cut points, seconds of each piece, streams decoding in it,
+    whether a prompt was being processed in it). Pieces of zero length are dropped."""
+    cuts = [t0, t1]
+    for s in spans:
+        if s.end > t0 and s.start < t1:
+            cuts.extend(x for x in (s.start, s.first, s.end) if t0 < x < t1)
+    edges = np.unique(np.asarray(cuts, dtype=float))
+    mids = (edges[:-1] + edges[1:]) / 2
+    k = np.zeros(len(mids), dtype=int)
+    p = np.zeros(len(mids), dtype=bool)
+    for s in spans:
+        if s.end > t0 and s.start < t1:
+            k += (mids >= s.first) & (mids < s.end)
+            p |= (mids >= s.start) & (mids < s.first)
+    return edges, np.diff(edges), k, p
+
+
+def _rows(
+    spans: Sequence[Span], t0: float, t1: float
+) -> tuple[list[tuple[np.ndarray, np.ndarray, np.ndarray]], list[float]]:
+    """Per request decoding in ``[t0, t1)``: its pieces there (seconds, streams decoding, prompt in progress) and its
+    tokens in them."""
+    edges, dt, k, p = _states(spans, t0, t1)
+    mids = (edges[:-1] + edges[1:]) / 2
+    rows, tokens = [], []
+    for s in spans:
+        if s.end > t0 and s.first < t1:
+            on = (mids >= s.first) & (mids < s.end)
+            if on.any():
+                rows.append((dt[on], k[on], p[on]))
+                tokens.append(float(dt[on].sum()) * s.tokens / (s.end - s.first))
+    return rows, tokens
+
+
+@dataclass
+class SpeedModel:
+    """How fast one stream of this engine decodes while k stream decode, with and without a prompt in progress."""
+
+    t1: float | None = None  # tokens/s of one stream alone, no prompt in progress
+    rho: float = 1.0  # the rate's share left while a prompt is processed
+    beta: float = 0.0
+    k_max: int = 1  # the largest concurrency learned for MIN_LEVEL_S
+    rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list, repr=False)
+    tokens: list[float] = field(default_factory=list, repr=False)
+    seconds_at: dict[int, float] = field(default_factory=dict)  # decode seconds learned per concurrency
+    prompt_s: float = 0.0  # decode seconds learned while a prompt was in progress
+    windows: int = 0  # windows learned from
+
+    def learn(self, spans: Sequence[Span], t0: float, t1: float) -> None:
+        rows, tokens = _rows(spans, t0, t1)
+        room = MAX_ROWS - len(self.rows)
+        self.rows.extend(rows[:room])
+        self.tokens.extend(tokens[:room])
+        _, dt, k, p = _states(spans, t0, t1)
+        for level in np.unique(k[k > 0]):
+            self.seconds_at[int(level)] = self.seconds_at.get(int(level), 0.0) + float(dt[k == level].sum())
+        self.prompt_s += float(dt[(k > 0) & p].sum())
+        self.windows += 1
+        self._fit()
+
+    def _fit(self) -> None:
+        if not self.rows:
+            return
+        learned = [j for j, s in self.seconds_at.items() if s >= MIN_LEVEL_S]
+        self.k_max = max(learned) if learned else min(self.seconds_at, default=1)
+        y = np.asarray(self.tokens)
+        best: tuple[float, float, float, float] | None = None
+        for beta in BETAS:
+            x = np.asarray([_features(dt, k, p, beta, self.k_max) for dt, k, p in self.rows])
+            coef, resid = nnls(x, y)
+            if coef[0] > 0 and (best is None or resid < best[0]):
+                best = (float(resid), float(beta), float(coef[0]), float(coef[1]))
+        if best is not None:
+            _, self.beta, self.t1, prefill = best
+            # too little decoding beside a prompt says nothing of it: 0, the lower bound (an index too high, not low)
+            self.rho = min(1.0, prefill / self.t1) if self.prompt_s >= MIN_PROMPT_S else 0.0
+
+    def rate(self, k: np.ndarray, p: np.ndarray) -> np.ndarray:
+        """One stream's predicted tokens/s in each piece (k streams decoding, a prompt in progress or not)."""
+        assert self.t1 is not None
+        kk = np.maximum(k, 1).astype(float)
+        out: np.ndarray = self.t1 * np.where(p, self.rho, 1.0) * np.minimum(kk, self.k_max) ** self.beta / kk
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "t1_tps": round(self.t1, 3) if self.t1 is not None else None,
+            "rho": round(self.rho, 4),
+            "beta": round(self.beta, 3),
+            "k_max": self.k_max,
+            "windows": self.windows,
+            "prompt_s": round(self.prompt_s, 1),
+            "seconds_at": {str(j): round(s, 1) for j, s in sorted(self.seconds_at.items())},
+        }
+
+
+def _features(dt: np.ndarray, k: np.ndarray, p: np.ndarray, beta: float, k_max: int) -> tuple[float, float]:
+    """A request's seconds in each state, weighted as T1 and rho T1 multiply them: ``min(k, k_max)**beta / k``."""
+    kk = np.maximum(k, 1)
+    w = dt * np.minimum(kk, k_max) ** beta / kk
+    return float(w[~p].sum()), float(w[p].sum())
+
+
+@dataclass(frozen=True)
+class SpeedIndex:
+    index: float
+    sd: float | None  # the ratio estimator's standard error over the window's requests
+    decode_s: float  # seconds of the window some request was decoding
+    requests: int  # requests decoding in it
+    k_max: int  # the largest concurrency in it
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"decode_s": round(self.decode_s, 3), "requests": self.requests, "k_max": self.k_max}
+
+
+def speed_index(spans: Sequence[Span], t0: float, t1: float, model: SpeedModel) -> SpeedIndex | None:
+    """The window's index; None before the model has learned anything, or when its requests decoded for under
+    MIN_DECODE_SHARE of it or fewer than MIN_REQUESTS decoded in it."""
+    if model.t1 is None:
+        return None
+    rows, tokens = _rows(spans, t0, t1)
+    _, dt, k, _ = _states(spans, t0, t1)
+    busy = float(dt[k > 0].sum())
+    if len(rows) < MIN_REQUESTS or busy < MIN_DECODE_SHARE * (t1 - t0):
+        return None
+    g = np.asarray(tokens)
+    w = np.asarray([float((d * model.rate(kk, pp)).sum()) for d, kk, pp in rows])
+    if w.sum() <= 0:
+        return None
+    ratio = float(g.sum() / w.sum())
+    n = len(g)
+    sd = math.sqrt(float(((g - ratio * w) ** 2).sum()) / (n * (n - 1))) / float(w.mean())
+    return SpeedIndex(ratio, sd, busy, n, int(k.max()))
+
+
+LEARN_ABOVE = 0.9  # after its first windows the model learns a new concurrency only from a window this fast or faster
+
+
+def speed_figures(
+    win: Mapping[str, Any], spans: Sequence[Span], model: SpeedModel, learn_windows: int, warming_up: bool
+) -> dict[str, Any]:
+    """The window's ``speed_index`` and its ``speed`` detail, learning from it first when it is one of the model's
+    first ``learn_windows`` clean windows (not warm-up, not contaminated, no engine pause), or after them when it
+    decoded at a concurrency above what the model has learned and its index is not low. ``model`` is updated."""
+    t0, t1 = float(win["t_start_unix"]), float(win["t_end_unix"])
+    clean = not warming_up and not win.get("contaminated") and not (win.get("paused_s") or 0) > 0
+    learning = clean and model.windows < learn_windows
+    if learning:
+        model.learn(spans, t0, t1)
+    si = speed_index(spans, t0, t1, model)
+    if not learning and clean and si is not None and si.k_max > model.k_max and si.index >= LEARN_ABOVE:
+        learning = True
+        model.learn(spans, t0, t1)
+    detail = {**(si.to_dict() if si is not None else {}), "learned": learning, "model": model.to_dict()}
+    return {
+        "speed_index": si.index if si is not None else None,
+        "speed_index_sd": si.sd if si is not None else None,
+        "speed": detail,
+    }

@@ -1,0 +1,200 @@
+"""The speed index (harness/soak/speed.py): an engine's tokens against what it streams at the concurrency it had.
+
+On an engine simulated with a known curve it is 1 at any load and 0.5 at half speed; replayed through the window
+assembly and the change detector over real soaks' records (tests/fixtures/soak_records), it gives no verdict on the
+two-hour healthy soak while judging the windows of every load level, and a collapse at the real planted slowdown."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from bench.speed_replay import rejudged
+from harness.config.schema import Watchdog
+from harness.detect.changepoint import ChangeDetector, DetectorSettings, detect_series
+from harness.soak.assemble import replay_speed
+from harness.soak.coverage import coverage
+from harness.soak.slice import SETTLE_WINDOWS, detector_settings
+from harness.soak.speed import SpeedModel, spans_of, speed_figures, speed_index
+from harness.soak.watchdog import change_finding
+
+RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "soak_records"
+
+
+def simulate(
+    rates: list[tuple[float, float]], beta: float, t1: float = 40.0, prefill_s: float = 0.4, slow_from: float = 1e9
+) -> list[dict[str, Any]]:
+    """Request records of an engine whose streams decode at ``t1 * k**beta / k`` tokens/s each while k decode, and
+    stall while a prompt is processed (``prefill_s`` each, one at a time, before the first token); half as fast in every
+    respect from ``slow_from``. ``rates``: Poisson stages (rps, seconds). 96-token answers; 10-ms steps."""
+    rng = np.random.default_rng(7)
+    arrivals, t = [], 0.0
+    for rps, span in rates:
+        end = t + span
+        while (t := t + rng.exponential(1 / rps)) < end:
+            arrivals.append(t)
+        t = end
+    dt, now, recs = 0.01, 0.0, []
+    queue: list[dict[str, Any]] = []
+    prefilling: dict[str, Any] | None = None
+    decoding: list[dict[str, Any]] = []
+    pending = list(arrivals)
+    while pending or queue or prefilling or decoding:
+        speed = 0.5 if now >= slow_from else 1.0
+        while pending and pending[0] <= now:
+            queue.append({"start": pending.pop(0), "left": 96.0})
+        if prefilling is None and queue:
+            prefilling = {**queue.pop(0), "work": prefill_s}
+        if prefilling is not None:
+            prefilling["work"] -= dt * speed
+            if prefilling["work"] <= 0:
+                prefilling["first"] = now + dt
+                prefilling["left"] -= 1
+                decoding.append(prefilling)
+                prefilling = None
+        elif decoding:
+            k = len(decoding)
+            for r in decoding:
+                r["left"] -= dt * speed * t1 * k**beta / k
+        now += dt
+        for r in [r for r in decoding if r["left"] <= 0]:
+            decoding.remove(r)
+            recs.append(
+                {
+                    "status": "ok",
+                    "start_unix_s": 1e6 + r["start"],
+                    "ttft_s": r["first"] - r["start"],
+                    "e2e_s": now - r["start"],
+                    "output_tokens": 96,
+                }
+            )
+    return recs
+
+
+def windows_of(recs: list[dict[str, Any]], window_s: float) -> list[tuple[float, float]]:
+    end = max(r["start_unix_s"] + r["e2e_s"] for r in recs)
+    return [(t, t + window_s) for t in np.arange(1e6, end, window_s)]
+
+
+def _indices(recs: list[dict[str, Any]], model: SpeedModel, learn: int) -> list[float | None]:
+    """Each 60-s window's index as the slice builds it (its first ``learn`` windows teach the model)."""
+    spans = spans_of(recs)
+    out = []
+    for t0, t1 in windows_of(recs, 60.0):
+        out.append(speed_figures({"t_start_unix": t0, "t_end_unix": t1}, spans, model, learn, False)["speed_index"])
+    return out
+
+
+def test_an_engine_at_its_own_speed_is_about_one_at_every_load_and_half_when_halved() -> None:
+    # an engine whose total rate does not grow with streams (beta 0, as llama-server on this CPU: the two-hour soak's
+    # records fit beta 0), learned at a light rate (mostly one stream, seldom a prompt), judged at three times it,
+    # where up to 11 streams share the engine and prompts stall them
+    light, heavy = (0.08, 600.0), (0.25, 600.0)
+    recs = simulate([light, heavy], beta=0.0)
+    first = SpeedModel()
+    for t0, t1 in windows_of(recs, 60.0)[:8]:
+        first.learn(spans_of(recs), t0, t1)
+    assert first.t1 == pytest.approx(40.0, rel=0.05) and first.rho == 0.0, first.to_dict()
+    busy = [speed_index(spans_of(recs), t0, t1, first) for t0, t1 in windows_of(recs, 60.0)[11:19]]
+    assert all(s is not None and s.k_max >= 3 and 0.95 < s.index < 1.05 for s in busy), [s and s.index for s in busy]
+    # as the soak learns, and the same load on an engine at half speed from 100 s into the busier stage
+    model = SpeedModel()
+    assert all(0.95 < v < 1.05 for v in _indices(recs, model, 8) if v is not None)
+    slowed = _indices(simulate([light, heavy], beta=0.0, slow_from=700.0), SpeedModel(), 8)
+    assert all(0.4 < v < 0.6 for v in slowed[12:19] if v is not None), slowed
+
+
+def test_a_concurrency_never_learned_is_predicted_as_a_lower_bound() -> None:
+    # an engine whose total rate grows with streams (beta 0.5): past the largest concurrency learned the model takes the
+    # total rate as flat, so a healthy engine reads at least 1 there, and a halved one reads low, though less than half
+    light, heavy = (0.08, 600.0), (0.25, 600.0)
+    healthy = _indices(simulate([light, heavy], beta=0.5), SpeedModel(), 8)
+    assert all(v > 0.9 for v in healthy if v is not None), healthy
+    slowed = _indices(simulate([light, heavy], beta=0.5, slow_from=700.0), SpeedModel(), 8)
+    assert float(np.median([v for v in slowed[12:18] if v is not None])) < 0.85, slowed
+
+
+def _fixture(name: str) -> tuple[Watchdog, list[dict[str, Any]], list[dict[str, Any]]]:
+    sc = yaml.safe_load((RECORDS / name / "scenario.yaml").read_text())
+    read = lambda f: [json.loads(line) for line in (RECORDS / name / f).read_text().splitlines()]
+    return Watchdog(**sc["soak"]["watchdog"]), read("windows.jsonl"), read("requests.jsonl")
+
+
+def test_the_two_hour_healthy_soak_gives_no_verdict_and_its_speed_is_judged_at_every_load() -> None:
+    """The second two-hour soak (fixture alone_2h: 0.15 -> 0.25 -> 0.2 -> 0.15 rps, 47 one-minute windows per
+    configuration, 1,138 request records): as its windows were judged, 4 and 4 of 47 were (load settling, level
+    changing, contaminated); with the speed index rebuilt from its records, every window after the warm-up and the
+    curve's first windows is judged, at every level, across level changes and in contaminated windows, and nothing
+    is a collapse. The index of a healthy engine stayed within 0.8 and 1.6 (median about 1.05)."""
+    wd, windows, recs = _fixture("alone_2h")
+    settings = detector_settings(wd)
+    for config in ("baseline", "ngram-map-k"):
+        mine = [w for w in windows if w["config"] == config]
+        before = coverage(mine)
+        assert before.judged <= 8, before.sentence(config)
+        rebuilt = replay_speed(mine, [r for r in recs if r["config"] == config], settings, SETTLE_WINDOWS * wd.window_s)
+        assert [e for e in detect_series(rebuilt, settings) if e.kind == "collapse"] == []
+        values = [w["speed_index"] for w in rebuilt if w["speed_index"] is not None]
+        assert min(values) > 0.8 and max(values) < 1.6 and 0.95 < float(np.median(values)) < 1.15, values
+        after = coverage(rejudged(wd, rebuilt))
+        start = wd.warmup_windows + wd.reference_windows
+        assert after.judged >= 0.9 * (after.windows - start), after.sentence(config)
+        # every level judged, the changing windows too; the first level holds the warm-up and the curve's windows
+        assert all(j >= 0.8 * n for lv, (j, n) in after.by_level.items() if lv != "~0.149 rps"), after.sentence(config)
+        assert after.by_metric["speed_index"][0] > 4 * before.judged, after.sentence(config)
+
+
+def test_the_real_planted_slowdown_is_a_collapse_of_the_speed_index_in_the_window_it_began() -> None:
+    """tests/long/test_soak_alone.py's run (fixture alone_planted): llama-server frozen for 60% of every 0.2 s once the
+    first window was judged, at 0.3 rps. The index read 0.94-1.04 before and 0.38-0.46 after; the collapse starts in
+    the first slowed window and is decided by the second, and no window before it departs."""
+    wd, windows, recs = _fixture("alone_planted")
+    settings = DetectorSettings(wd.warmup_windows, wd.reference_windows, wd.confirm_windows)
+    rebuilt = replay_speed(windows, recs, settings, SETTLE_WINDOWS * wd.window_s)
+    slowed = next(i for i, w in enumerate(windows) if (w["alone_decode_tps"] or 99) < 50)
+    before = [w["speed_index"] for w in rebuilt[:slowed] if w["speed_index"] is not None]
+    after = [w["speed_index"] for w in rebuilt[slowed:]]
+    assert min(before) > 0.9 and all(v is not None and v < 0.5 for v in after), (before, after)
+    events = [e for e in detect_series(rebuilt, settings) if e.metric == "speed_index"]
+    assert [e.kind for e in events] == ["collapse"]
+    assert events[0].onset_unix == windows[slowed]["t_unix"] and events[0].t_unix == windows[slowed + 1]["t_unix"]
+
+
+def _steady(i: int, value: float, **over: Any) -> dict[str, Any]:
+    return {
+        "t_unix": 1e6 + 60 * i,
+        "load_level": 3,
+        "load_settled": True,
+        "speed_index": value,
+        "output_tps": 50.0,
+        **over,
+    }
+
+
+def test_a_figure_made_for_any_load_is_judged_where_the_load_moves_and_other_processes_take_the_cpu() -> None:
+    det = ChangeDetector(DetectorSettings(warmup_windows=0, reference_windows=5, confirm_windows=2))
+    for i in range(8):
+        det.update(_steady(i, 1.0 + 0.02 * (i % 3), count_sd={"speed_index": 0.05}))
+    for i, over in enumerate([{"load_level": None}, {"draining": True}, {"backlog_inherited": True}], start=8):
+        det.update(_steady(i, 1.0, output_tps=5.0, **over))
+        assert det.judged() == (True, None)
+        state = det.state()
+        assert state["speed_index"].relative_change is not None and state["output_tps"].relative_change is None
+    # contaminated: judged, not learned from; a slowed engine there is a collapse the watchdog only records, saying why
+    events = []
+    for i in range(12, 15):
+        cpu = {"other_cores": 0.4}
+        w = _steady(i, 0.5, contaminated=True, cpu=cpu)
+        events += det.update(w)
+    assert [(e.kind, e.metric) for e in events] == [("collapse", "speed_index")]
+    wd = Watchdog(window_s=60, confirm_windows=2)
+    history = [_steady(i, 0.5, contaminated=True, cpu={"other_cores": 0.4}) for i in range(12, 15)]
+    finding = change_finding(events[0], history, wd, open_loop=True)
+    assert finding.action == "record" and "other processes took up to 0.40 cores" in finding.message
+    clean = change_finding(events[0], [_steady(i, 0.5) for i in range(3)], wd, open_loop=True)
+    assert clean.action is None and "other processes" not in clean.message
