@@ -1,6 +1,6 @@
 """Issue #33's first case, on the real llama-server: an open-loop Poisson soak in two stages, the engine slowed to half
-its speed (SIGSTOP for half of every 0.2 s) three windows into the busier stage. Before the speed index the detector
-judged no window of that soak: warm-up, building reference, then "load level changed" and "load settling" to the end,
+its speed (SIGSTOP for half of every 0.2 s) once three windows of the busier stage were judged. Before the speed index the
+detector judged no window of that soak: warm-up, building reference, then "load level changed" and "load settling" to the end,
 since the slowed engine's queue never settles. Now the windows of the busier stage are judged whatever their backlog
 does, and the slowdown is a ``collapse`` of ``speed_index`` within 5 minutes of the plant, none before it.
 

@@ -198,3 +198,25 @@ def test_a_figure_made_for_any_load_is_judged_where_the_load_moves_and_other_pro
     assert finding.action == "record" and "other processes took up to 0.40 cores" in finding.message
     clean = change_finding(events[0], [_steady(i, 0.5) for i in range(3)], wd, open_loop=True)
     assert clean.action is None and "other processes" not in clean.message
+
+
+def test_the_live_slowdown_at_the_busier_level_is_judged_only_through_the_speed_index() -> None:
+    """tests/long/test_soak_speed.py's run (fixture speed_planted, 2026-12-05): Poisson 0.2 then 1.2 rps, llama-server
+    frozen for half of every 0.2 s once three windows of the busier stage were judged. Live, the index read 1.08-1.32 there before
+    and 0.62-0.66 after, a collapse of -40% from the first slowed window (recorded, as the test asks). Without the
+    speed index the same windows give no verdict at all and 5 of 14 are judged; rebuilt from the request records
+    through the path the slice runs, every window's index is the live one."""
+    wd, windows, recs = _fixture("speed_planted")
+    settings = detector_settings(wd)
+    rebuilt = replay_speed(windows, recs, settings, SETTLE_WINDOWS * wd.window_s)
+    assert [w.get("speed_index") for w in rebuilt] == pytest.approx([w.get("speed_index") for w in windows])
+    slowed = next(i for i, w in enumerate(windows) if (w.get("speed_index") or 9) < 0.75)
+    events = detect_series(windows, settings)
+    assert [(e.kind, e.metric) for e in events] == [("collapse", "speed_index")]
+    assert events[0].onset_unix == windows[slowed]["t_unix"] and events[0].relative_change < -0.3
+    blind = [{k: v for k, v in w.items() if k != "speed_index"} for w in windows]
+    assert detect_series(blind, settings) == []
+    with_index, without = coverage(rejudged(wd, windows)), coverage(rejudged(wd, blind))
+    assert without.judged <= 5 and with_index.judged >= 10, (without.sentence("-"), with_index.sentence("+"))
+    busy = [lv for lv in with_index.by_level if lv not in ("changing",) and not lv.startswith("~0.1")]
+    assert busy and all(j == n for lv, (j, n) in with_index.by_level.items() if lv in busy), with_index.sentence("+")
