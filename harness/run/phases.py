@@ -176,7 +176,7 @@ class PhaseExecutor:
             "median_decode_tps": decode[len(decode) // 2] if decode else None,
             "cpu": cpu.to_dict(),
             "engine_uptime_s": session.uptime_s(t1),
-            "contaminated": cpu.other_cores > sc.measurement.contamination_cores,
+            "contaminated": cpu.contaminated(sc.measurement.contamination_cores),
             "counters": delta.to_dict(),
             "client_draft_tokens": sum(client_draft) if client_draft else None,
             "client_accepted_tokens": sum(client_acc) if client_acc else None,

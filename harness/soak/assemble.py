@@ -85,7 +85,7 @@ def live_window(
     if cpu is not None:
         win["cpu"] = {**cpu.to_dict(), "engine_restarted": cpu_engine_restarted}
         win["engine_cores"] = cpu.engine_cores
-        win["contaminated"] = cpu.other_cores > contamination_cores
+        win["contaminated"] = cpu.contaminated(contamination_cores)
     else:
         win["contaminated"] = False
     return win

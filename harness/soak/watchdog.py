@@ -151,6 +151,7 @@ def change_finding(ev: ChangeEvent, history: Sequence[Window], wd: Watchdog, ope
         # confirmed in windows where other processes took the CPU: said, and recorded rather than acted on
         busy = [w for w in history[-wd.confirm_windows :] if w.get("contaminated")]
         other = max((float((w.get("cpu") or {}).get("other_cores") or 0.0) for w in busy), default=0.0)
+        steal = max((float((w.get("cpu") or {}).get("steal_cores") or 0.0) for w in busy), default=0.0)
         at = (
             f"{ev.level} users"
             if not open_loop
@@ -163,8 +164,9 @@ def change_finding(ev: ChangeEvent, history: Sequence[Window], wd: Watchdog, ope
             f"{ev.metric} {change} against its reference {ev.reference:.3g} at {at} "
             f"(now {ev.value:.3g}), since {time.strftime('%H:%M:%S', time.localtime(ev.onset_unix))}"
             + (
-                f"; other processes took up to {other:.2f} cores in {len(busy)} of its last {wd.confirm_windows} "
-                "windows, so it is recorded, not acted on"
+                f"; other processes took up to {other:.2f} cores"
+                + (f" and the hypervisor up to {steal:.2f} (steal)" if steal >= 0.005 else "")
+                + f" in {len(busy)} of its last {wd.confirm_windows} windows, so it is recorded, not acted on"
                 if busy
                 else ""
             ),

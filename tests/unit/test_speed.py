@@ -220,3 +220,14 @@ def test_the_live_slowdown_at_the_busier_level_is_judged_only_through_the_speed_
     assert without.judged <= 5 and with_index.judged >= 10, (without.sentence("-"), with_index.sentence("+"))
     busy = [lv for lv in with_index.by_level if lv not in ("changing",) and not lv.startswith("~0.1")]
     assert busy and all(j == n for lv, (j, n) in with_index.by_level.items() if lv in busy), with_index.sentence("+")
+
+
+def test_a_collapse_in_windows_the_hypervisor_stole_from_names_the_steal() -> None:
+    det = ChangeDetector(DetectorSettings(warmup_windows=0, reference_windows=5, confirm_windows=2))
+    for i in range(8):
+        det.update(_steady(i, 1.0 + 0.02 * (i % 3), count_sd={"speed_index": 0.05}))
+    cpu = {"other_cores": 0.01, "steal_cores": 0.3}
+    history = [_steady(i, 0.5, contaminated=True, cpu=cpu) for i in range(8, 11)]
+    events = [e for w in history for e in det.update(w)]
+    finding = change_finding(events[0], history, Watchdog(window_s=60, confirm_windows=2), open_loop=True)
+    assert finding.action == "record" and "the hypervisor up to 0.30 (steal)" in finding.message, finding.message
