@@ -19,7 +19,7 @@ import yaml
 
 from harness.config.schema import Watchdog
 from harness.detect.changepoint import ChangeDetector, detect_series
-from harness.soak.assemble import replay_speed
+from harness.soak.assemble import detector_states, replay_speed
 from harness.soak.coverage import coverage
 from harness.soak.slice import SETTLE_WINDOWS, detector_settings
 
@@ -31,15 +31,15 @@ def _read(path: Path) -> list[dict[str, Any]]:
 
 
 def rejudged(wd: Watchdog, windows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The windows with the judgement the slice writes (judged, why not, per-metric change), as the detector gives it."""
+    """The windows with the judgement the slice writes (judged, why not, per-metric state), the detector fed them as
+    they are (replay_speed judges the windows it rebuilds itself)."""
     det, out = ChangeDetector(detector_settings(wd)), []
     for w in windows:
         if w.get("engine_restart"):
             det.engine_restarted()
         det.update(w)
         judged, why = det.judged()
-        state = {m: {"relative_change": s.relative_change} for m, s in det.state().items()}
-        out.append({**w, "judged": judged, "not_judged_why": why, "detectors": state})
+        out.append({**w, "judged": judged, "not_judged_why": why, "detectors": detector_states(det)})
     return out
 
 
@@ -62,7 +62,7 @@ def main() -> None:
                 for e in detect_series(rebuilt, settings)
                 if e.metric == "speed_index"
             ]
-            then, now = coverage(mine), coverage(rejudged(wd, rebuilt))
+            then, now = coverage(mine), coverage(rebuilt)  # replay_speed judged them
             print(
                 f"| {folder.name} | {config} | {len(mine)} | {then.cell()} | {now.cell()} | {spread} | "
                 f"{'; '.join(events) or 'none'} |"

@@ -66,17 +66,20 @@ class CpuUse:
     steal_cpu_s: float = 0.0  # the hypervisor's, for other guests
     irq_cpu_s: float = 0.0  # the kernel's interrupts (loopback traffic's softirq included)
 
+    def _cores(self, cpu_s: float) -> float:
+        return cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
     @property
     def other_cores(self) -> float:
-        return self.other_cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+        return self._cores(self.other_cpu_s)
 
     @property
     def steal_cores(self) -> float:
-        return self.steal_cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+        return self._cores(self.steal_cpu_s)
 
     @property
     def irq_cores(self) -> float:
-        return self.irq_cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+        return self._cores(self.irq_cpu_s)
 
     def contaminated(self, bound_cores: float) -> bool:
         """Whether the engine lost more than ``bound_cores`` to other processes and the hypervisor (interrupts are
@@ -85,11 +88,11 @@ class CpuUse:
 
     @property
     def harness_cores(self) -> float:
-        return self.harness_cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+        return self._cores(self.harness_cpu_s)
 
     @property
     def engine_cores(self) -> float:
-        return self.engine_cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+        return self._cores(self.engine_cpu_s)
 
     def to_dict(self) -> dict[str, float]:
         """The CPU split as phases, ramp steps and soak windows record it (docs/metrics.md#cpu)."""

@@ -13,6 +13,7 @@ Key order is the written order (windows.jsonl), which readers and old folders sh
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 from engines.types import EngineCounters, acceptance_figures, counters_delta
@@ -176,7 +177,8 @@ def replay_speed(
 ) -> list[dict[str, Any]]:
     """One configuration's windows (a finished soak's windows.jsonl) with their speed index rebuilt from its request
     records, as the slice builds it: a window sees the records that had ended ``settle_s`` after its end, learns when
-    the slice would have (the detector's warm-up, fed the same windows), and the detector is fed the result."""
+    the slice would have (the detector's warm-up, fed the same windows), and the detector is fed the result; each
+    window carries the detector's judgement as the slice writes it (``judged``, ``not_judged_why``, ``detectors``)."""
     det = ChangeDetector(settings)
     model = SpeedModel()
     spans = sorted(((end, s) for r in records if (s := span_of(r)) is not None for end in (s.end,)), key=lambda e: e[0])
@@ -188,5 +190,11 @@ def replay_speed(
         figures = speed_figures(w, seen, model, settings.reference_windows, det.warming_up())
         win = {**w, "count_sd": {**(w.get("count_sd") or {}), "speed_index": figures.pop("speed_index_sd")}, **figures}
         det.update(win)
-        out.append(win)
+        judged, why = det.judged()
+        out.append({**win, "judged": judged, "not_judged_why": why, "detectors": detector_states(det)})
     return out
+
+
+def detector_states(det: ChangeDetector) -> dict[str, dict[str, Any]]:
+    """The detector's per-metric state as a window record holds it."""
+    return {m: asdict(st) for m, st in det.state().items()}

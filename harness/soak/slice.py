@@ -37,7 +37,7 @@ import json
 import os
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,7 @@ from harness.records.files import SLICES, SOAK_DIR, VERDICTS, WINDOWS, JsonlWrit
 from harness.records.types import Verdict
 from harness.session.engine import EngineSession, RunContext
 from harness.soak import canary as canary_mod
-from harness.soak.assemble import judged_window, live_window, settle_window, window_delta
+from harness.soak.assemble import detector_states, judged_window, live_window, settle_window, window_delta
 from harness.soak.disk import DiskWatch
 from harness.soak.explain import explain
 from harness.soak.figures import longest_stall, memory_figures
@@ -641,7 +641,7 @@ class SoakSlice:
             win,
             judged,
             why,
-            {m: asdict(st) for m, st in self.detector.state().items()},
+            detector_states(self.detector),
             headroom(history, win, self.wd),
             headroom(history, win, self.wd, gpu=True),
         )
