@@ -16,6 +16,10 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +83,48 @@ def open_loop_scenario(
     return _write(folder, data)
 
 
+@dataclass
+class PlantedSoak:
+    """A `specsoak run` of an open-loop plant's scenario, its run folder and the duty-cycle plant on its engine."""
+
+    proc: subprocess.Popen[bytes]
+    out_file: Path
+    run_dir: Path
+    plant: DutyCyclePlant
+
+    def wait(self, cond: Callable[[], Any], timeout_s: float, what: str) -> Any:
+        return wait_until(cond, timeout_s, what, self.proc, self.out_file)
+
+    def plant_once(self, ready: Callable[[], Any], timeout_s: float, what: str) -> None:
+        """Once the soak's own records say ``ready``, start the plant and wait for its first freeze."""
+        self.wait(ready, timeout_s, what)
+        self.plant.go.set()
+        self.wait(lambda: self.plant.onset_unix, 10, "the plant")
+
+    def interrupt(self) -> None:
+        """The run's own interrupt: the soak ends, the records and report are kept."""
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(120)
+
+
+@contextmanager
+def planted_soak(folder: Path, scenario: Path, name: str, stopped_s: float) -> Iterator[PlantedSoak]:
+    """Start the run and a plant that, once told, freezes its engine for ``stopped_s`` of every 0.2 s; on leaving,
+    the plant is ended and a run still going is killed."""
+    results = folder / "results"
+    proc, out_file = start_run(scenario, results)
+    plant = DutyCyclePlant(proc.pid, stopped_s=stopped_s, period_s=0.2)
+    plant.start()
+    try:
+        run_dir = wait_until(lambda: next(results.glob(f"*-{name}"), None), 120, "run folder", proc, out_file)
+        yield PlantedSoak(proc, out_file, run_dir, plant)
+    finally:
+        plant.done.set()
+        plant.join(10)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 def _scenario(folder: Path) -> Path:
     # light Poisson traffic: a short prompt's 32-token answer takes about half a second, so most requests run alone,
     # and still do at 40% of the engine's speed; every verdict is recorded and the soak runs on: the test reads which
@@ -90,12 +136,8 @@ def _scenario(folder: Path) -> Path:
 def test_a_slower_engine_in_an_open_loop_soak_is_a_collapse_of_the_decode_of_requests_that_ran_alone(
     tmp_path: Path,
 ) -> None:
-    results = tmp_path / "results"
-    proc, out_file = start_run(_scenario(tmp_path), results)
-    plant = DutyCyclePlant(proc.pid, stopped_s=0.12, period_s=0.2)
-    plant.start()
-    try:
-        run_dir = wait_until(lambda: next(results.glob("*-alone"), None), 120, "run folder", proc, out_file)
+    with planted_soak(tmp_path, _scenario(tmp_path), "alone", stopped_s=0.12) as soak:
+        run_dir, plant = soak.run_dir, soak.plant
 
         def judged_alone(after: float = 0.0) -> list[dict[str, Any]]:
             return [
@@ -104,9 +146,7 @@ def test_a_slower_engine_in_an_open_loop_soak_is_a_collapse_of_the_decode_of_req
                 if w["judged"] and w.get("alone_decode_tps") is not None and w["t_start_unix"] >= after
             ]
 
-        wait_until(lambda: len(judged_alone()) >= JUDGED_BEFORE_PLANT, SOAK_S / 2, "judged window", proc, out_file)
-        plant.go.set()
-        wait_until(lambda: plant.onset_unix, 10, "the plant", proc, out_file)
+        soak.plant_once(lambda: len(judged_alone()) >= JUDGED_BEFORE_PLANT, SOAK_S / 2, "judged window")
 
         # the collapse of the decode of requests that ran alone, or windows enough for it (it needs two with such
         # requests, and at 40% speed some have none)
@@ -115,15 +155,9 @@ def test_a_slower_engine_in_an_open_loop_soak_is_a_collapse_of_the_decode_of_req
             after = [w for w in read_jsonl(run_dir / WINDOWS) if w["t_start_unix"] >= (plant.onset_unix or 0)]
             return (bool(alone) and len(after) >= 2) or len(after) >= AFTER_PLANT_WINDOWS
 
-        wait_until(collapsed_or_enough, (AFTER_PLANT_WINDOWS + 3) * WINDOW_S, "windows after the plant", proc, out_file)
-        proc.send_signal(signal.SIGINT)  # the run's own interrupt: the soak ends, the records and report are kept
-        proc.wait(120)
-    finally:
-        plant.done.set()
-        plant.join(10)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    out = out_file.read_text()
+        soak.wait(collapsed_or_enough, (AFTER_PLANT_WINDOWS + 3) * WINDOW_S, "windows after the plant")
+        soak.interrupt()
+    out = soak.out_file.read_text()
     assert plant.onset_unix is not None, out[-3000:]
     windows = list(read_jsonl(run_dir / WINDOWS))
     verdicts = list(read_jsonl(run_dir / VERDICTS))

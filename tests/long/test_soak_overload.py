@@ -13,16 +13,12 @@ machine, about five minutes); its records are the fixture ``overload_planted`` t
 
 from __future__ import annotations
 
-import os
-import signal
 from pathlib import Path
 
 import pytest
 
 from harness.records.files import VERDICTS, WINDOWS, read_jsonl
-from tests.integration.plants import DutyCyclePlant
-from tests.integration.test_soak_gauntlet import start_run, wait_until
-from tests.long.test_soak_alone import WINDOW_S, open_loop_scenario
+from tests.long.test_soak_alone import WINDOW_S, open_loop_scenario, planted_soak
 
 pytestmark = pytest.mark.engine
 
@@ -40,26 +36,15 @@ def _scenario(folder: Path) -> Path:
 
 
 def test_an_engine_slowed_under_the_rate_it_served_is_a_collapse_of_the_served_rate(tmp_path: Path) -> None:
-    results = tmp_path / "results"
-    proc, out_file = start_run(_scenario(tmp_path), results)
-    plant = DutyCyclePlant(proc.pid, stopped_s=0.19, period_s=0.2)
-    plant.start()
-    try:
-        run_dir = wait_until(lambda: next(results.glob("*-overload"), None), 120, "run folder", proc, out_file)
+    with planted_soak(tmp_path, _scenario(tmp_path), "overload", stopped_s=0.19) as soak:
+        run_dir, plant, proc = soak.run_dir, soak.plant, soak.proc
 
         def settled() -> int:
             return sum(1 for w in read_jsonl(run_dir / WINDOWS) if w.get("load_settled"))
 
-        wait_until(lambda: settled() >= SETTLED_BEFORE_PLANT, SOAK_S / 2, "settled windows", proc, out_file)
-        plant.go.set()
-        wait_until(lambda: plant.onset_unix, 10, "the plant", proc, out_file)
+        soak.plant_once(lambda: settled() >= SETTLED_BEFORE_PLANT, SOAK_S / 2, "settled windows")
         proc.wait(12 * WINDOW_S)  # the collapse stops the configuration, and the run ends
-    finally:
-        plant.done.set()
-        plant.join(10)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    out = out_file.read_text()
+    out = soak.out_file.read_text()
     assert plant.onset_unix is not None, out[-3000:]
     assert proc.returncode == EXIT_SOAK, out[-3000:]
     windows = list(read_jsonl(run_dir / WINDOWS))

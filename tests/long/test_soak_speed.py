@@ -9,8 +9,6 @@ bench.soak_fixture RUN speed_planted``, are replayed by ``make test`` (tests/uni
 
 from __future__ import annotations
 
-import os
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +16,7 @@ import pytest
 
 from harness.records.files import VERDICTS, WINDOWS, read_jsonl
 from harness.soak.coverage import coverage
-from tests.integration.plants import DutyCyclePlant
-from tests.integration.test_soak_gauntlet import start_run, wait_until
-from tests.long.test_soak_alone import WINDOW_S, open_loop_scenario
+from tests.long.test_soak_alone import WINDOW_S, open_loop_scenario, planted_soak
 
 pytestmark = pytest.mark.engine
 
@@ -44,12 +40,8 @@ def _scenario(folder: Path) -> Path:
 
 
 def test_a_slowdown_at_the_busier_level_is_a_collapse_of_the_speed_index_within_five_minutes(tmp_path: Path) -> None:
-    results = tmp_path / "results"
-    proc, out_file = start_run(_scenario(tmp_path), results)
-    plant = DutyCyclePlant(proc.pid, stopped_s=0.1, period_s=0.2)
-    plant.start()
-    try:
-        run_dir = wait_until(lambda: next(results.glob("*-speed"), None), 120, "run folder", proc, out_file)
+    with planted_soak(tmp_path, _scenario(tmp_path), "speed", stopped_s=0.1) as soak:
+        run_dir, plant = soak.run_dir, soak.plant
 
         def busy_judged() -> list[dict[str, Any]]:
             return [
@@ -58,22 +50,14 @@ def test_a_slowdown_at_the_busier_level_is_a_collapse_of_the_speed_index_within_
                 if w["judged"] and w.get("soak_t_start_s", 0) >= LIGHT_S and w.get("speed_index") is not None
             ]
 
-        wait_until(lambda: len(busy_judged()) >= BUSY_WINDOWS_BEFORE_PLANT, SOAK_S / 2, "busy windows", proc, out_file)
-        plant.go.set()
-        wait_until(lambda: plant.onset_unix, 10, "the plant", proc, out_file)
+        soak.plant_once(lambda: len(busy_judged()) >= BUSY_WINDOWS_BEFORE_PLANT, SOAK_S / 2, "busy windows")
 
         def collapsed() -> bool:
             return any(v.get("metric") == "speed_index" for v in read_jsonl(run_dir / VERDICTS))
 
-        wait_until(collapsed, WITHIN_S + 2 * WINDOW_S, "a speed index collapse", proc, out_file)
-        proc.send_signal(signal.SIGINT)  # the run's own interrupt: the soak ends, the records and report are kept
-        proc.wait(120)
-    finally:
-        plant.done.set()
-        plant.join(10)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    out = out_file.read_text()
+        soak.wait(collapsed, WITHIN_S + 2 * WINDOW_S, "a speed index collapse")
+        soak.interrupt()
+    out = soak.out_file.read_text()
     assert plant.onset_unix is not None, out[-3000:]
     windows = list(read_jsonl(run_dir / WINDOWS))
     verdicts = list(read_jsonl(run_dir / VERDICTS))
