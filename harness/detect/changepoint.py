@@ -81,6 +81,9 @@ class MetricRule:
     # True: judged whatever the load does (level changing, backlog draining or inherited, level not settled): a figure
     # already measured against what the engine serves at the concurrency it had (harness/soak/speed.py)
     any_load: bool = False
+    # True: a window whose own count sd is wider than the level's sigma is scored in its own sigma (a window of one
+    # request weighs less than one of ten: the speed index judges the sparse windows of a night's trough)
+    weigh_window: bool = False
 
     def __post_init__(self) -> None:
         if self.bad_direction not in (-1, 1):
@@ -112,7 +115,9 @@ WATCHED_CHANGES: dict[str, MetricRule] = {
     # the tokens streamed against what this engine streams at the concurrency each request had (harness/soak/speed.py):
     # about 1 at any load, so judged in every window whatever its load does; the two-hour soak's healthy windows went
     # down to 0.83 (median 1.06), a 30% slower engine gives 0.7 and a halved one 0.5
-    "speed_index": MetricRule(bad_direction=-1, min_change=0.25, noise_floor=0.02, per_level=False, any_load=True),
+    "speed_index": MetricRule(
+        bad_direction=-1, min_change=0.25, noise_floor=0.02, per_level=False, any_load=True, weigh_window=True
+    ),
     # the engine's memory net of its prompt cache (a cache growing to its cap by design is not a collapse)
     "engine_memory_mib": MetricRule(bad_direction=+1, min_change=0.3, noise_floor=0.01),  # above warm-up growth (+15%)
 }
@@ -363,6 +368,8 @@ class ChangeDetector:
                     lv.sds.pop(0)
             return _BUILDING
         ref, sigma, bad = lv.reference, lv.sigma, rule.bad_direction
+        if rule.weigh_window and sd is not None:  # ``sd`` is relative to the window's own value: back to its units
+            sigma = max(sigma, sd * (1.0 if rule.absolute else abs(x)))
         change = (x - ref) / (1.0 if rule.absolute else abs(ref))
         if excused:  # seen and said (the state shows its change), weighed by the stall rule only
             tr.last_level, tr.judged_once, tr.last_change = level, True, change

@@ -11,7 +11,7 @@ from harness.common.errors import EngineError
 from harness.common.net import free_port
 from harness.config.policy import verdict_fails
 from harness.config.schema import Configuration, safe_name
-from harness.records.files import AFTER_SOAK, WINDOWS, read_jsonl
+from harness.records.files import AFTER_SOAK, REQUESTS, WINDOWS, read_jsonl
 from harness.records.files import VERDICTS as VERDICTS_FILE
 from harness.run.manifest import RunState
 from harness.run.outputs import NotifyingWriter
@@ -44,8 +44,17 @@ def soak_campaign(
     elapsed, n_slices = soak_elapsed(run_dir)
     history = load_history(run_dir)
     detectors = {c.name: replay_detector(soak.watchdog, history.get(c.name, [])) for c in cfgs}
-    # each configuration's speed curve, learned afresh from its first windows of this process (a resumed soak too)
-    speeds = {c.name: SpeedModel() for c in cfgs}
+    # each configuration's speed curve: from its measurement phases on fresh engines, then its first soak windows of
+    # this process (a resumed soak too)
+    measured = [r for r in read_jsonl(run_dir / REQUESTS) if r.get("config") in {c.name for c in cfgs}]
+    speeds = {c.name: SpeedModel.from_phases(r for r in measured if r["config"] == c.name) for c in cfgs}
+    for name, model in speeds.items():
+        if model.t1 is not None:
+            console.print(
+                f"{name}: speed curve from {model.phases} measurement phases: one stream {model.t1:.1f} t/s"
+                + (f", {model.k_max} streams learned" if model.k_max > 1 else ""),
+                highlight=False,
+            )
     ports = {c.name: free_port() for c in cfgs}
     slice_len = soak.slice_s or soak.duration_s
     stopped: dict[str, str] = {}  # config -> why its soak was ended by a verdict

@@ -174,13 +174,15 @@ def replay_speed(
     records: Sequence[dict[str, Any]],
     settings: DetectorSettings,
     settle_s: float,
+    phases: Sequence[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:
     """One configuration's windows (a finished soak's windows.jsonl) with their speed index rebuilt from its request
     records, as the slice builds it: a window sees the records that had ended ``settle_s`` after its end, learns when
     the slice would have (the detector's warm-up, fed the same windows), and the detector is fed the result; each
-    window carries the detector's judgement as the slice writes it (``judged``, ``not_judged_why``, ``detectors``)."""
+    window carries the detector's judgement as the slice writes it (``judged``, ``not_judged_why``, ``detectors``).
+    ``phases``: the configuration's measurement request records, where the curve starts as the campaign starts it."""
     det = ChangeDetector(settings)
-    model = SpeedModel()
+    model = SpeedModel.from_phases(phases)
     spans = sorted(((end, s) for r in records if (s := span_of(r)) is not None for end in (s.end,)), key=lambda e: e[0])
     out = []
     for w in windows:

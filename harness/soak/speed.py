@@ -19,10 +19,15 @@ the concurrency they had moment by moment: about 1 at any load, backlog or level
   largest concurrency learned for ``MIN_LEVEL_S`` the total rate is taken as flat: a lower bound, so a level never
   learned can hide a slowdown, never invent one.
 - **The index** of a window: ``sum(tokens) / sum(predicted)`` over the parts of its requests' spans inside it, and its
-  standard error the ratio estimator's over those requests (as acceptance's count sd).
+  standard error the ratio estimator's over those requests (as acceptance's count sd), never under one request's
+  spread around the curve over the square root of their count: one request is enough for an index once the spread is
+  known, and the detector weighs such a window in its own, wider sd (``weigh_window``).
   ``rho`` is fitted once ``MIN_PROMPT_S`` of decoding beside a prompt has been learned, and is 0 before (a lower bound
   again).
-- **Learning**: the first ``learn_windows`` eligible windows (after warm-up, not contaminated, not paused), then a
+- **Learning**: first the configuration's measurement phases on its fresh engines (1 to N streams, before the soak:
+  ``SpeedModel.from_phases``), so the curve exists before the soak's first window and holds the fresh engine's
+  speed; then the soak's first ``learn_windows`` eligible windows (after warm-up, not contaminated, not paused; with a
+  measured curve, only those whose index is at least SEEDED_LEARN_ABOVE), then a
   later window only when it decoded at a concurrency above ``k_max`` and its index is not low (a slowed engine at a
   new level must not become its curve).
 
@@ -32,7 +37,7 @@ Pure: no clock, no I/O.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,10 +46,14 @@ from scipy.optimize import nnls
 
 MIN_LEVEL_S = 60.0  # decode seconds at one concurrency before the model extrapolates past it
 MIN_PROMPT_S = 20.0  # decode seconds beside a prompt in progress before rho is fitted (before: 0, a lower bound)
-MIN_DECODE_SHARE = 0.02  # a window's index needs its requests decoding for at least this share of it
-MIN_REQUESTS = 2  # and this many requests decoding in it (their spread is the index's noise)
+MIN_DECODE_SHARE = 0.01  # a window's index needs its requests decoding for at least this share of it
+# and this many requests decoding in it: one is enough once the model knows how far one request strays from its curve
+# (``spread``): a night's trough sends a request or two a minute, and those windows are judged too (issue #33)
+MIN_REQUESTS = 1
+MIN_SPREAD_ROWS = 10  # requests learned before their spread around the curve is taken as one request's noise
 BETAS = np.linspace(0.0, 1.0, 21)
 MAX_ROWS = 20_000  # requests the model keeps to fit on (a day of learning at several a second)
+LEARN_PHASES = ("measure", "arrivals")  # the measurement phases the curve starts from (not warm-up, not after the soak)
 
 
 @dataclass(frozen=True)
@@ -118,9 +127,26 @@ class SpeedModel:
     tokens: list[float] = field(default_factory=list, repr=False)
     seconds_at: dict[int, float] = field(default_factory=dict)  # decode seconds learned per concurrency
     prompt_s: float = 0.0  # decode seconds learned while a prompt was in progress
-    windows: int = 0  # windows learned from
+    windows: int = 0  # soak windows learned from
+    phases: int = 0  # measurement phases learned from, before the soak
+    spread: float | None = None  # sd of one learned request's tokens over what the curve predicts for it
 
-    def learn(self, spans: Sequence[Span], t0: float, t1: float) -> None:
+    @classmethod
+    def from_phases(cls, records: Iterable[Mapping[str, Any]]) -> SpeedModel:
+        """A model learned from one configuration's measurement phases (request records of phase ``measure`` or
+        ``arrivals``, each phase from its first request's start to its last one's end): the fresh engine's curve."""
+        model = cls()
+        groups: dict[tuple[Any, ...], list[Span]] = {}
+        for r in records:
+            if r.get("phase") in LEARN_PHASES and (s := span_of(r)) is not None:
+                key = (r.get("phase"), r.get("streams"), r.get("repetition"), r.get("attempt"))
+                groups.setdefault(key, []).append(s)
+        for spans in groups.values():
+            model.learn(spans, min(s.start for s in spans), max(s.end for s in spans), window=False)
+        return model
+
+    def learn(self, spans: Sequence[Span], t0: float, t1: float, window: bool = True) -> None:
+        """Learn from the requests decoding in ``[t0, t1)``: a soak window, or (``window`` False) a measurement phase."""
         rows, tokens = _rows(spans, t0, t1)
         room = MAX_ROWS - len(self.rows)
         self.rows.extend(rows[:room])
@@ -129,7 +155,10 @@ class SpeedModel:
         for level in np.unique(k[k > 0]):
             self.seconds_at[int(level)] = self.seconds_at.get(int(level), 0.0) + float(dt[k == level].sum())
         self.prompt_s += float(dt[(k > 0) & p].sum())
-        self.windows += 1
+        if window:
+            self.windows += 1
+        else:
+            self.phases += 1
         self._fit()
 
     def _fit(self) -> None:
@@ -148,6 +177,12 @@ class SpeedModel:
             _, self.beta, self.t1, prefill = best
             # too little decoding beside a prompt says nothing of it: 0, the lower bound (an index too high, not low)
             self.rho = min(1.0, prefill / self.t1) if self.prompt_s >= MIN_PROMPT_S else 0.0
+            x = np.asarray([_features(dt, k, p, self.beta, self.k_max) for dt, k, p in self.rows])
+            predicted = self.t1 * (x[:, 0] + self.rho * x[:, 1])
+            fit = predicted > 1.0  # a request the curve gives a token or more
+            # one request's noise around the curve (its context, its prompt, the machine): a sparse window's sd
+            ratios = np.clip(y[fit] / predicted[fit], 0.2, 5.0)
+            self.spread = float(np.std(ratios, ddof=1)) if len(ratios) >= MIN_SPREAD_ROWS else None
 
     def rate(self, k: np.ndarray, p: np.ndarray) -> np.ndarray:
         """One stream's predicted tokens/s in each piece (k streams decoding, a prompt in progress or not)."""
@@ -163,6 +198,8 @@ class SpeedModel:
             "beta": round(self.beta, 3),
             "k_max": self.k_max,
             "windows": self.windows,
+            "phases": self.phases,
+            "spread": round(self.spread, 4) if self.spread is not None else None,
             "prompt_s": round(self.prompt_s, 1),
             "seconds_at": {str(j): round(s, 1) for j, s in sorted(self.seconds_at.items())},
         }
@@ -189,25 +226,33 @@ class SpeedIndex:
 
 def speed_index(spans: Sequence[Span], t0: float, t1: float, model: SpeedModel) -> SpeedIndex | None:
     """The window's index; None before the model has learned anything, or when its requests decoded for under
-    MIN_DECODE_SHARE of it or fewer than MIN_REQUESTS decoded in it."""
+    MIN_DECODE_SHARE of it, fewer than MIN_REQUESTS decoded in it, or one did and the model does not yet know one
+    request's spread. Its sd: the ratio estimator's over the window's requests, and never under what one request's
+    spread around the curve implies for that many (``spread / sqrt(n)``, relative)."""
     if model.t1 is None:
         return None
     rows, tokens = _rows(spans, t0, t1)
     _, dt, k, _ = _states(spans, t0, t1)
     busy = float(dt[k > 0].sum())
-    if len(rows) < MIN_REQUESTS or busy < MIN_DECODE_SHARE * (t1 - t0):
+    n = len(rows)
+    if n < MIN_REQUESTS or busy < MIN_DECODE_SHARE * (t1 - t0) or (n < 2 and model.spread is None):
         return None
     g = np.asarray(tokens)
     w = np.asarray([float((d * model.rate(kk, pp)).sum()) for d, kk, pp in rows])
     if w.sum() <= 0:
         return None
     ratio = float(g.sum() / w.sum())
-    n = len(g)
-    sd = math.sqrt(float(((g - ratio * w) ** 2).sum()) / (n * (n - 1))) / float(w.mean())
+    sd = math.sqrt(float(((g - ratio * w) ** 2).sum()) / (n * (n - 1))) / float(w.mean()) if n >= 2 else 0.0
+    if model.spread is not None:
+        sd = max(sd, model.spread * ratio / math.sqrt(n))
     return SpeedIndex(ratio, sd, busy, n, int(k.max()))
 
 
 LEARN_ABOVE = 0.9  # after its first windows the model learns a new concurrency only from a window this fast or faster
+# a curve learned from the measurement phases takes the soak's first windows only when they are not far below it (the
+# soak's own prompts may decode a little slower than the measurement's; an engine slowed from the start must not
+# become its curve)
+SEEDED_LEARN_ABOVE = 0.75
 
 
 def speed_figures(
@@ -219,6 +264,9 @@ def speed_figures(
     t0, t1 = float(win["t_start_unix"]), float(win["t_end_unix"])
     clean = not warming_up and not win.get("contaminated") and not (win.get("paused_s") or 0) > 0
     learning = clean and model.windows < learn_windows
+    if learning and model.phases > 0:  # a curve the fresh engine's measurement began: refined, not overwritten
+        first = speed_index(spans, t0, t1, model)
+        learning = first is None or first.index >= SEEDED_LEARN_ABOVE
     if learning:
         model.learn(spans, t0, t1)
     si = speed_index(spans, t0, t1, model)

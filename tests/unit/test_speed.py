@@ -119,6 +119,30 @@ def test_a_concurrency_never_learned_is_predicted_as_a_lower_bound() -> None:
     assert float(np.median([v for v in slowed[12:18] if v is not None])) < 0.85, slowed
 
 
+def test_the_curve_starts_from_the_measurement_phases_so_an_engine_slow_from_the_start_reads_slow() -> None:
+    # the fresh engine measured before the soak (one phase of light traffic, as the measurement's 1-stream phase), then a
+    # soak on an engine at half speed from its first second: learned from the soak alone, the slowed engine is its own
+    # curve (about 1); started from the measurement, the soak's first windows read about half
+    measured = [
+        {**r, "config": "c", "phase": "measure", "streams": 1, "repetition": 1, "attempt": "c/measure/1/1/x"}
+        for r in simulate([(0.1, 600.0)], beta=0.0)
+    ]
+    warm = [{**r, "phase": "warmup"} for r in simulate([(0.1, 120.0)], beta=0.0, slow_from=0.0)]
+    model = SpeedModel.from_phases(measured + warm)  # the warm-up is not learned
+    assert model.phases == 1 and model.windows == 0 and model.t1 == pytest.approx(40.0, rel=0.05), model.to_dict()
+    slowed = simulate([(0.1, 600.0)], beta=0.0, slow_from=0.0)
+    alone = _indices(slowed, SpeedModel(), 5)
+    seeded = _indices(slowed, model, 5)
+    assert all(0.9 < v < 1.1 for v in alone if v is not None), alone
+    # every window reads half: a soak window far below the measured curve does not refine it (it would become it)
+    assert all(v is not None and 0.4 < v < 0.6 for v in seeded), seeded
+    assert model.windows == 0 and model.phases == 1
+    # a healthy engine's windows do refine it
+    healthy = SpeedModel.from_phases(measured)
+    assert all(0.9 < v < 1.1 for v in _indices(simulate([(0.1, 600.0)], beta=0.0), healthy, 5) if v is not None)
+    assert healthy.windows >= 5  # its first five, then a window at a concurrency not learned before
+
+
 def _fixture(name: str) -> tuple[Watchdog, list[dict[str, Any]], list[dict[str, Any]]]:
     sc = yaml.safe_load((RECORDS / name / "scenario.yaml").read_text())
     read = lambda f: [json.loads(line) for line in (RECORDS / name / f).read_text().splitlines()]
