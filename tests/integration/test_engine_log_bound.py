@@ -56,7 +56,7 @@ def test_a_soak_keeps_the_engine_log_under_its_bound_and_the_report_names_what_w
             "prompt_reuse": "forbid",
             "prompts": "builtin:conversations",
             "lengths": {"input": {"dist": "fixed", "mean": 24}, "prompts": 2000},
-            "watchdog": {"window_s": 10, "actions": {"collapse": "record"}},
+            "watchdog": {"window_s": 10},
         },
         "report": {"engine_log_max_mib": BOUND_MIB},
     }
@@ -83,6 +83,7 @@ def test_a_soak_keeps_the_engine_log_under_its_bound_and_the_report_names_what_w
         f"{max(sizes)} bytes on disk while the soak ran, bound {bound.max_bytes}"
     )
     assert _on_disk(run) <= bound.max_bytes
+    assert list(read_jsonl(run / "verdicts.jsonl")) == []  # a healthy engine, its log rotated: no verdict
 
     idx = LogIndex.read(run / LOG)
     assert idx is not None and idx.dropped_bytes > 0 and idx.written_bytes > 2 * bound.max_bytes, idx

@@ -20,7 +20,7 @@ import yaml
 from harness.common.net import free_port
 from harness.load.schedule import LATE_AFTER_S, soak_offsets
 from harness.records.columnar import soak_requests_frame
-from harness.records.files import AFTER_SOAK, PHASES, SOAK_DIR, WINDOWS, read_jsonl
+from harness.records.files import AFTER_SOAK, PHASES, SOAK_DIR, VERDICTS, WINDOWS, read_jsonl
 from tests.faults.helpers import finish, start_cli
 from tests.integration.conftest import SMOLLM2
 
@@ -54,7 +54,7 @@ def _scenario(folder: Path) -> Path:
             "prompts": "builtin:repeat",
             "max_tokens": 16,
             "stall_s": 20,
-            "watchdog": {"probe_interval_s": 0.5, "hang_s": 20, "window_s": 10, "actions": {"collapse": "record"}},
+            "watchdog": {"probe_interval_s": 0.5, "hang_s": 20, "window_s": 10},
             "after_repetitions": 2,  # the bracket twice, each time with the one repetition's schedule and prompts
         },
     }
@@ -135,6 +135,8 @@ def test_open_loop_soak_on_the_real_engine(tmp_path: Path) -> None:
     assert len(late) >= 10 and all(r["send_delay_s"] > 0 for r in late)
     assert sum(w["late"] for w in windows) == len(late)
     assert all(w["achieved_rps"] < 0.8 * w["offered_rps"] for w in busy)
+    # a healthy engine offered more than it serves: at most an `overload` finding (recorded), never a collapse
+    assert {v["kind"] for v in read_jsonl(run / VERDICTS)} <= {"overload"}, list(read_jsonl(run / VERDICTS))
 
     # goodput: per window, the requests that met the SLO (end-to-end from the scheduled time) over its seconds
     def met(r: dict) -> bool:

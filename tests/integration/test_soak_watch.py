@@ -75,9 +75,6 @@ def _cache_scenario(folder: Path) -> Path:
                     "memory_limit_mib": 1200,
                     "memory_horizon_s": 3600,
                     "memory_fit_s": 300,
-                    # conversations of very different lengths make 8-s windows' throughput swing: this test is
-                    # about memory (a 2-core CI VM once gave a collapse before the memory verdict)
-                    "actions": {"collapse": "record", "drift": "record"},
                 },
             },
         },
@@ -108,15 +105,12 @@ def test_prompt_cache_growth_to_a_cap_that_fits_is_named_and_one_that_does_not_i
     rss = [w["engine_rss_mib"] for w in fits]
     assert rss[-1] > rss[0] + 5, rss
 
-    # a cap that fits: no verdict on memory or the cache (a window spent on one 4,000-token prompt streams nothing:
-    # the recorded throughput verdicts are this workload's, not the cache's), and the report names the growth
-    def on_memory(v: dict) -> bool:
-        return v["kind"] in ("memory", "cache_cap") or (v["kind"] == "drift" and v.get("metric") == "engine_memory_mib")
-
-    assert [v for v in verdicts if v["config"] == "cache-fits" and on_memory(v)] == []
-    # a cap that does not fit: the warning, then the memory verdict, which stops that configuration (exit 4)
-    kinds = [v["kind"] for v in verdicts if v["config"] == "cache-default" and on_memory(v)]
-    assert kinds[:1] == ["cache_cap"] and "memory" in kinds, verdicts
+    # a cap that fits: no verdict at all (memory, cache or throughput: a healthy engine), and the report names the growth
+    assert [v for v in verdicts if v["config"] == "cache-fits"] == []
+    # a cap that does not fit: the warning, then the memory verdict, which stops that configuration (exit 4); nothing
+    # else (conversations of very different lengths swing 8-s windows' throughput: not a collapse)
+    kinds = [v["kind"] for v in verdicts if v["config"] == "cache-default"]
+    assert kinds[:1] == ["cache_cap"] and "memory" in kinds and set(kinds) <= {"cache_cap", "memory"}, verdicts
     assert not [w for w in windows if w["errors"]], "no request failed"
     memory = next(v for v in verdicts if v["kind"] == "memory")
     assert memory["metric"] == "prompt_cache_mib" and memory["action"] == "stop_config"
