@@ -69,9 +69,18 @@ def run(
     ] = "127.0.0.1",
     metrics_linger: MetricsLingerOption = 10.0,
     wide: WideOption = False,
+    soak: Annotated[
+        bool, typer.Option(help="run the scenario's soak (--no-soak: the measurement only, a campaign's measure Job)")
+    ] = True,
+    soak_config: Annotated[
+        list[str] | None,
+        typer.Option(help="soak only this configuration (repeatable): a campaign's soak Job (docs/fleet.md)"),
+    ] = None,
 ) -> None:
     """Run a scenario on the real engine, write a run folder, print the verdict table."""
-    loaded = _load(scenario)
+    from harness.config.parts import campaign_part
+
+    loaded = campaign_part(_load(scenario), soak, soak_config or [])
     result = _run_observed(loaded, results, metrics_port, metrics_host, metrics_linger)
     if report:
         _report([result.run_dir], None, wide=wide)
@@ -468,6 +477,58 @@ def inspect_log(
     for note in cap.notes:
         t.add_row("note", note)
     out.print(t)
+
+
+@app.command()
+def k8s(
+    scenario: Annotated[Path, typer.Argument(help="scenario YAML file")],
+    out_dir: Annotated[Path, typer.Option("--out", help="folder for the manifests (created)")],
+    image: Annotated[str, typer.Option(help="container image holding specsoak and the engine")],
+    results_claim: Annotated[
+        str, typer.Option(help="PersistentVolumeClaim every pod mounts at /results (ReadWriteMany across nodes)")
+    ],
+    namespace: Annotated[str, typer.Option(help="namespace of every object")] = "default",
+    gpus: Annotated[int, typer.Option(help="GPUs per pod (nvidia.com/gpu); 0 for a CPU campaign", min=0)] = 1,
+    node_selector: Annotated[
+        list[str] | None, typer.Option(help="KEY=VALUE a node must carry (repeatable), e.g. a GPU product label")
+    ] = None,
+    api_key_secret: Annotated[
+        str | None, typer.Option(help="Secret whose key 'api-key' is the engine's key (server.api_key_env)")
+    ] = None,
+) -> None:
+    """Write a campaign's Kubernetes manifests: the measurement as one Job on one node, each soak its own Job on its
+    own node, the scrape for Prometheus (docs/fleet.md)."""
+    import yaml
+
+    from harness.fleet.k8s import Campaign, manifests, scrape_config, service_monitor
+
+    loaded = _load(scenario, check_model_files=False)
+    selector: dict[str, str] = {}
+    for item in node_selector or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ScenarioError(f"--node-selector {item!r}: give KEY=VALUE")
+        selector[key] = value
+    c = Campaign(image, results_claim, namespace, gpus, selector, api_key_secret, scenario.name)
+    docs = manifests(loaded, c)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    dump = lambda d: yaml.safe_dump(d, sort_keys=False, allow_unicode=True)
+    for name, doc in docs.items():
+        (out_dir / name).write_text(dump(doc))
+    (out_dir / "kustomization.yaml").write_text(
+        dump({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": list(docs)})
+    )
+    (out_dir / "servicemonitor.yaml").write_text(dump(service_monitor(loaded, c)))
+    (out_dir / "prometheus-scrape.yaml").write_text(dump(scrape_config(loaded, c)))
+    jobs = [n for n in docs if n.endswith("-job.yaml")]
+    out.print(
+        f"specsoak: {len(docs)} manifests in {out_dir} ({len(jobs)} Jobs: the measurement and {len(jobs) - 1} soaks)"
+    )
+    out.print(f"  kubectl apply -k {out_dir}")
+    out.print(
+        f"  kubectl apply -f {out_dir / 'servicemonitor.yaml'}   (Prometheus Operator; else {out_dir / 'prometheus-scrape.yaml'})"
+    )
+    out.print(f"  then: specsoak report <the folders under each part on {results_claim}> (docs/fleet.md)")
 
 
 @app.command()

@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("harness.session",),
     ("harness.soak",),
     ("harness.run",),
-    ("harness.metrics", "harness.report"),
+    ("harness.metrics", "harness.report", "harness.fleet"),
     ("harness.cli",),
 ]
 

@@ -1,0 +1,1 @@
+"""A campaign over several machines: Kubernetes manifests, the merged report (docs/fleet.md)."""
