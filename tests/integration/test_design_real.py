@@ -131,8 +131,12 @@ def test_interleaving_keeps_the_ratio_where_the_sequential_design_is_fooled(tmp_
     inter = build_report([inter_dir])
     b_int = inter.verdict.set_index("config").loc["b"]
     assert b_int["solo_speedup_reps"] == REPS
-    assert b_int["solo_speedup_ci_low"] <= 1.0 <= b_int["solo_speedup_ci_high"], b_int.to_dict()
-    assert 0.8 < b_int["solo_speedup"] < 1.25
+    # A 95% interval misses the truth in 1 run of 20 by construction (CI 2026-12-06: high 0.993), so it is
+    # asked to reach within 5% of 1.0; the sequential design's interval ends below 1.0 by its bias, not by chance.
+    lo, hi = b_int["solo_speedup_ci_low"], b_int["solo_speedup_ci_high"]
+    assert lo <= 1.05 and hi >= 0.95, b_int.to_dict()
+    assert 0.85 < b_int["solo_speedup"] < 1.18
+    assert abs(b_int["solo_speedup"] - 1.0) < 0.5 * abs(b_seq["solo_speedup"] - 1.0), (b_int.to_dict(), b_seq.to_dict())
     # the control saw the machine slow down: a's solo t/s in the second half of the blocks against the first
     control = inter.tables["control"]
     a = control[control["baseline"] == "a"].set_index("repetition")["control_decode_tps"]
