@@ -893,6 +893,13 @@ class Soak(_Strict):
                 )
         return self
 
+    def peak_streams(self) -> int:
+        """The most requests the soak's load can have in flight at once (before the server's slots cap it)."""
+        if self.arrival is not None:
+            return self.arrival.max_in_flight
+        sh = self.shape
+        return max(sh.users, sh.start_users, sh.peak_users or 0)
+
     def load_kind(self) -> str:
         """What the soak's traffic is, in a word: the shape's kind, or 'open-loop <arrival kind>'."""
         return f"open-loop {self.arrival.kind}" if self.arrival is not None else self.shape.kind

@@ -48,6 +48,7 @@ def soak_campaign(
     # this process (a resumed soak too)
     measured = [r for r in read_jsonl(run_dir / REQUESTS) if r.get("config") in {c.name for c in cfgs}]
     speeds = {c.name: SpeedModel.from_phases(r for r in measured if r["config"] == c.name) for c in cfgs}
+    soak_streams = min(sc.server.parallel, soak.peak_streams())  # the most streams the soak can have decoding
     for name, model in speeds.items():
         if model.t1 is not None:
             console.print(
@@ -55,6 +56,13 @@ def soak_campaign(
                 + (f", {model.k_max} streams learned" if model.k_max > 1 else ""),
                 highlight=False,
             )
+            if model.k_max < soak_streams:
+                console.print(
+                    f"[yellow]{name}: the soak can decode {soak_streams} streams at once and the measurement measured "
+                    f"{model.k_max}: past {model.k_max} the curve is a lower bound, and a slowdown first met at a level "
+                    f"never measured can read as that level's speed (add {soak_streams} to measurement.streams)[/]",
+                    highlight=False,
+                )
     ports = {c.name: free_port() for c in cfgs}
     slice_len = soak.slice_s or soak.duration_s
     stopped: dict[str, str] = {}  # config -> why its soak was ended by a verdict

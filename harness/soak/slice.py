@@ -328,6 +328,9 @@ class SoakSlice:
                 "slice_s": self.slice_s,
                 "engine_pid": self.session.pid,
                 "engine_started_unix": self.session.started_unix,
+                # the speed curve's measured streams against the most the soak can decode (docs/detector.md#speed-index)
+                "curve_streams": self.speed.k_max,
+                "soak_streams": min(self.ctx.sc.server.parallel, self.soak.peak_streams()),
             }
         )
         self.engine_restarted = (

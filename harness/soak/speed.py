@@ -27,9 +27,11 @@ the concurrency they had moment by moment: about 1 at any load, backlog or level
 - **Learning**: first the configuration's measurement phases on its fresh engines (1 to N streams, before the soak:
   ``SpeedModel.from_phases``), so the curve exists before the soak's first window and holds the fresh engine's
   speed; then the soak's first ``learn_windows`` eligible windows (after warm-up, not contaminated, not paused; with a
-  measured curve, only those whose index is at least SEEDED_LEARN_ABOVE), then a
+  measured curve, only those whose index is at least SEEDED_LEARN_ABOVE, or LEARN_ABOVE past its ``k_max``), then a
   later window only when it decoded at a concurrency above ``k_max`` and its index is not low (a slowed engine at a
-  new level must not become its curve).
+  new level must not become its curve). A concurrency a measurement phase decoded at for ``MIN_PHASE_LEVEL_S`` is
+  learned: measure the streams the soak will run (``measurement.streams`` up to ``server.parallel``), or a slowdown
+  at a level first met slowed can read as that level's curve (the soak says so when it starts: ``outruns_curve``).
 
 Pure: no clock, no I/O.
 """
@@ -45,6 +47,9 @@ import numpy as np
 from scipy.optimize import nnls
 
 MIN_LEVEL_S = 60.0  # decode seconds at one concurrency before the model extrapolates past it
+# a concurrency the fresh engine's measurement phases decoded at for this long is learned too: those phases run on the
+# fresh engine, so their levels are the curve itself (a soak window at a new level may already be slowed)
+MIN_PHASE_LEVEL_S = 2.0
 MIN_PROMPT_S = 20.0  # decode seconds beside a prompt in progress before rho is fitted (before: 0, a lower bound)
 MIN_DECODE_SHARE = 0.01  # a window's index needs its requests decoding for at least this share of it
 # and this many requests decoding in it: one is enough once the model knows how far one request strays from its curve
@@ -122,10 +127,11 @@ class SpeedModel:
     t1: float | None = None  # tokens/s of one stream alone, no prompt in progress
     rho: float = 1.0  # the rate's share left while a prompt is processed
     beta: float = 0.0
-    k_max: int = 1  # the largest concurrency learned for MIN_LEVEL_S
+    k_max: int = 1  # the largest concurrency learned for MIN_LEVEL_S (or MIN_PHASE_LEVEL_S in a measurement phase)
     rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list, repr=False)
     tokens: list[float] = field(default_factory=list, repr=False)
     seconds_at: dict[int, float] = field(default_factory=dict)  # decode seconds learned per concurrency
+    measured_at: set[int] = field(default_factory=set)  # concurrencies a measurement phase decoded at long enough
     prompt_s: float = 0.0  # decode seconds learned while a prompt was in progress
     windows: int = 0  # soak windows learned from
     phases: int = 0  # measurement phases learned from, before the soak
@@ -153,7 +159,10 @@ class SpeedModel:
         self.tokens.extend(tokens[:room])
         _, dt, k, p = _states(spans, t0, t1)
         for level in np.unique(k[k > 0]):
-            self.seconds_at[int(level)] = self.seconds_at.get(int(level), 0.0) + float(dt[k == level].sum())
+            seconds = float(dt[k == level].sum())
+            self.seconds_at[int(level)] = self.seconds_at.get(int(level), 0.0) + seconds
+            if not window and seconds >= MIN_PHASE_LEVEL_S:
+                self.measured_at.add(int(level))
         self.prompt_s += float(dt[(k > 0) & p].sum())
         if window:
             self.windows += 1
@@ -164,7 +173,7 @@ class SpeedModel:
     def _fit(self) -> None:
         if not self.rows:
             return
-        learned = [j for j, s in self.seconds_at.items() if s >= MIN_LEVEL_S]
+        learned = [j for j, s in self.seconds_at.items() if s >= MIN_LEVEL_S or j in self.measured_at]
         self.k_max = max(learned) if learned else min(self.seconds_at, default=1)
         y = np.asarray(self.tokens)
         best: tuple[float, float, float, float] | None = None
@@ -202,6 +211,7 @@ class SpeedModel:
             "spread": round(self.spread, 4) if self.spread is not None else None,
             "prompt_s": round(self.prompt_s, 1),
             "seconds_at": {str(j): round(s, 1) for j, s in sorted(self.seconds_at.items())},
+            "measured_at": sorted(self.measured_at),
         }
 
 
@@ -266,7 +276,9 @@ def speed_figures(
     learning = clean and model.windows < learn_windows
     if learning and model.phases > 0:  # a curve the fresh engine's measurement began: refined, not overwritten
         first = speed_index(spans, t0, t1, model)
-        learning = first is None or first.index >= SEEDED_LEARN_ABOVE
+        # past the measured concurrency the curve is a lower bound, so only a window as fast as LEARN_ABOVE extends it
+        floor = SEEDED_LEARN_ABOVE if first is None or first.k_max <= model.k_max else LEARN_ABOVE
+        learning = first is None or first.index >= floor
     if learning:
         model.learn(spans, t0, t1)
     si = speed_index(spans, t0, t1, model)

@@ -253,3 +253,7 @@ def test_distributed_locust_master_and_two_workers_write_the_same_record_schema(
     # requests finishing during the stop timeout reach the records but may miss that snapshot
     assert 0 < sum(e["locust_stats"]["requests"] for e in slices) <= len(records)
     assert list(read_jsonl(run_dir / "verdicts.jsonl")) == []  # a healthy engine: no verdict
+    # two users on two slots, a curve measured at one stream: the soak says where its curve is only a lower bound
+    start = next(e for e in read_jsonl(run_dir / "soak_slices.jsonl") if e["event"] == "start")
+    assert (start["curve_streams"], start["soak_streams"]) == (1, 2), start
+    assert "the soak can decode 2 streams at once and the measurement measured 1" in " ".join(out.split()), out[-3000:]

@@ -70,7 +70,14 @@ def open_loop_scenario(
         "server": {"model": SMOLLM2, "ctx_size": 2048, "parallel": 4, "threads": 2, "stop_grace_s": 3},
         "configurations": [{"name": "baseline", "algorithm": "none"}],
         # the plant thread signals the engine ten times a second
-        "measurement": _measurement(contamination_cores=0.15),
+        # the curve measured at the soak's 4 streams as a user's default measurement does ([1, 4]): a slowdown met
+        # first at a level the measurement never saw is a lower bound's blind spot (docs/detector.md#speed-index)
+        "measurement": {
+            **_measurement(contamination_cores=0.15),
+            "streams": [1, 4],
+            "max_tokens": 32,
+            "requests_per_stream": 2,
+        },
         "soak": {
             "duration_s": duration_s,
             "arrival": arrival,

@@ -27,11 +27,20 @@ RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "soak_records"
 
 
 def simulate(
-    rates: list[tuple[float, float]], beta: float, t1: float = 40.0, prefill_s: float = 0.4, slow_from: float = 1e9
+    rates: list[tuple[float, float]],
+    beta: float,
+    t1: float = 40.0,
+    prefill_s: float = 0.4,
+    slow_from: float = 1e9,
+    slow: float = 0.5,
+    slots: int = 10**9,
+    at: list[float] | None = None,
 ) -> list[dict[str, Any]]:
     """Request records of an engine whose streams decode at ``t1 * k**beta / k`` tokens/s each while k decode, and
-    stall while a prompt is processed (``prefill_s`` each, one at a time, before the first token); half as fast in every
-    respect from ``slow_from``. ``rates``: Poisson stages (rps, seconds). 96-token answers; 10-ms steps."""
+    stall while a prompt is processed (``prefill_s`` each, one at a time, before the first token); ``slow`` as fast in
+    every respect from ``slow_from``. ``rates``: Poisson stages (rps, seconds), or ``at``: the arrival times; at most
+    ``slots`` requests in flight (the client's max_in_flight on the server's slots: the others are sent when one ends,
+    their start then). 96-token answers; 10-ms steps."""
     rng = np.random.default_rng(7)
     arrivals, t = [], 0.0
     for rps, span in rates:
@@ -39,15 +48,17 @@ def simulate(
         while (t := t + rng.exponential(1 / rps)) < end:
             arrivals.append(t)
         t = end
+    if at is not None:
+        arrivals = sorted(at)
     dt, now, recs = 0.01, 0.0, []
     queue: list[dict[str, Any]] = []
     prefilling: dict[str, Any] | None = None
     decoding: list[dict[str, Any]] = []
     pending = list(arrivals)
     while pending or queue or prefilling or decoding:
-        speed = 0.5 if now >= slow_from else 1.0
-        while pending and pending[0] <= now:
-            queue.append({"start": pending.pop(0), "left": 96.0})
+        speed = slow if now >= slow_from else 1.0
+        while pending and pending[0] <= now and len(queue) + len(decoding) + (prefilling is not None) < slots:
+            queue.append({"start": max(pending.pop(0), now), "left": 96.0})
         if prefilling is None and queue:
             prefilling = {**queue.pop(0), "work": prefill_s}
         if prefilling is not None:
@@ -141,6 +152,45 @@ def test_the_curve_starts_from_the_measurement_phases_so_an_engine_slow_from_the
     healthy = SpeedModel.from_phases(measured)
     assert all(0.9 < v < 1.1 for v in _indices(simulate([(0.1, 600.0)], beta=0.0), healthy, 5) if v is not None)
     assert healthy.windows >= 5  # its first five, then a window at a concurrency not learned before
+
+
+def _phase(streams: int, beta: float) -> list[dict[str, Any]]:
+    """A closed-loop measurement phase on the fresh engine: ``streams`` streams, two requests each."""
+    return [
+        {**r, "config": "c", "phase": "measure", "streams": streams, "repetition": 1, "attempt": f"c/measure/{streams}"}
+        for r in simulate([], beta, slots=streams, at=[0.0] * (2 * streams))
+    ]
+
+
+def test_a_level_the_measurement_measured_is_the_curve_so_a_slowdown_met_first_there_reads_half() -> None:
+    # the live level-change plant (tests/long/test_soak_plants.py, 2026-12-05): an engine whose total rate grows with
+    # streams (beta 0.5), four in flight at most, 0.08 rps then 0.5, halved as the busier stage begins. Measured at one
+    # stream only, the busier level is past the curve, whose lower bound reads the halved engine at about 1, and the
+    # soak learns it as that level's speed; measured at 1 and 4 streams (the default), the level is known: half.
+    light, heavy = (0.08, 600.0), (0.5, 600.0)
+    slowed = simulate([light, heavy], beta=0.5, slots=4, slow_from=600.0)
+    blind = SpeedModel.from_phases(_phase(1, 0.5))
+    assert blind.k_max == 1
+    assert float(np.median([v for v in _indices(slowed, blind, 5)[11:20] if v is not None])) > 0.9
+    model = SpeedModel.from_phases(_phase(1, 0.5) + _phase(4, 0.5))
+    # four streams decoded together for seconds, not MIN_LEVEL_S, in the phase: learned, as the fresh engine's own
+    assert model.k_max == 4 and model.beta == pytest.approx(0.5, abs=0.1), model.to_dict()
+    after = [v for v in _indices(slowed, model, 5)[11:20] if v is not None]
+    assert len(after) == 9 and all(0.4 < v < 0.6 for v in after), after
+    healthy = _indices(
+        simulate([light, heavy], beta=0.5, slots=4), SpeedModel.from_phases(_phase(1, 0.5) + _phase(4, 0.5)), 5
+    )
+    assert all(0.9 < v < 1.1 for v in healthy if v is not None), healthy
+
+
+def test_a_first_window_past_the_measured_streams_teaches_the_curve_only_when_it_is_not_slow() -> None:
+    # measured at one stream; the soak's first windows decode up to four streams on an engine at 82% of its speed from
+    # the start: past the curve's measured streams a first window must reach LEARN_ABOVE (0.9), not 0.75, to extend it
+    slowed = simulate([(0.35, 400.0)], beta=0.0, slots=4, slow_from=0.0, slow=0.82)
+    model = SpeedModel.from_phases(_phase(1, 0.0))
+    read = [v for v in _indices(slowed, model, 5) if v is not None]
+    assert model.windows == 0 and model.k_max == 1, model.to_dict()
+    assert all(0.75 < v < 0.9 for v in read), read
 
 
 def _fixture(name: str) -> tuple[Watchdog, list[dict[str, Any]], list[dict[str, Any]]]:
