@@ -29,7 +29,7 @@ the concurrency they had moment by moment: about 1 at any load, backlog or level
   speed; then the soak's first ``learn_windows`` eligible windows (after warm-up, not contaminated, not paused; with a
   measured curve, only those whose index is at least SEEDED_LEARN_ABOVE, or LEARN_ABOVE past its ``k_max``), then a
   later window only when it decoded at a concurrency above ``k_max`` and its index is not low (a slowed engine at a
-  new level must not become its curve). A concurrency a measurement phase decoded at for ``MIN_PHASE_LEVEL_S`` is
+  new level must not become its curve). A concurrency the measurement phases decoded at for ``MIN_PHASE_LEVEL_S`` in all is
   learned: measure the streams the soak will run (``measurement.streams`` up to ``server.parallel``), or a slowdown
   at a level first met slowed can read as that level's curve (the soak says so when it starts: ``outruns_curve``).
 
@@ -47,9 +47,10 @@ import numpy as np
 from scipy.optimize import nnls
 
 MIN_LEVEL_S = 60.0  # decode seconds at one concurrency before the model extrapolates past it
-# a concurrency the fresh engine's measurement phases decoded at for this long is learned too: those phases run on the
-# fresh engine, so their levels are the curve itself (a soak window at a new level may already be slowed)
-MIN_PHASE_LEVEL_S = 2.0
+# a concurrency the fresh engine's measurement phases decoded at for this long (over all of them) is learned too: those
+# phases run on the fresh engine, so their levels are the curve itself (a soak window at a new level may already be
+# slowed); a 4-stream phase of 2 x 32-token answers decoded 1.5 s at 4 on this CPU (2026-12-06)
+MIN_PHASE_LEVEL_S = 1.0
 MIN_PROMPT_S = 20.0  # decode seconds beside a prompt in progress before rho is fitted (before: 0, a lower bound)
 MIN_DECODE_SHARE = 0.01  # a window's index needs its requests decoding for at least this share of it
 # and this many requests decoding in it: one is enough once the model knows how far one request strays from its curve
@@ -131,7 +132,7 @@ class SpeedModel:
     rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list, repr=False)
     tokens: list[float] = field(default_factory=list, repr=False)
     seconds_at: dict[int, float] = field(default_factory=dict)  # decode seconds learned per concurrency
-    measured_at: set[int] = field(default_factory=set)  # concurrencies a measurement phase decoded at long enough
+    phase_s: dict[int, float] = field(default_factory=dict)  # of seconds_at, those in measurement phases
     prompt_s: float = 0.0  # decode seconds learned while a prompt was in progress
     windows: int = 0  # soak windows learned from
     phases: int = 0  # measurement phases learned from, before the soak
@@ -161,8 +162,8 @@ class SpeedModel:
         for level in np.unique(k[k > 0]):
             seconds = float(dt[k == level].sum())
             self.seconds_at[int(level)] = self.seconds_at.get(int(level), 0.0) + seconds
-            if not window and seconds >= MIN_PHASE_LEVEL_S:
-                self.measured_at.add(int(level))
+            if not window:
+                self.phase_s[int(level)] = self.phase_s.get(int(level), 0.0) + seconds
         self.prompt_s += float(dt[(k > 0) & p].sum())
         if window:
             self.windows += 1
@@ -173,7 +174,7 @@ class SpeedModel:
     def _fit(self) -> None:
         if not self.rows:
             return
-        learned = [j for j, s in self.seconds_at.items() if s >= MIN_LEVEL_S or j in self.measured_at]
+        learned = [j for j, s in self.seconds_at.items() if s >= MIN_LEVEL_S or j in self.measured_at()]
         self.k_max = max(learned) if learned else min(self.seconds_at, default=1)
         y = np.asarray(self.tokens)
         best: tuple[float, float, float, float] | None = None
@@ -193,6 +194,10 @@ class SpeedModel:
             ratios = np.clip(y[fit] / predicted[fit], 0.2, 5.0)
             self.spread = float(np.std(ratios, ddof=1)) if len(ratios) >= MIN_SPREAD_ROWS else None
 
+    def measured_at(self) -> list[int]:
+        """The concurrencies the measurement phases decoded at for MIN_PHASE_LEVEL_S in all."""
+        return sorted(j for j, s in self.phase_s.items() if s >= MIN_PHASE_LEVEL_S)
+
     def rate(self, k: np.ndarray, p: np.ndarray) -> np.ndarray:
         """One stream's predicted tokens/s in each piece (k streams decoding, a prompt in progress or not)."""
         assert self.t1 is not None
@@ -211,7 +216,7 @@ class SpeedModel:
             "spread": round(self.spread, 4) if self.spread is not None else None,
             "prompt_s": round(self.prompt_s, 1),
             "seconds_at": {str(j): round(s, 1) for j, s in sorted(self.seconds_at.items())},
-            "measured_at": sorted(self.measured_at),
+            "measured_at": self.measured_at(),
         }
 
 
