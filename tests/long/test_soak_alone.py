@@ -75,7 +75,7 @@ def open_loop_scenario(
         "measurement": {
             **_measurement(contamination_cores=0.15),
             "streams": [1, 4],
-            "max_tokens": 32,
+            "max_tokens": 64,
             "requests_per_stream": 2,
         },
         "soak": {
