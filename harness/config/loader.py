@@ -28,6 +28,8 @@ class LoadedScenario:
         self.text = text
         self.scenario = scenario
         self.models = models  # reference string -> resolved path
+        # a campaign's part (harness/config/parts.py): {"of": file, "soak": bool, "soak_configs": [...]}; None: whole
+        self.part: dict[str, Any] | None = None
 
     def model_path(self, ref: str) -> Path:
         return self.models[ref]

@@ -46,4 +46,7 @@ def campaign_part(loaded: LoadedScenario, soak: bool = True, soak_configs: Seque
         said = f"the soak of {', '.join(names)} only (--soak-config)"
     header = f"# A campaign's part: {said}, from {loaded.path.name} (specsoak run, docs/fleet.md)\n"
     text = header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
-    return LoadedScenario(loaded.path, text, new, loaded.models)
+    part = LoadedScenario(loaded.path, text, new, loaded.models)
+    # the manifest says which part this is, so `specsoak report` can merge the campaign's folders (report/campaign.py)
+    part.part = {"of": loaded.path.name, "soak": soak, "soak_configs": list(dict.fromkeys(soak_configs))}
+    return part

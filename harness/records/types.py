@@ -254,6 +254,7 @@ class Manifest(JsonRecord):
     stop_reason: str | None = None
     scenario_parsed: dict[str, Any] = field(default_factory=dict)  # the scenario as the schema read it
     design: dict[str, Any] = field(default_factory=dict)
+    part: dict[str, Any] | None = None  # a campaign's part (--no-soak, --soak-config): harness/config/parts.py
     configurations: dict[str, ConfigState] = field(default_factory=dict)
     verify: VerifyState | None = None
 

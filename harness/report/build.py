@@ -14,6 +14,7 @@ import pandas as pd
 
 from harness.common.stats import isnum
 from harness.report import plots
+from harness.report.campaign import campaign_notes, campaign_of, hardware_of, merge_verdict
 from harness.report.console import findings
 from harness.report.design import control_summary, control_table, design_notes
 from harness.report.load import RunData, load_run
@@ -115,6 +116,16 @@ def build_report(
             for r, c, cell in zip(verdict["run"], verdict["config"], verdict["soak"], strict=True)
         ]
         tables["verdict"] = verdict
+    # the hardware beside every figure; a campaign's folders (--no-soak, --soak-config) merged into one verdict
+    hw = {r.run_id: hardware_of(r).label() for r in runs}
+    campaign = campaign_of(runs)
+    if not verdict.empty and campaign is not None:
+        verdict = merge_verdict(verdict, campaign)
+    elif not verdict.empty and len(runs) > 1:  # one run: one machine, named in the header
+        verdict["measured_on"] = verdict["run"].map(hw)
+    tables["verdict"] = verdict
+    if len(runs) > 1 and not tables["soak"].empty and "run" in tables["soak"]:
+        tables["soak"].insert(1, "soaked_on", tables["soak"]["run"].map(hw))
     tables["verify"] = verify_table(runs)
     tables["verify_distribution"] = verify_distribution_table(runs)
     tables["prompts"] = prompts_table(runs)
@@ -771,6 +782,8 @@ def read_problems(runs: list[RunData]) -> list[str]:
 
 def _notes(runs: list[RunData], table_: pd.DataFrame) -> list[str]:
     out: list[str] = [f"**Could not read** {m}: figures are computed without these lines." for m in read_problems(runs)]
+    if (campaign := campaign_of(runs)) is not None:
+        out += campaign_notes(campaign)
     cs = control_summary(runs, control_table(runs))
     for _, row in cs.iterrows() if not cs.empty else []:
         if row["drifted"]:

@@ -354,6 +354,12 @@ def display_table(df: pd.DataFrame, counts: list[int], multi_run: bool) -> pd.Da
         ]
     if "soak" in df and df["soak"].map(lambda v: isinstance(v, str) and v != "").any():
         out["soak"] = df["soak"].map(lambda v: v if isinstance(v, str) and v else "–")
+    # where the figures come from, once they come from more than one machine (a campaign's parts, docs/fleet.md)
+    places = {v for col in ("measured_on", "soaked_on") if col in df for v in df[col] if isinstance(v, str)}
+    if len(places) > 1 or "soaked_on" in df:
+        out["measured on"] = df.get("measured_on", "–")
+        if "soaked_on" in df:
+            out["soaked on"] = df["soaked_on"].map(lambda v: v if isinstance(v, str) else "–")
     return out
 
 

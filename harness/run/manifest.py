@@ -123,6 +123,7 @@ class RunState:
             "status": "running",
             "stop_reason": None,
             "design": {"kind": self.sc.measurement.design},
+            "part": loaded.part,
             "configurations": {
                 c.name: {
                     "status": "pending",
