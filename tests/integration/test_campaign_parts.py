@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from harness.report.build import build_report
+from tests.faults.helpers import cli
 from tests.integration.conftest import SMOLLM2
 
 pytestmark = pytest.mark.engine
@@ -43,19 +42,8 @@ SCENARIO = {
 }
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=400,
-        check=False,
-        env=dict(os.environ, COLUMNS="250"),
-    )
-
-
 def _run(path: Path, results: Path, *flags: str) -> Path:
-    done = _cli("run", str(path), "--results", str(results), "--no-report", *flags)
+    done = cli("run", str(path), "--results", str(results), "--no-report", *flags, timeout=400)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     # the results folder also holds prometheus-targets/: the run is the folder with a manifest
     return next(d for d in results.iterdir() if (d / "manifest.json").exists())
@@ -92,7 +80,7 @@ def test_the_campaigns_parts_merge_into_the_verdict_of_one_run(tmp_path: Path) -
     assert merged.set_index("config").loc["ngram-map-k", "soaked_on"].endswith(f"(run {soak.name})")
 
     # the command a user runs: exit 0, the merge said, the hardware shown
-    out = _cli("report", str(measure), str(soak), "--out", str(tmp_path / "cli"))
+    out = cli("report", str(measure), str(soak), "--out", str(tmp_path / "cli"), timeout=400)
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     report = (tmp_path / "cli" / "report.md").read_text()
     assert "One campaign of `parts.yaml`" in report and "soaked on" in report, report[-3000:]
