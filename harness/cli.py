@@ -480,6 +480,26 @@ def inspect_log(
 
 
 @app.command()
+def worker(
+    master: Annotated[
+        str, typer.Option(help="HOST:PORT of the soak's Locust master (soak.remote_workers bind and port)")
+    ],
+    processes: Annotated[
+        int, typer.Option(help="Locust worker processes on this host (about one per core)", min=1)
+    ] = 1,
+) -> None:
+    """Locust workers on this host for a soak whose master runs in the harness elsewhere (soak.remote_workers);
+    they take each slice's config from the master and send their records back. Ctrl-C stops them."""
+    from harness.load.locust_proc import run_workers
+
+    host, sep, port = master.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise typer.BadParameter(f"--master {master!r}: expected HOST:PORT, e.g. 10.0.0.1:5557")
+    out.print(f"specsoak worker: {processes} Locust worker(s) for the master at {host}:{port}; Ctrl-C stops them")
+    raise typer.Exit(run_workers(host.strip("[]"), int(port), processes, say=err.print))
+
+
+@app.command()
 def k8s(
     scenario: Annotated[Path, typer.Argument(help="scenario YAML file")],
     out_dir: Annotated[Path, typer.Option("--out", help="folder for the manifests (created)")],

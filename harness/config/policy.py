@@ -20,6 +20,7 @@ VerdictKind = Literal[
     "divergence",
     "disk",
     "overload",
+    "worker_lost",
 ]
 VerdictAction = Literal["record", "restart", "stop_config", "stop_run"]
 VERDICT_KINDS: tuple[str, ...] = get_args(VerdictKind)
@@ -37,6 +38,7 @@ DEFAULT_ACTIONS: dict[str, str] = {
     "divergence": "stop_config",
     "disk": "stop_run",
     "overload": "record",  # offered more than it serves: a finding about the rate (a rate it served before: collapse)
+    "worker_lost": "record",  # a remote Locust worker gone mid-slice: its arrivals are not sent, and the soak says so
 }
 
 

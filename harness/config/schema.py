@@ -208,6 +208,11 @@ class Server(_Strict):
     port: int | None = Field(
         None, ge=1024, le=65535, description="engine port (default: a free ephemeral one per start)"
     )
+    host: str = Field(
+        "127.0.0.1",
+        description="address the engine binds, an IP literal (anything but loopback is your explicit choice: Locust "
+        "workers on other hosts send to it, soak.remote_workers)",
+    )
     request_base_url: str | None = Field(
         None,
         pattern=r"^https?://[^\s/]+(:\d+)?/?$",
@@ -237,6 +242,19 @@ class Server(_Strict):
         "(llama.cpp: slots and context from /slots)",
     )
 
+    @field_validator("host")
+    @classmethod
+    def _ip(cls, v: str) -> str:
+        import ipaddress
+
+        try:
+            ipaddress.ip_address(v)
+        except ValueError:
+            raise ValueError(
+                f"server.host {v!r} is not an IP address (e.g. 127.0.0.1, or the address other hosts reach)"
+            ) from None
+        return v
+
     @model_validator(mode="after")
     def _attach(self) -> Server:
         if self.url is None and self.model is None:
@@ -251,7 +269,7 @@ class Server(_Strict):
             return self
         launch_only = [
             f
-            for f in ("binary", "ctx_size", "parallel", "threads", "extra_args", "port", "env", "stop_grace_s")
+            for f in ("binary", "ctx_size", "parallel", "threads", "extra_args", "port", "host", "env", "stop_grace_s")
             if f in self.model_fields_set
         ]
         if launch_only:
@@ -834,6 +852,32 @@ class Canary(_Strict):
     )
 
 
+class RemoteWorkers(_Strict):
+    """Locust workers on other hosts (docs/fleet.md#locust-workers-on-other-hosts): the master in the harness waits for
+    ``count`` of them, each started there with ``specsoak worker --master BIND:PORT``."""
+
+    count: int = Field(ge=1, le=256, description="workers the master waits for before each slice's load starts")
+    bind: str = Field(description="address the Locust master binds, an IP literal the workers' hosts reach")
+    port: int = Field(5557, ge=1024, le=65535, description="the master's port, the same every slice")
+    wait_s: float = Field(
+        120.0,
+        gt=0,
+        le=3600,
+        description="how long each slice's master waits for all its workers; then the slice fails as no_load",
+    )
+
+    @field_validator("bind")
+    @classmethod
+    def _ip(cls, v: str) -> str:
+        import ipaddress
+
+        try:
+            ipaddress.ip_address(v)
+        except ValueError:
+            raise ValueError(f"soak.remote_workers.bind {v!r} is not an IP address") from None
+        return v
+
+
 class Soak(_Strict):
     duration_s: float = Field(gt=0, le=7 * 86_400, description="soak time per configuration")
     configurations: list[str] | None = Field(None, description="default: every configuration")
@@ -851,6 +895,11 @@ class Soak(_Strict):
         "scheduled time and recorded late when it cannot be (docs/soak.md#open-loop-arrivals)",
     )
     workers: int = Field(0, ge=0, le=256, description="Locust workers (0: one local Locust process)")
+    remote_workers: RemoteWorkers | None = Field(
+        None,
+        description="instead of workers: Locust workers on other hosts, started there with specsoak worker; their "
+        "records, clock offsets and failures come back through the master (docs/fleet.md)",
+    )
     prompts: str | None = Field(None, description="default: builtin:soak")
     max_tokens: int | None = Field(
         None, ge=1, le=131_072, description="tokens per answer; default: measurement.max_tokens"
@@ -879,6 +928,11 @@ class Soak(_Strict):
 
     @model_validator(mode="after")
     def _shape_or_arrival(self) -> Soak:
+        if self.remote_workers is not None and self.workers:
+            raise ValueError(
+                "soak.workers (local Locust workers) and soak.remote_workers (workers on other hosts) are exclusive: "
+                "remove one"
+            )
         if self.arrival is not None:
             if "shape" in self.model_fields_set:
                 raise ValueError(

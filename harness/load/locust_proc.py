@@ -33,7 +33,12 @@ class LocustProcess:
         workers: int = 0,
         stop_timeout_s: float = 30.0,
         secret_env: dict[str, str] | None = None,
+        remote: dict[str, Any] | None = None,
     ):
+        # remote: soak.remote_workers (count, bind, port, wait_s): the master waits for workers started elsewhere
+        self.remote = remote
+        if remote is not None:
+            workers = int(remote["count"])
         self.config = {**config, "workers": workers}
         self.secret_env = dict(secret_env or {})  # an API key travels in the environment, never in the config file
         self.work_dir = work_dir
@@ -64,16 +69,18 @@ class LocustProcess:
                 env,
             )
             return
-        port = free_port()
+        bind, port = ("127.0.0.1", free_port()) if self.remote is None else (self.remote["bind"], self.remote["port"])
+        wait = [] if self.remote is None else ["--expect-workers-max-wait", str(math.ceil(self.remote["wait_s"]))]
         master = self._cmd(
             *common,
             "--master",
             "--master-bind-host",
-            "127.0.0.1",
+            bind,
             "--master-bind-port",
             str(port),
             "--expect-workers",
             str(self.workers),
+            *wait,
             "--csv",
             str(self.csv_prefix),
             "--json-file",
@@ -81,6 +88,8 @@ class LocustProcess:
             "--only-summary",
         )
         self._spawn("master", master, env)
+        if self.remote is not None:
+            return  # the workers are started on their own hosts (specsoak worker)
         for i in range(self.workers):
             # a worker stops its users with its own --stop-timeout: without it, requests in flight when
             # the slice ends are killed unrecorded
@@ -158,3 +167,72 @@ class LocustProcess:
 def _group(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
+
+
+def worker_command(master_host: str, master_port: int) -> list[str]:
+    """One Locust worker of a soak's remote workers (soak.remote_workers), pointed at the harness's master."""
+    return [
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(LOCUSTFILE),
+        "--loglevel",
+        "WARNING",
+        "--worker",
+        "--master-host",
+        master_host,
+        "--master-port",
+        str(master_port),
+    ]
+
+
+def run_workers(master_host: str, master_port: int, processes: int, say: Any = print) -> int:
+    """``processes`` Locust workers for a soak on another host, each started again when it ends (a soak starts one
+    master per slice), until SIGINT or SIGTERM; returns 0. No config file: each takes the slice's from the master."""
+    import time
+
+    stopping: list[int] = []
+
+    def _stop(signum: int, _frame: Any) -> None:
+        stopping.append(signum)
+
+    old = {s: signal.signal(s, _stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    env = {k: v for k, v in os.environ.items() if k != "SPECSOAK_LOCUST_CONFIG"}
+    env["PYTHONUNBUFFERED"] = "1"
+    procs: list[subprocess.Popen[bytes] | None] = [None] * processes
+    starts = [0] * processes
+    ended: list[float | None] = [None] * processes
+    try:
+        while not stopping:
+            for i, p in enumerate(procs):
+                if p is not None and p.poll() is not None and ended[i] is None:
+                    ended[i] = time.monotonic()
+                    if p.returncode != 0:
+                        say(f"specsoak worker {i}: Locust exited with {p.returncode}; starting it again")
+                # after a slice's master quit, wait for it to be gone: a new worker must meet the next one
+                if p is None or (p.poll() is not None and time.monotonic() - (ended[i] or 0.0) >= 3.0):
+                    ended[i] = None
+                    procs[i] = subprocess.Popen(
+                        worker_command(master_host, master_port),
+                        env=env,
+                        stdin=subprocess.DEVNULL,
+                        start_new_session=True,
+                        preexec_fn=set_parent_death_signal,  # noqa: PLW1509  prctl(PR_SET_PDEATHSIG) has no Popen argument
+                    )
+                    starts[i] += 1
+            time.sleep(0.5)
+    finally:
+        for p in procs:
+            if p is not None and p.poll() is None:
+                _group(p.pid, signal.SIGTERM)
+        for p in procs:
+            if p is not None:
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    _group(p.pid, signal.SIGKILL)
+        for s, h in old.items():
+            signal.signal(s, h)
+    say(f"specsoak worker: stopped ({sum(starts)} Locust worker starts)")
+    return 0

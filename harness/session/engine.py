@@ -47,6 +47,7 @@ def launch_spec(loaded: LoadedScenario, cfg: Configuration, port: int) -> Launch
         extra_args=tuple(srv.extra_args) + tuple(cfg.engine_args),
         binary=Path(srv.binary) if srv.binary else None,
         port=srv.port or port,
+        host=srv.host,
         request_base_url=srv.request_base_url,
         api_key=os.environ.get(srv.api_key_env) if srv.api_key_env else None,
         env=tuple(sorted((k, str(v)) for k, v in srv.env.items())),
@@ -104,7 +105,9 @@ class EngineSession:
         self.ctx = ctx
         self.cfg = cfg
         self.log_path = log_path
-        self.port = port or free_port()  # the same port across restarts: a scraper's target stays valid
+        self.port = port or free_port(
+            ctx.sc.server.host
+        )  # the same port across restarts: a scraper's target stays valid
         self.engine: Engine = ctx.engine_cls(launch_spec(ctx.loaded, cfg, self.port), log_path)
         self.started_unix: float | None = None
         self.starts = 0

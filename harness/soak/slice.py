@@ -70,7 +70,7 @@ from harness.soak.tail import LogFollower, RecordTail
 from harness.soak.watchdog import WatchState, headroom, judge
 from harness.soak.windows import Backlog, end_unix, outstanding, take_ended
 
-OBSERVED_FAILURES = (*FAILURE_KINDS, "error_rate", "no_load", "stall", "disk")
+OBSERVED_FAILURES = (*FAILURE_KINDS, "error_rate", "no_load", "stall", "disk", "worker_lost")
 EXPLAINED = (
     "collapse",
     "stall",
@@ -213,6 +213,12 @@ class SoakSlice:
             else np.zeros(0)
         )
         self.pacing_t0: float | None = None
+        # remote workers: the master's events, and the arrivals lost with a worker (left out of self.schedule)
+        self.worker_tail = RecordTail()
+        self.remote_workers: dict[str, dict[str, Any]] = {}
+        self.worker_summary: list[dict[str, Any]] = []
+        self.schedule_full = self.schedule
+        self.schedule_lost = np.zeros(len(self.schedule), dtype=bool)
         self.canary: canary_mod.Canary | None = None
 
     # ---- verdicts --------------------------------------------------------------------
@@ -343,6 +349,7 @@ class SoakSlice:
             self.run_dir / "logs",
             self.soak.workers,
             secret_env={"SPECSOAK_LOCUST_API_KEY": key} if key else None,
+            remote=self.soak.remote_workers.model_dump() if self.soak.remote_workers is not None else None,
         )
         gave_up = False
         t_load = self.t_load = time.time()
@@ -359,7 +366,8 @@ class SoakSlice:
             locust.start()
             self.locust_pids = tuple(locust.pids)
             self.cpu_meter = CpuMeter(self.session.pid, client_pids=self.locust_pids).start()
-            hard_stop = time.monotonic() + self.slice_s + 120
+            wait_s = self.soak.remote_workers.wait_s if self.soak.remote_workers is not None else 0.0
+            hard_stop = time.monotonic() + self.slice_s + 120 + wait_s
             while locust.alive() and time.monotonic() < hard_stop and self.outcome.stop is None:
                 time.sleep(self.wd.probe_interval_s)
                 if not self.session.alive():
@@ -424,6 +432,8 @@ class SoakSlice:
                     "restarts": self.restarts,
                     "locust_stats": stats,
                     "record_files": [p.name for p in locust.record_files()],
+                    # remote workers: each one's share, clock offset, records and failures (harness/load/workers.py)
+                    "workers": self.remote_summary(),
                     "stopped_by": self.outcome.why,
                     "engine_uptime_s": self.session.uptime_s(),
                 }
@@ -506,7 +516,70 @@ class SoakSlice:
         return used + 1
 
     # ---- windows: change detection, memory headroom, error rate, drift ------------------
+    # ---- remote Locust workers (soak.remote_workers): joined, lost ---------------------
+    def _remote_events(self) -> None:
+        """What the master wrote of its remote workers: a join said on the console, a loss a ``worker_lost`` verdict
+        (its arrivals from then on leave the schedule: the offered rate counts only what some worker will send)."""
+        if self.soak.remote_workers is None:
+            return
+        path = self.run_dir / SOAK_DIR / "workers" / f"{self.slice_id}.jsonl"
+        for ev in self.worker_tail.read([path]):
+            kind = ev.get("event")
+            if kind == "summary":
+                self.worker_summary = list(ev.get("workers") or [])
+                continue
+            if kind not in ("joined", "lost"):
+                continue
+            self.remote_workers[str(ev.get("client_id"))] = ev
+            who = f"worker {ev.get('index')} on {ev.get('host')} (pid {ev.get('pid')})"
+            if kind == "joined":
+                self.ctx.console.print(
+                    f"  locust {who} joined: clock {float(ev.get('clock_offset_s') or 0) * 1e3:+.1f} ms from the "
+                    f"master's, round trip {float(ev.get('rtt_s') or 0) * 1e3:.1f} ms",
+                    highlight=False,
+                )
+                continue
+            self._worker_lost(ev, who)
+
+    def _worker_lost(self, ev: dict[str, Any], who: str) -> None:
+        from harness.load.workers import lost_arrivals
+
+        assert self.soak.remote_workers is not None
+        # from its last message on, nothing it sent is known to the harness: its share from then on is unsent
+        at_s = self._soak_time(float(ev.get("last_seen_unix") or ev["t_unix"]))
+        total = self.soak.remote_workers.count
+        unsent: int | None = None
+        if self.arrival is not None:
+            mask = lost_arrivals(self.schedule_full, int(ev.get("index") or 0), total, at_s)
+            self.schedule_lost |= mask
+            self.schedule = self.schedule_full[~self.schedule_lost]
+            unsent = int(mask.sum())
+        sent, scheduled = int(ev.get("sent") or 0), ev.get("scheduled")
+        left = (
+            f"; {unsent} of its {scheduled} scheduled arrivals will not be sent (the offered rate leaves them out)"
+            if unsent is not None
+            else "; its users are not replaced"
+        )
+        self.verdict(
+            "worker_lost",
+            f"Locust {who} silent since soak t={at_s:.0f} s, after {sent} requests ({int(ev.get('failed') or 0)} failed){left}",
+            {
+                **{k: ev.get(k) for k in ("client_id", "index", "host", "pid", "sent", "failed", "scheduled")},
+                "lost_unix": ev.get("t_unix"),
+                "soak_t_s": round(at_s, 3),
+                "unsent": unsent,
+            },
+        )
+
+    def remote_summary(self) -> list[dict[str, Any]] | None:
+        """Each remote worker's share, clock offset, records and failures (the master's summary; else what was seen)."""
+        if self.soak.remote_workers is None:
+            return None
+        self._remote_events()
+        return self.worker_summary or list(self.remote_workers.values())
+
     def _consume(self, now: float, final: bool = False) -> None:
+        self._remote_events()
         new = self.tail.read(sorted((self.run_dir / SOAK_DIR).glob(f"{self.slice_id}-*.jsonl")))
         self.records_seen += len(new)
         for r in new:
