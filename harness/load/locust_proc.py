@@ -39,7 +39,7 @@ class LocustProcess:
         self.remote = remote
         if remote is not None:
             workers = int(remote["count"])
-        self.config = {**config, "workers": workers}
+        self.config = {**config, "workers": workers, "remote": remote is not None}
         self.secret_env = dict(secret_env or {})  # an API key travels in the environment, never in the config file
         self.work_dir = work_dir
         self.log_dir = log_dir

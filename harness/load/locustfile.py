@@ -57,6 +57,9 @@ _CLOCK = gevent.event.Event()  # remote: the clock offset is measured
 _OFFSET_S = 0.0  # remote: this host's clock - the master's
 _T0_MASTER: list[float] = []  # remote: when the slice's schedule starts, on the master's clock
 _T0_SET = gevent.event.Event()
+T0_LEAD_S = (
+    2.0  # the common start is this long after the master's start: for the config and the clock to reach every worker
+)
 _HOST = safe_host(socket.gethostname())
 
 
@@ -422,7 +425,8 @@ class ScenarioShape(LoadTestShape):
 
     def tick(self) -> tuple[int, float, list[type[User]]] | None:
         t = self.get_run_time()
-        if t >= float(CONFIG["slice_s"]):
+        # remote workers start the schedule T0_LEAD_S after the master: the load runs that much longer to send all of it
+        if t >= float(CONFIG["slice_s"]) + (T0_LEAD_S if CONFIG.get("remote") else 0.0):
             return None
         if ARRIVAL is not None:
             n = max(1, int(CONFIG.get("workers") or 1))
@@ -491,7 +495,7 @@ def _master_handlers(runner: Any) -> None:
     @events.test_start.add_listener
     def _start(environment: Any, **_kw: Any) -> None:
         # the common start of every worker's schedule: late enough for the config and clock to have arrived
-        _T0_MASTER[:] = [time.time() + 2.0]
+        _T0_MASTER[:] = [time.time() + T0_LEAD_S]
         runner.send_message("specsoak_t0", {"t0": _T0_MASTER[0]})
         gevent.spawn(_watch_workers, runner)
 

@@ -7,64 +7,28 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import psutil
 import pytest
 import yaml
 
+from bench.remote_workers import in_namespace, scenario, two_namespaces
 from harness.load.schedule import soak_offsets, worker_share
 from harness.records.files import RequestRecord, read_jsonl
 from tests.faults.helpers import finish, wait_for
-from tests.integration.conftest import SMOLLM2
 
 pytestmark = pytest.mark.engine
-
-NET = "10.213.{}.{}"
-
-
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, text=True, timeout=30)
 
 
 @pytest.fixture
 def two_hosts() -> Iterator[tuple[str, str, str]]:
     """(harness namespace, workers namespace, the harness side's address); both deleted afterwards."""
-    tag = os.getpid() % 200 + 20
-    ns_h, ns_w = f"ss-h{os.getpid()}", f"ss-w{os.getpid()}"
-    veth_h, veth_w = f"ssh{tag}", f"ssw{tag}"
-    host_ip, worker_ip = NET.format(tag, 1), NET.format(tag, 2)
-    _ip("netns", "add", ns_h)
-    try:
-        _ip("netns", "add", ns_w)
-        _ip("link", "add", veth_h, "type", "veth", "peer", "name", veth_w)
-        _ip("link", "set", veth_h, "netns", ns_h)
-        _ip("link", "set", veth_w, "netns", ns_w)
-        for ns, dev, addr in ((ns_h, veth_h, host_ip), (ns_w, veth_w, worker_ip)):
-            _ip("-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
-            _ip("-n", ns, "link", "set", dev, "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
-        yield ns_h, ns_w, host_ip
-    finally:
-        for ns in (ns_w, ns_h):  # deleting a namespace deletes the veth end in it, and so the pair
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30, check=False)
-
-
-def _in(ns: str, *args: str, log: Path | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        ["ip", "netns", "exec", ns, sys.executable, "-m", "harness.cli", *args],
-        stdout=subprocess.PIPE if log is None else log.open("w"),
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=dict(os.environ, COLUMNS="200"),
-        start_new_session=True,
-    )
+    with two_namespaces(os.getpid() % 200 + 20) as hosts:
+        yield hosts
 
 
 def _locust_child(pid: int) -> psutil.Process | None:
@@ -75,42 +39,23 @@ def _locust_child(pid: int) -> psutil.Process | None:
     return next((k for k in kids if "locust" in " ".join(k.cmdline())), None)
 
 
-def _scenario(tmp_path: Path, host_ip: str, arrival: dict[str, Any], duration_s: float) -> Path:
-    data = {
-        "name": "remote",
-        "server": {"model": SMOLLM2, "ctx_size": 2048, "parallel": 2, "threads": 2, "host": host_ip, "stop_grace_s": 3},
-        "configurations": [{"name": "baseline", "algorithm": "none"}],
-        "measurement": {
-            "max_tokens": 8,
-            "streams": [1],
-            "requests_per_stream": 2,
-            "repetitions": 1,
-            "warmup_requests": 0,
-        },
-        "soak": {
-            "duration_s": duration_s,
-            "arrival": arrival,
-            "remote_workers": {"count": 2, "bind": host_ip, "port": 5557, "wait_s": 60},
-            "max_tokens": 8,
-            "after_repetitions": 1,
-            "watchdog": {"probe_interval_s": 0.5, "hang_s": 20, "window_s": 5},
-        },
-    }
-    path = tmp_path / "remote.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
 def test_workers_in_another_namespace_keep_the_schedule_and_a_killed_one_is_a_worker_lost_verdict(
     tmp_path: Path, two_hosts: tuple[str, str, str]
 ) -> None:
     ns_h, ns_w, host_ip = two_hosts
     arrival = {"kind": "poisson", "rate_rps": 1.0, "max_in_flight": 4, "seed": 11}
     duration = 40.0
+    remote = {"count": 2, "bind": host_ip, "port": 5557, "wait_s": 60}
     results = tmp_path / "results"
-    harness = _in(ns_h, "run", str(_scenario(tmp_path, host_ip, arrival, duration)), "--results", str(results))
+    harness = in_namespace(
+        ns_h,
+        "run",
+        str(scenario(tmp_path / "remote.yaml", arrival, duration, remote, host_ip)),
+        "--results",
+        str(results),
+    )
     logs = [tmp_path / f"worker{i}.log" for i in range(2)]
-    workers = [_in(ns_w, "worker", "--master", f"{host_ip}:5557", log=log) for log in logs]
+    workers = [in_namespace(ns_w, "worker", "--master", f"{host_ip}:5557", log=log) for log in logs]
     try:
         soak_dir = wait_for(lambda: next(results.glob("*-remote/soak"), None), 240, "the soak folder", harness)
         # both workers send, then one "host" dies: its Locust worker and its specsoak worker, unannounced
@@ -175,6 +120,7 @@ def test_workers_in_another_namespace_keep_the_schedule_and_a_killed_one_is_a_wo
     book = {w["index"]: w for w in end["workers"]}
     assert {0, 1} <= set(book) and book[int(lost["index"])]["lost_unix"] is not None, end["workers"]
     assert all(abs(w["clock_offset_s"]) < 0.05 and w["rtt_s"] < 0.05 for w in book.values()), book
+    assert book[survivor_index]["sent"] == book[survivor_index]["scheduled"] == len(mine), book  # its whole share
     print(
         f"remote workers: {len(records)} records of {len(schedule)} scheduled, {lost['unsent']} unsent by the lost one; "
         f"send delay p50 {np.median(delays) * 1e3:.2f} ms, p99 {np.quantile(delays, 0.99) * 1e3:.2f} ms, "
