@@ -1032,6 +1032,22 @@ class Scenario(_Strict):
     report: ReportOptions = Field(default_factory=ReportOptions, description="memory budget and fill check")
 
     @model_validator(mode="after")
+    def _remote_reach(self) -> Scenario:
+        import ipaddress
+
+        rw = self.soak.remote_workers if self.soak is not None else None
+        srv = self.server
+        if rw is None or srv.url is not None or srv.request_base_url is not None:
+            return self
+        host = ipaddress.ip_address(srv.host)
+        if host.is_loopback or host.is_unspecified:
+            raise ValueError(
+                f"soak.remote_workers: the workers on other hosts send to the engine at server.host {srv.host}, which "
+                f"they cannot reach; set server.host to an address they reach (or server.request_base_url)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _soak_configs(self) -> Scenario:
         if self.soak and self.soak.configurations:
             names = {c.name for c in self.configurations} | {c.name for c in self.runs()}

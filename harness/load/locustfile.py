@@ -8,8 +8,8 @@ own records (the harness's RequestRecord schema, precise per-chunk timings from
 which round to two significant digits, are only a progress display.
 
 A worker on another host (``soak.remote_workers``, started by ``specsoak worker``) has no such file and shares no
-disk or clock with the harness: the master sends it the config when it connects, it measures its clock against the
-master's, and it ships its records and files back to the master, times on the master's clock (harness/load/workers.py;
+disk or clock with the harness: it asks the master for the config, measures its clock against the master's, starts
+its share at the master's common start, and ships its records and files back to the master, times on the master's clock (harness/load/workers.py;
 docs/fleet.md#locust-workers-on-other-hosts).
 """
 
@@ -57,9 +57,8 @@ _CLOCK = gevent.event.Event()  # remote: the clock offset is measured
 _OFFSET_S = 0.0  # remote: this host's clock - the master's
 _T0_MASTER: list[float] = []  # remote: when the slice's schedule starts, on the master's clock
 _T0_SET = gevent.event.Event()
-T0_LEAD_S = (
-    2.0  # the common start is this long after the master's start: for the config and the clock to reach every worker
-)
+# the common start is this long after the master's start: for the config and the clock to reach every worker
+T0_LEAD_S = 2.0
 _HOST = safe_host(socket.gethostname())
 
 
@@ -118,9 +117,8 @@ class _ToMaster:
             self.runner.send_message("specsoak_records", {"name": f"{_HOST}-{os.getpid()}", "records": batch})
 
     def close(self) -> None:
-        with contextlib.suppress(
-            Exception
-        ):  # quitting: the link to the master may be gone (test_stop shipped the rest)
+        # quitting: the link to the master may be gone already (test_stop shipped the rest)
+        with contextlib.suppress(Exception):
             self.flush()
 
 
@@ -380,7 +378,7 @@ class PacingUser(_RecordingUser):
                 print("specsoak: no start time or clock from the master: no arrival sent", file=sys.stderr, flush=True)
                 raise StopUser()
             t0_ns = _ANCHOR[1] + round((_T0_MASTER[0] + _OFFSET_S - _ANCHOR[0]) * 1e9)
-        # where this process's schedule starts (master's clock), for the harness's offered rate per window (harness/soak/slice.py)
+        # where this process's schedule starts (on the master's clock), for the offered rate per window (harness/soak/slice.py)
         start = {
             "t0_unix": _ANCHOR[0] + (t0_ns - _ANCHOR[1]) / 1e9 - _OFFSET_S,
             "offset_s": offset,

@@ -53,6 +53,7 @@ from harness.load.locust_proc import LocustProcess
 from harness.load.pacing import window_traffic
 from harness.load.schedule import soak_offsets
 from harness.load.shapes import users_at
+from harness.load.workers import lost_arrivals
 from harness.probe.cpu import CpuMeter
 from harness.probe.memory import rss_bytes, tree_memory, tree_rss_bytes
 from harness.prompts.lengths import soak_prompts
@@ -542,15 +543,16 @@ class SoakSlice:
             self._worker_lost(ev, who)
 
     def _worker_lost(self, ev: dict[str, Any], who: str) -> None:
-        from harness.load.workers import lost_arrivals
-
         assert self.soak.remote_workers is not None
         # from its last message on, nothing it sent is known to the harness: its share from then on is unsent
         at_s = self._soak_time(float(ev.get("last_seen_unix") or ev["t_unix"]))
         total = self.soak.remote_workers.count
         unsent: int | None = None
-        if self.arrival is not None:
-            mask = lost_arrivals(self.schedule_full, int(ev.get("index") or 0), total, at_s)
+        index = int(ev.get("index") or 0)
+        if self.arrival is not None and index >= total:
+            unsent = 0  # a worker that joined after the load started (index past count) was given no share
+        elif self.arrival is not None:
+            mask = lost_arrivals(self.schedule_full, index, total, at_s)
             self.schedule_lost |= mask
             self.schedule = self.schedule_full[~self.schedule_lost]
             unsent = int(mask.sum())
