@@ -210,7 +210,7 @@ class Server(_Strict):
     )
     host: str = Field(
         "127.0.0.1",
-        description="address the engine binds, an IP literal (anything but loopback is your explicit choice: Locust "
+        description="address the engine binds, an IPv4 literal (anything but loopback is your explicit choice: Locust "
         "workers on other hosts send to it, soak.remote_workers)",
     )
     request_base_url: str | None = Field(
@@ -248,10 +248,10 @@ class Server(_Strict):
         import ipaddress
 
         try:
-            ipaddress.ip_address(v)
+            ipaddress.IPv4Address(v)
         except ValueError:
             raise ValueError(
-                f"server.host {v!r} is not an IP address (e.g. 127.0.0.1, or the address other hosts reach)"
+                f"server.host {v!r} is not an IPv4 address (e.g. 127.0.0.1, or the address other hosts reach)"
             ) from None
         return v
 
@@ -857,7 +857,7 @@ class RemoteWorkers(_Strict):
     ``count`` of them, each started there with ``specsoak worker --master BIND:PORT``."""
 
     count: int = Field(ge=1, le=256, description="workers the master waits for before each slice's load starts")
-    bind: str = Field(description="address the Locust master binds, an IP literal the workers' hosts reach")
+    bind: str = Field(description="address the Locust master binds, an IPv4 literal the workers' hosts reach")
     port: int = Field(5557, ge=1024, le=65535, description="the master's port, the same every slice")
     wait_s: float = Field(
         120.0,
@@ -872,9 +872,9 @@ class RemoteWorkers(_Strict):
         import ipaddress
 
         try:
-            ipaddress.ip_address(v)
+            ipaddress.IPv4Address(v)
         except ValueError:
-            raise ValueError(f"soak.remote_workers.bind {v!r} is not an IP address") from None
+            raise ValueError(f"soak.remote_workers.bind {v!r} is not an IPv4 address") from None
         return v
 
 
