@@ -42,6 +42,17 @@ EngineName = Literal["llamacpp", "vllm", "sglang", "trtllm", "tgi"]
 DRAFT_MODEL_ALGORITHMS = frozenset({"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"})
 
 
+def _ipv4(field: str, v: str, hint: str = "") -> str:
+    """``v`` when it is an IPv4 literal (the engine URL and free_port are IPv4), else the error naming ``field``."""
+    import ipaddress
+
+    try:
+        ipaddress.IPv4Address(v)
+    except ValueError:
+        raise ValueError(f"{field} {v!r} is not an IPv4 address{hint}") from None
+    return v
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -245,15 +256,7 @@ class Server(_Strict):
     @field_validator("host")
     @classmethod
     def _ip(cls, v: str) -> str:
-        import ipaddress
-
-        try:
-            ipaddress.IPv4Address(v)
-        except ValueError:
-            raise ValueError(
-                f"server.host {v!r} is not an IPv4 address (e.g. 127.0.0.1, or the address other hosts reach)"
-            ) from None
-        return v
+        return _ipv4("server.host", v, " (e.g. 127.0.0.1, or the address other hosts reach)")
 
     @model_validator(mode="after")
     def _attach(self) -> Server:
@@ -869,13 +872,7 @@ class RemoteWorkers(_Strict):
     @field_validator("bind")
     @classmethod
     def _ip(cls, v: str) -> str:
-        import ipaddress
-
-        try:
-            ipaddress.IPv4Address(v)
-        except ValueError:
-            raise ValueError(f"soak.remote_workers.bind {v!r} is not an IPv4 address") from None
-        return v
+        return _ipv4("soak.remote_workers.bind", v)
 
 
 class Soak(_Strict):

@@ -76,3 +76,11 @@ def test_a_worker_may_only_name_its_pacing_or_exhausted_file() -> None:
     for bad in ("../x.pacing.json", "a/b.exhausted", "x.jsonl", "gen1-123.pacing.json/../../y.exhausted"):
         assert not FILE_NAME.match(bad), bad
     assert safe_host("node/7 a") == "node_7_a" and safe_host("") == "host"
+
+
+def test_specsoak_worker_refuses_a_master_that_is_not_host_colon_port() -> None:
+    from tests.cli_inprocess import cli_inprocess
+
+    for bad in ("10.0.0.1", "10.0.0.1:", ":5557", "10.0.0.1:port", "10.0.0.1:70000"):
+        r = cli_inprocess("worker", "--master", bad)
+        assert r.returncode == 2 and "expected HOST:PORT" in r.stdout + r.stderr, (bad, r.stdout, r.stderr)
