@@ -104,18 +104,23 @@ def finish(proc: subprocess.Popen[str], timeout: float) -> str:
     return out
 
 
-def engine_child(harness_pid: int) -> psutil.Process | None:
+def child_running(pid: int, needle: str) -> psutil.Process | None:
+    """A live (not zombie) descendant of ``pid`` whose command line holds ``needle``."""
     try:
-        kids = psutil.Process(harness_pid).children(recursive=True)
+        kids = psutil.Process(pid).children(recursive=True)
     except psutil.Error:
         return None
     for k in kids:
         try:
-            if "llama-server" in " ".join(k.cmdline()) and k.status() != psutil.STATUS_ZOMBIE:
+            if needle in " ".join(k.cmdline()) and k.status() != psutil.STATUS_ZOMBIE:
                 return k
         except psutil.Error:
             continue
     return None
+
+
+def engine_child(harness_pid: int) -> psutil.Process | None:
+    return child_running(harness_pid, "llama-server")
 
 
 def gone(pid: int) -> bool:

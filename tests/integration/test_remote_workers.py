@@ -12,14 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
 import yaml
 
 from bench.remote_workers import in_namespace, scenario, two_namespaces
 from harness.load.schedule import soak_offsets, worker_share
 from harness.records.files import RequestRecord, read_jsonl
-from tests.faults.helpers import finish, wait_for
+from tests.faults.helpers import child_running, finish, wait_for
 
 pytestmark = pytest.mark.engine
 
@@ -29,14 +28,6 @@ def two_hosts() -> Iterator[tuple[str, str, str]]:
     """(harness namespace, workers namespace, the harness side's address); both deleted afterwards."""
     with two_namespaces(os.getpid() % 200 + 20) as hosts:
         yield hosts
-
-
-def _locust_child(pid: int) -> psutil.Process | None:
-    try:
-        kids = psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        return None
-    return next((k for k in kids if "locust" in " ".join(k.cmdline())), None)
 
 
 def test_workers_in_another_namespace_keep_the_schedule_and_a_killed_one_is_a_worker_lost_verdict(
@@ -65,7 +56,7 @@ def test_workers_in_another_namespace_keep_the_schedule_and_a_killed_one_is_a_wo
             raise AssertionError(f"{exc}\n" + "\n".join(log.read_text()[-2000:] for log in logs)) from None
         time.sleep(12)
         victim = workers[1]
-        child = _locust_child(victim.pid)
+        child = child_running(victim.pid, "locust")
         assert child is not None
         child.send_signal(signal.SIGKILL)
         victim.send_signal(signal.SIGKILL)
