@@ -248,14 +248,35 @@ class Judged:
     verdicts: list[dict[str, Any]]  # kind, metric, action, t_unix (when judged: SETTLE_WINDOWS after the window)
 
 
+MEASURE_STREAMS = (1, 4)  # the measurement's default streams, up to the simulated engine's slots
+MEASURE_S = 60.0  # each phase's length: the live default's 3 repetitions of a few requests per stream
+
+
+def measured(engine: Engine, seed: int) -> list[dict[str, Any]]:
+    """The configuration's measurement phases on its fresh engine before the soak (``phase: measure``, closed loop at
+    each of MEASURE_STREAMS), as ``SpeedModel.from_phases`` takes them: the curve the soak's first window is judged on."""
+    out = []
+    for streams in MEASURE_STREAMS:
+        load = Load(f"measure-{streams}", shape={"kind": "steady", "users": streams})
+        recs, _ = simulate(engine, load, MEASURE_S, seed * 1000 + streams)
+        out += [{**r, "phase": "measure", "streams": streams, "repetition": 1, "attempt": f"m{streams}"} for r in recs]
+    return out
+
+
 def judge_soak(
-    recs: list[dict[str, Any]], load: Load, sched: np.ndarray | None, seconds: float, wd: Watchdog
+    recs: list[dict[str, Any]],
+    load: Load,
+    sched: np.ndarray | None,
+    seconds: float,
+    wd: Watchdog,
+    phases: Sequence[dict[str, Any]] = (),
 ) -> Judged:
-    """The windows and verdicts the live soak gives on these records, window by window as the slice builds them."""
+    """The windows and verdicts the live soak gives on these records, window by window as the slice builds them;
+    ``phases``: the measurement's records, where the live campaign starts the curve (none: learned from the soak)."""
     ws = wd.window_s
     n_windows = math.ceil(seconds / ws)
     det, state = ChangeDetector(detector_settings(wd)), WatchState()
-    model, backlog = SpeedModel(), Backlog()
+    model, backlog = SpeedModel.from_phases(phases), Backlog()
     history: list[dict[str, Any]] = []
     verdicts: list[dict[str, Any]] = []
     by_end = sorted(recs, key=end_unix)
@@ -394,18 +415,24 @@ class Row:
     false_verdicts: list[str]  # before the plant (or anywhere, unplanted), "kind metric"
     delays_min: list[float]  # plant to the first collapse judged, per seed that gave one after it
     missed: int
-    judged_share: list[float]  # windows with traffic judged after the warm-up and reference windows, per seed
+    judged_share: list[float]  # windows with traffic judged after the warm-up, per seed
     worst_level_share: list[float]  # the lowest share judged at one load level, per seed
     findings: list[str]  # overload and other recorded findings (not failures)
 
 
 def run_row(
-    engine: Engine, load: Load, seconds: float, seeds: Sequence[int], plant: Plant | None, wd: Watchdog = WATCHDOG
+    engine: Engine,
+    load: Load,
+    seconds: float,
+    seeds: Sequence[int],
+    plant: Plant | None,
+    wd: Watchdog = WATCHDOG,
+    phases: bool = True,
 ) -> Row:
     false, delays, missed, share, worst, findings = [], [], 0, [], [], []
     for seed in seeds:
         recs, sched = simulate(engine, load, seconds, seed, plant)
-        got = judge_soak(recs, load, sched, seconds, wd)
+        got = judge_soak(recs, load, sched, seconds, wd, measured(engine, seed) if phases else ())
         onset = T0 + plant.at_s if plant is not None else math.inf
         for v in got.verdicts:
             if v["kind"] == "overload":
@@ -418,8 +445,7 @@ def run_row(
                 delays.append((after[0]["t_unix"] - onset) / 60.0)
             else:
                 missed += 1
-        start = wd.warmup_windows + wd.reference_windows  # the engine's warm-up, then its curve and reference
-        cov = coverage(got.windows[start:])
+        cov = coverage(got.windows[wd.warmup_windows :])  # after the engine's warm-up
         if cov.share is not None:
             share.append(cov.share)
             levels = [j / n for lv, (j, n) in cov.by_level.items() if n >= 3]
@@ -448,6 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--minutes", type=float, default=40.0)
+    ap.add_argument("--no-phases", action="store_true", help="learn the curve from the soak alone, not the measurement")
     args = ap.parse_args(argv)
     engine = learned_engine()
     seconds = args.minutes * 60.0
@@ -455,13 +482,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"engine learned from {engine.source}; capacity about {cap:.3f} rps at {engine.slots} slots", flush=True)
     print(
         "| shape | plant | seeds | false verdicts | collapse after the plant, min (median / worst) | missed | "
-        "judged after the reference (median / worst seed) | worst load level judged (median / worst seed) | "
+        "judged after the warm-up (median / worst seed) | worst load level judged (median / worst seed) | "
         "overload findings |"
     )
     print("|---|---|---:|---|---|---:|---|---|---:|")
     for label, load in shapes(cap, seconds).items():
         for plant in [None, *plants(seconds)[load.name]]:
-            print(table_row(label, run_row(engine, load, seconds, range(args.seeds), plant)), flush=True)
+            row = run_row(engine, load, seconds, range(args.seeds), plant, phases=not args.no_phases)
+            print(table_row(label, row), flush=True)
     return 0
 
 

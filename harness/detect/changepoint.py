@@ -17,9 +17,11 @@ does not move the figure, ``per_level=False``; a rule made for one kind of loop,
   heavier level left. Throughput at 4 users is not throughput at 1 user: each level has its own reference, and
   a window at a level without one only helps build it. No reference is built while the metric is
   in a collapse episode (it would be a reference of the collapse). Judging starts after
-  ``reference_windows``, but the median and MAD go on taking in the level's judged windows outside
-  episodes until they hold ``refine_windows``: five windows give a loose sigma (the MAD of five
-  values is often far off), and a CUSUM counted in sigmas alarms on noise when its sigma is too
+  ``reference_windows`` (a window that carries its metric's prior reference, ``<metric>_prior``: the speed index's 1
+  once its curve is known, is judged against it while the level has none of its own, and the level's reference is
+  built from the windows not past ``min_change`` the bad way; a collapse so judged says so, ``prior``), but the
+  median and MAD go on taking in the level's judged windows outside episodes until they hold ``refine_windows``:
+  five windows give a loose sigma (the MAD of five values is often far off), and a CUSUM counted in sigmas alarms on noise when its sigma is too
   small (bench/detector.py, 240 h of 10%-noise windows: 201 false alarms frozen at 5, 8 refined to 30); a
   window already past ``min_change`` the bad way does not refine it (a collapse right after a short
   reference would become the reference);
@@ -116,7 +118,12 @@ WATCHED_CHANGES: dict[str, MetricRule] = {
     # about 1 at any load, so judged in every window whatever its load does; the two-hour soak's healthy windows went
     # down to 0.83 (median 1.06), a 30% slower engine gives 0.7 and a halved one 0.5
     "speed_index": MetricRule(
-        bad_direction=-1, min_change=0.25, noise_floor=0.02, per_level=False, any_load=True, weigh_window=True
+        bad_direction=-1,
+        min_change=0.25,
+        noise_floor=0.02,
+        per_level=False,
+        any_load=True,
+        weigh_window=True,
     ),
     # the engine's memory net of its prompt cache (a cache growing to its cap by design is not a collapse)
     "engine_memory_mib": MetricRule(bad_direction=+1, min_change=0.3, noise_floor=0.01),  # above warm-up growth (+15%)
@@ -162,12 +169,18 @@ class ChangeEvent:
     value: float  # the deciding window's value
     relative_change: float  # (value - reference)/|reference| (absolute rules: value - reference)
     score: float  # CUSUM statistic at decision
+    # the reference was the window's prior (the level had none of its own yet: the speed index against the measured
+    # curve in the soak's first windows)
+    prior: bool = False
     episode_start_unix: float | None = None  # "recovered" only
     episode_end_unix: float | None = None  # "recovered" only: the first of the windows back within min_change/2
     size: float | None = None  # "recovered": worst relative (or absolute) departure during the episode, signed
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if not self.prior:  # said only where it was (verdict evidence written before the prior existed has none)
+            del out["prior"]
+        return out
 
 
 @dataclass(frozen=True)
@@ -227,6 +240,7 @@ class _Track:
     last_level: int | None = None
     judged_once: bool = False
     last_change: float | None = None  # change in the last window, None when not judged in it
+    last_prior: float | None = None  # the prior the last judged window carried
 
 
 _JUDGED, _BUILDING, _SETTLING, _NO_VALUE = "judged", "building reference", "load settling", "no value"
@@ -302,6 +316,7 @@ class ChangeDetector:
                 (settled or rule.any_load) and not contaminated,
                 events,
                 excused,
+                number_or_none(window.get(f"{m}_prior"), finite=True),
             )
             for m, rule in self.rules.items()
             if load_why is None or rule.any_load
@@ -320,7 +335,8 @@ class ChangeDetector:
         for m, tr in self._tracks.items():
             lv = tr.levels.get(tr.last_level) if tr.judged_once else None
             out[m] = MetricState(
-                reference=lv.reference if lv is not None else None,
+                # a level not yet holding its own reference was judged against the window's prior
+                reference=(lv.reference if lv.reference is not None else tr.last_prior) if lv is not None else None,
                 score=lv.score if lv is not None else 0.0,
                 in_episode=tr.episode is not None,
                 relative_change=tr.last_change,
@@ -350,13 +366,15 @@ class ChangeDetector:
         settled: bool,
         events: list[ChangeEvent],
         excused: bool = False,
+        prior_ref: float | None = None,
     ) -> str:
         if x is None:
             return _NO_VALUE
         s = self.settings
         tr = self._tracks[metric]
         lv = tr.levels.setdefault(level, _Level())
-        if lv.reference is None or lv.sigma is None:
+        prior = lv.reference is None or lv.sigma is None
+        if prior and (prior_ref is None or (not rule.absolute and abs(prior_ref) < 1e-12)):
             if tr.episode is not None or excused:
                 return _BUILDING  # a reference taken during a collapse would be a reference of the collapse
             if not settled:
@@ -367,12 +385,18 @@ class ChangeDetector:
                 if len(lv.sds) > len(lv.sample):
                     lv.sds.pop(0)
             return _BUILDING
-        ref, sigma, bad = lv.reference, lv.sigma, rule.bad_direction
+        if prior:
+            assert prior_ref is not None
+            ref, sigma = prior_ref, rule.noise_floor * (1.0 if rule.absolute else abs(prior_ref))
+        else:
+            assert lv.reference is not None and lv.sigma is not None
+            ref, sigma = lv.reference, lv.sigma
+        bad = rule.bad_direction
         if rule.weigh_window and sd is not None:  # ``sd`` is relative to the window's own value: back to its units
             sigma = max(sigma, sd * (1.0 if rule.absolute else abs(x)))
         change = (x - ref) / (1.0 if rule.absolute else abs(ref))
         if excused:  # seen and said (the state shows its change), weighed by the stall rule only
-            tr.last_level, tr.judged_once, tr.last_change = level, True, change
+            tr.last_level, tr.judged_once, tr.last_change, tr.last_prior = level, True, change, prior_ref
             return _JUDGED
         # a window back within min_change/2 (the test an episode's recovery uses) clears the score: it weighs the run
         # of departing windows up to now, not one long past (a stall's window left 11 sigmas that, 14 windows later,
@@ -390,11 +414,13 @@ class ChangeDetector:
         )
         # judged against the reference so far, then refines it (median and MAD shrug off a few outliers); a window
         # already past min_change the bad way does not, or a collapse right after a short reference is learned
+        # (a level judged against its prior takes its own reference once reference_windows such windows are in)
         if tr.episode is None and settled and len(lv.sample) < s.refine_windows and bad * change < rule.min_change:
             lv.add(x, sd)
-            lv.fit(rule)
+            if len(lv.sample) >= s.reference_windows:
+                lv.fit(rule)
         tr.recent.append((t_unix, change))
-        tr.last_level, tr.judged_once, tr.last_change = level, True, change
+        tr.last_level, tr.judged_once, tr.last_change, tr.last_prior = level, True, change, prior_ref
         ep = tr.episode
         if ep is None:
             if (
@@ -405,7 +431,9 @@ class ChangeDetector:
                 onset = tr.recent[0][0]
                 worst = max((c for _, c in tr.recent), key=lambda c: bad * c)
                 tr.episode = _Episode(start_unix=onset, worst_change=worst)
-                events.append(ChangeEvent("collapse", metric, level, t_unix, onset, ref, x, change, lv.score))
+                events.append(
+                    ChangeEvent("collapse", metric, level, t_unix, onset, ref, x, change, lv.score, prior=prior)
+                )
             return _JUDGED
         if bad * change > bad * ep.worst_change:
             ep.worst_change = change

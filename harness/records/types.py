@@ -140,6 +140,8 @@ class SoakWindow(JsonRecord):
     ttft_p95_s: float | None = None
     acceptance: float | None = None
     speed_index: float | None = None  # tokens streamed over what the engine streams at the concurrency they had
+    # the change detector's reference for the index until it has its own (1 once the curve is known, else None)
+    speed_index_prior: float | None = None
     engine_rss_mib: float | None = None
     engine_anon_mib: float | None = None
     engine_memory_mib: float | None = None

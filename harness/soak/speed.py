@@ -18,6 +18,9 @@ the concurrency they had moment by moment: about 1 at any load, backlog or level
   non-negative least squares over the requests, each request's tokens against its seconds in each state. Beyond the
   largest concurrency learned for ``MIN_LEVEL_S`` the total rate is taken as flat: a lower bound, so a level never
   learned can hide a slowdown, never invent one.
+- **The prior**: a window's index is 1 on an engine at its curve, so the change detector judges it against 1 from
+  the first window after warm-up (``speed_index_prior``), until the soak has built the index's own reference, once
+  the curve knows one request's spread (from the measurement's requests, or the soak's first learned windows).
 - **The index** of a window: ``sum(tokens) / sum(predicted)`` over the parts of its requests' spans inside it, and its
   standard error the ratio estimator's over those requests (as acceptance's count sd), never under one request's
   spread around the curve over the square root of their count: one request is enough for an index once the spread is
@@ -263,6 +266,7 @@ def speed_index(spans: Sequence[Span], t0: float, t1: float, model: SpeedModel) 
     return SpeedIndex(ratio, sd, busy, n, int(k.max()))
 
 
+PRIOR = 1.0  # a window's index against a curve that holds: the change detector's reference until it has its own
 LEARN_ABOVE = 0.9  # after its first windows the model learns a new concurrency only from a window this fast or faster
 # a curve learned from the measurement phases takes the soak's first windows only when they are not far below it (the
 # soak's own prompts may decode a little slower than the measurement's; an engine slowed from the start must not
@@ -294,5 +298,8 @@ def speed_figures(
     return {
         "speed_index": si.index if si is not None else None,
         "speed_index_sd": si.sd if si is not None else None,
+        # the index's reference before the soak has built its own: 1, the curve itself, once the curve knows how far
+        # one request strays from it (MIN_SPREAD_ROWS requests learned; the default measurement's ten do)
+        "speed_index_prior": PRIOR if si is not None and model.spread is not None else None,
         "speed": detail,
     }

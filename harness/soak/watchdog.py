@@ -159,6 +159,9 @@ def change_finding(ev: ChangeEvent, history: Sequence[Window], wd: Watchdog, ope
             if ev.level is None
             else f"load level {ev.level} (about {LEVEL_STEP ** (ev.level or 0):.3g} rps)"
         )
+        # judged against its prior (the curve the measurement drew) before the soak had its own reference: the soak's
+        # requests may decode slower than the measurement's (longer contexts, other prompts), so it is said and recorded
+        early = ev.prior and not busy
         return Finding(
             "collapse",
             f"{ev.metric} {change} against its reference {ev.reference:.3g} at {at} "
@@ -169,10 +172,16 @@ def change_finding(ev: ChangeEvent, history: Sequence[Window], wd: Watchdog, ope
                 + f" in {len(busy)} of its last {wd.confirm_windows} windows, so it is recorded, not acted on"
                 if busy
                 else ""
+            )
+            + (
+                "; from the soak's first windows, against the curve the measurement drew (the soak had no reference "
+                "of its own yet: its requests may decode slower than the measurement's), so it is recorded, not acted on"
+                if early
+                else ""
             ),
             {**evidence, "contaminated_windows": len(busy)} if busy else evidence,
             metric=ev.metric,
-            action="record" if busy else None,
+            action="record" if busy or early else None,
         )
     return Finding(
         "recovered",

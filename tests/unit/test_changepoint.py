@@ -331,3 +331,59 @@ def test_a_pause_is_the_stall_verdicts_and_confirms_no_collapse_wherever_it_fall
     assert [e.t_unix for e in got] == [keeps[st.pause_windows + st.confirm_windows - 1]["t_unix"]]
     with pytest.raises(ValueError, match="pause_windows"):
         DetectorSettings(pause_windows=-1)
+
+
+def _indexed(values: list[float], prior: float | None = 1.0) -> list[dict[str, Any]]:
+    """Open-loop windows holding only a speed index (per-request sd 0.05) and its prior, the level changing in every
+    other one."""
+    return [
+        {
+            "t_unix": T0 + (i + 0.5) * WINDOW_S,
+            "load_level": None if i % 2 else 1,
+            "load_settled": False,
+            "speed_index": v,
+            "speed_index_prior": prior,
+            "count_sd": {"speed_index": 0.05},
+        }
+        for i, v in enumerate(values)
+    ]
+
+
+SPEED = {"speed_index": WATCHED_CHANGES["speed_index"]}
+
+
+def test_the_speed_index_is_judged_against_its_prior_from_the_first_window_after_warm_up() -> None:
+    """Issue #33: a 30-minute soak of one-minute windows spent five of them building the index's reference, so it could
+    not reach 90% judged. The index is 1 on an engine at its curve, so a window that carries that prior is judged
+    against it from the first one after warm-up, whatever its load does, and the level's own reference follows from
+    its first ``reference_windows`` windows not past min_change."""
+    st = DetectorSettings(warmup_windows=2, reference_windows=5, confirm_windows=2)
+    det = ChangeDetector(st, rules=SPEED)
+    judged, refs = [], []
+    for w in _indexed([1.0, 1.0, 1.1, 0.9, 1.2, 1.15, 1.05, 1.1, 1.0]):
+        assert det.update(w) == []
+        judged.append(det.judged()[0])
+        refs.append(det.state()["speed_index"].reference)
+    assert judged == [False, False] + [True] * 7
+    # judged against 1 until five windows are in, then against their median
+    assert refs[2:6] == [1.0] * 4 and refs[6] == pytest.approx(1.1) and refs[8] == pytest.approx(1.1)
+    # an engine at half its curve from the first window after warm-up: a collapse by the second judged window, which
+    # says it was judged against the prior
+    slow = detect_series(_indexed([1.0, 1.0] + [0.5] * 4), st, rules=SPEED)
+    assert [(e.kind, e.onset_unix, e.prior) for e in slow] == [("collapse", T0 + 2.5 * WINDOW_S, True)]
+    assert slow[0].t_unix == T0 + 3.5 * WINDOW_S and slow[0].reference == 1.0
+    # the slowed windows never became the reference: a later window at 1 is back, and ends the episode
+    back = detect_series(_indexed([1.0, 1.0] + [0.5] * 4 + [1.0] * 3), st, rules=SPEED)
+    assert [e.kind for e in back] == ["collapse", "recovered"]
+    # once the level has its own reference, a collapse is judged against it, not the prior
+    late = detect_series(_indexed([1.0, 1.0] + [1.1] * 8 + [0.6] * 3), st, rules=SPEED)
+    assert [(e.kind, e.prior) for e in late] == [("collapse", False)] and late[0].reference == pytest.approx(1.1)
+    # a healthy index a little under its curve (the soak's prompts slower than the measurement's) is no collapse
+    assert detect_series(_indexed([1.0, 1.0] + [0.8] * 20), st, rules=SPEED) == []
+    # windows without a prior (a curve that does not know one request's spread yet) wait for the reference
+    det, judged = ChangeDetector(st, rules=SPEED), []
+    for w in _indexed([1.0] * 8, prior=None):
+        det.update(w)
+        judged.append(det.judged()[0])
+    assert judged == [False] * 7 + [True]
+    assert detect_series(_indexed([1.0, 1.0] + [0.5] * 4, prior=None), st, rules=SPEED) == []

@@ -2,7 +2,7 @@
 records, simulated request by request under the soak's own arrival code, each window built and judged as the slice
 builds and judges it (window assembly, change detector, the watchdog's ``judge``). Unplanted, in the issue's four shapes:
 no verdict but ``overload`` where the offered rate exceeds what the engine serves, and nearly every window after the
-reference judged at every level; planted (the engine's speed halved) where the load moves: a ``collapse`` within five
+warm-up judged at every level; planted (the engine's speed halved) where the load moves: a ``collapse`` within five
 minutes, nothing before it."""
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ def test_an_unplanted_soak_gives_no_false_verdict_and_judges_nearly_every_window
     load = next(ld for ld in shapes(engine.capacity_rps(), SECONDS).values() if ld.name == shape)
     row = run_row(engine, load, SECONDS, [0], None)
     assert row.false_verdicts == [], row
-    assert row.judged_share[0] >= 0.9 and row.worst_level_share[0] >= 0.8, row
+    # from the first window after the warm-up: the speed index is judged against its prior (1) until its reference
+    # is built, on the curve the measurement phases began (86% and 0-86% at the worst level before, 2026-12-07)
+    assert row.judged_share[0] >= 0.95 and row.worst_level_share[0] >= 0.9, row
 
 
 @pytest.mark.parametrize(
