@@ -118,12 +118,7 @@ WATCHED_CHANGES: dict[str, MetricRule] = {
     # about 1 at any load, so judged in every window whatever its load does; the two-hour soak's healthy windows went
     # down to 0.83 (median 1.06), a 30% slower engine gives 0.7 and a halved one 0.5
     "speed_index": MetricRule(
-        bad_direction=-1,
-        min_change=0.25,
-        noise_floor=0.02,
-        per_level=False,
-        any_load=True,
-        weigh_window=True,
+        bad_direction=-1, min_change=0.25, noise_floor=0.02, per_level=False, any_load=True, weigh_window=True
     ),
     # the engine's memory net of its prompt cache (a cache growing to its cap by design is not a collapse)
     "engine_memory_mib": MetricRule(bad_direction=+1, min_change=0.3, noise_floor=0.01),  # above warm-up growth (+15%)
