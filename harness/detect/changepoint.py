@@ -19,12 +19,12 @@ does not move the figure, ``per_level=False``; a rule made for one kind of loop,
   in a collapse episode (it would be a reference of the collapse). Judging starts after
   ``reference_windows`` (a window that carries its metric's prior reference, ``<metric>_prior``: the speed index's 1
   once its curve is known, is judged against it while the level has none of its own, and the level's reference is
-  built from the windows not past ``min_change`` the bad way; a collapse so judged says so, ``prior``), but the
+  built from the windows not past ``refine_within x min_change`` the bad way; a collapse so judged says so, ``prior``), but the
   median and MAD go on taking in the level's judged windows outside episodes until they hold ``refine_windows``:
   five windows give a loose sigma (the MAD of five values is often far off), and a CUSUM counted in sigmas alarms on noise when its sigma is too
   small (bench/detector.py, 240 h of 10%-noise windows: 201 false alarms frozen at 5, 8 refined to 30); a
-  window already past ``min_change`` the bad way does not refine it (a collapse right after a short
-  reference would become the reference);
+  window already past ``refine_within x min_change`` the bad way does not refine it (a collapse right after a short
+  reference would become the reference, and a slowdown just short of the gate would drag it down to meet it);
 - score: a one-sided CUSUM on ``z = bad_direction x (x - reference) / sigma``,
   ``S = max(0, S + min(z - allowance, threshold / confirm_windows))``, cleared by a window back within
   ``min_change / 2`` of the reference (the score weighs the current run of departing windows, not an outlier long
@@ -86,6 +86,9 @@ class MetricRule:
     # True: a window whose own count sd is wider than the level's sigma is scored in its own sigma (a window of one
     # request weighs less than one of ten: the speed index judges the sparse windows of a night's trough)
     weigh_window: bool = False
+    # a judged window refines the reference only while it departs the bad way by less than this share of min_change: a
+    # slowdown that reads just short of the gate must not drag its reference down to meet it (1: up to the gate)
+    refine_within: float = 1.0
 
     def __post_init__(self) -> None:
         if self.bad_direction not in (-1, 1):
@@ -94,6 +97,8 @@ class MetricRule:
             raise ValueError(f"loop is 'open', 'closed' or None, not {self.loop!r}")
         if not self.min_change > 0 or not self.noise_floor > 0:
             raise ValueError(f"min_change ({self.min_change}) and noise_floor ({self.noise_floor}) must be positive")
+        if not 0 < self.refine_within <= 1:
+            raise ValueError(f"refine_within ({self.refine_within}) is a share of min_change, in (0, 1]")
         if self.any_load and self.per_level:
             raise ValueError("a figure judged at any load has one reference for every level (per_level=False)")
 
@@ -118,7 +123,13 @@ WATCHED_CHANGES: dict[str, MetricRule] = {
     # about 1 at any load, so judged in every window whatever its load does; the two-hour soak's healthy windows went
     # down to 0.83 (median 1.06), a 30% slower engine gives 0.7 and a halved one 0.5
     "speed_index": MetricRule(
-        bad_direction=-1, min_change=0.25, noise_floor=0.02, per_level=False, any_load=True, weigh_window=True
+        bad_direction=-1,
+        min_change=0.2,
+        noise_floor=0.02,
+        per_level=False,
+        any_load=True,
+        weigh_window=True,
+        refine_within=0.5,
     ),
     # the engine's memory net of its prompt cache (a cache growing to its cap by design is not a collapse)
     "engine_memory_mib": MetricRule(bad_direction=+1, min_change=0.3, noise_floor=0.01),  # above warm-up growth (+15%)
@@ -408,9 +419,15 @@ class ChangeDetector:
             )
         )
         # judged against the reference so far, then refines it (median and MAD shrug off a few outliers); a window
-        # already past min_change the bad way does not, or a collapse right after a short reference is learned
+        # already past refine_within x min_change the bad way does not, or a collapse right after a short reference is
+        # learned
         # (a level judged against its prior takes its own reference once reference_windows such windows are in)
-        if tr.episode is None and settled and len(lv.sample) < s.refine_windows and bad * change < rule.min_change:
+        if (
+            tr.episode is None
+            and settled
+            and len(lv.sample) < s.refine_windows
+            and bad * change < rule.min_change * rule.refine_within
+        ):
             lv.add(x, sd)
             if len(lv.sample) >= s.reference_windows:
                 lv.fit(rule)

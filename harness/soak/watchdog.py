@@ -159,9 +159,12 @@ def change_finding(ev: ChangeEvent, history: Sequence[Window], wd: Watchdog, ope
             if ev.level is None
             else f"load level {ev.level} (about {LEVEL_STEP ** (ev.level or 0):.3g} rps)"
         )
-        # judged against its prior (the curve the measurement drew) before the soak had its own reference: the soak's
-        # requests may decode slower than the measurement's (longer contexts, other prompts), so it is said and recorded
+        # judged against its prior (1 on the engine's curve) before the soak had its own reference: the soak's requests
+        # may decode slower than those the curve learned (longer contexts, other prompts), so it is said and recorded
         early = ev.prior and not busy
+        # the curve began on the measurement phases, or (none recorded) on the soak's own first learned windows
+        phases = ((history[-1].get("speed") or {}).get("model") or {}).get("phases") if history else None
+        drew = "the measurement" if phases else "the soak's first learned windows"
         return Finding(
             "collapse",
             f"{ev.metric} {change} against its reference {ev.reference:.3g} at {at} "
@@ -174,8 +177,9 @@ def change_finding(ev: ChangeEvent, history: Sequence[Window], wd: Watchdog, ope
                 else ""
             )
             + (
-                "; from the soak's first windows, against the curve the measurement drew (the soak had no reference "
-                "of its own yet: its requests may decode slower than the measurement's), so it is recorded, not acted on"
+                f"; from the soak's first windows, against the curve {drew} drew (the soak had no reference "
+                "of its own yet: its requests may decode slower than those the curve learned), so it is recorded, not "
+                "acted on"
                 if early
                 else ""
             ),

@@ -387,3 +387,18 @@ def test_the_speed_index_is_judged_against_its_prior_from_the_first_window_after
         judged.append(det.judged()[0])
     assert judged == [False] * 7 + [True]
     assert detect_series(_indexed([1.0, 1.0] + [0.5] * 4, prior=None), st, rules=SPEED) == []
+
+
+def test_a_slowdown_just_short_of_the_gate_does_not_drag_the_speed_index_reference_down() -> None:
+    """A 30% slower engine read -15% to -24% a window in the simulated staged soak (bench/real_path.py, seed 3): those
+    windows refined the reference (median of up to 30) until it met them, and the collapse came 16 minutes late. A
+    window past half the gate the bad way no longer refines it, so the slowdown is judged against the healthy engine."""
+    st = DetectorSettings(warmup_windows=2, reference_windows=5, confirm_windows=2)
+    det = ChangeDetector(st, rules=SPEED)
+    for w in _indexed([1.0, 1.0] + [1.0, 1.02, 0.98, 1.01, 0.99] + [0.85] * 10):
+        assert det.update(w) == []
+    assert det.state()["speed_index"].reference == pytest.approx(1.0)
+    # then two windows past the gate: a collapse against the healthy reference (with the old rule the reference was
+    # 0.85 by now, and 0.78 only -8%)
+    events = detect_series(_indexed([1.0, 1.0] + [1.0, 1.02, 0.98, 1.01, 0.99] + [0.85] * 10 + [0.78] * 3), st, SPEED)
+    assert [(e.kind, e.reference) for e in events] == [("collapse", pytest.approx(1.0))]

@@ -20,7 +20,7 @@ from harness.detect.changepoint import ChangeDetector, DetectorSettings, detect_
 from harness.soak.assemble import replay_speed
 from harness.soak.coverage import coverage
 from harness.soak.slice import SETTLE_WINDOWS, detector_settings
-from harness.soak.speed import SpeedModel, spans_of, speed_figures, speed_index
+from harness.soak.speed import Span, SpeedModel, spans_of, speed_figures, speed_index
 from harness.soak.watchdog import change_finding
 
 RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "soak_records"
@@ -118,6 +118,25 @@ def test_an_engine_at_its_own_speed_is_about_one_at_every_load_and_half_when_hal
     assert all(0.95 < v < 1.05 for v in _indices(recs, model, 8) if v is not None)
     slowed = _indices(simulate([light, heavy], beta=0.0, slow_from=700.0), SpeedModel(), 8)
     assert all(0.4 < v < 0.6 for v in slowed[12:19] if v is not None), slowed
+
+
+def test_a_window_of_two_requests_that_disagree_weighs_little_and_one_of_ten_as_its_count_says() -> None:
+    # a healthy diurnal trough's window of two requests read 0.56 against 1.11 (bench/real_path.py, seed 4): the sd the
+    # two imply is itself a guess, widened as Student's t widens a mean of two (x 6.5), so the window weighs little
+    recs = simulate([(0.08, 600.0)], beta=0.0)
+    model = SpeedModel()
+    for t0, t1 in windows_of(recs, 60.0)[:8]:
+        model.learn(spans_of(recs), t0, t1)
+    t0 = 2e6
+
+    def alone(n: int) -> list[Span]:  # requests one after another, 2 s each, at the curve's speed and at half of it
+        return [Span(t0 + 5 * i, t0 + 5 * i + 0.1, t0 + 5 * i + 2.1, 80.0 if i % 2 else 40.0) for i in range(n)]
+
+    two, ten = speed_index(alone(2), t0, t0 + 60, model), speed_index(alone(10), t0, t0 + 60, model)
+    assert two is not None and ten is not None
+    assert two.index == pytest.approx(0.75, abs=0.02) and ten.index == pytest.approx(0.75, abs=0.02)
+    # their own standard errors: 0.25 and 0.083 of the index; widened to 1.6 and 0.096
+    assert two.sd > 1.0 and ten.sd < 0.15, (two.sd, ten.sd)
 
 
 def test_a_concurrency_never_learned_is_predicted_as_a_lower_bound() -> None:
@@ -319,9 +338,13 @@ def test_a_collapse_judged_against_the_prior_is_recorded_and_says_so() -> None:
         events += det.update(_steady(i, 1.0 if i == 0 else 0.5, speed_index_prior=1.0))
     assert [(e.kind, e.metric, e.prior) for e in events] == [("collapse", "speed_index", True)]
     wd = Watchdog(window_s=60, confirm_windows=2)
-    finding = change_finding(events[0], [_steady(i, 0.5) for i in range(3)], wd, open_loop=True)
+    measured = {"speed": {"model": {"phases": 2}}}  # the curve began on two measurement phases
+    finding = change_finding(events[0], [_steady(i, 0.5, **measured) for i in range(3)], wd, open_loop=True)
     assert finding.action == "record" and "against the curve the measurement drew" in finding.message
     assert finding.evidence["prior"] is True
+    # a curve the soak's own first windows drew (no measurement records: a soak-only pod, a replayed fixture) says so
+    own = change_finding(events[0], [_steady(i, 0.5) for i in range(3)], wd, open_loop=True)
+    assert "against the curve the soak's first learned windows drew" in own.message, own.message
     # after the soak's own reference, the same fall is acted on (the policy's action)
     det = ChangeDetector(DetectorSettings(warmup_windows=1, reference_windows=5, confirm_windows=2))
     events = []
