@@ -420,8 +420,7 @@ class ChangeDetector:
         )
         # judged against the reference so far, then refines it (median and MAD shrug off a few outliers); a window
         # already past refine_within x min_change the bad way does not, or a collapse right after a short reference is
-        # learned
-        # (a level judged against its prior takes its own reference once reference_windows such windows are in)
+        # learned (a level judged against its prior takes its own reference once reference_windows such windows are in)
         if (
             tr.episode is None
             and settled
