@@ -518,7 +518,11 @@ class MeasureVerify(_Strict):
 
 
 class Measurement(_Strict):
-    prompts: str = Field("builtin:repeat", description="builtin:NAME or a JSONL/JSON file of prompts")
+    prompts: str = Field(
+        "builtin:repeat",
+        description="builtin:NAME or a JSONL/JSON file of prompts; a prompt longer than one slot with its answer is left "
+        "out and the next one taken (counted with the engine's tokenizer, the run folder's prompts/ says which)",
+    )
     max_tokens: int = Field(
         128, ge=1, le=131_072, description="tokens per answer (requests ask ignore_eos: every answer is this long)"
     )

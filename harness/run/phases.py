@@ -7,10 +7,11 @@ import asyncio
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from engines.types import acceptance_figures, counters_delta
-from harness.common.errors import EngineCrashed, ScenarioError, ScrapeError
+from harness.common.errors import EngineCrashed, EngineError, ScenarioError, ScrapeError
 from harness.config.schema import Configuration
 from harness.detect.servable import goodput
 from harness.load.arrivals import arrival_figures, run_arrivals
@@ -18,6 +19,10 @@ from harness.load.client import RequestParams, run_streams
 from harness.load.schedule import Schedule
 from harness.probe.cpu import CpuMeter
 from harness.prompts import Prompt, PromptError, distinct_prompts
+from harness.prompts.fit import cache_path as fit_cache_path
+from harness.prompts.fit import fit
+from harness.prompts.fit import read as read_fitted
+from harness.prompts.fit import write as write_fitted
 from harness.prompts.lengths import built_or_cached, measurement_requests
 from harness.prompts.lengths import cache_path as lengths_cache_path
 from harness.records.files import RequestRecord
@@ -63,6 +68,9 @@ class PhaseExecutor:
         self.wall_anchor = wall_anchor
         self.requests = requests
         self.interruption = interruption
+        self._fitted: dict[Path, list[Prompt]] = {}  # the measurement's prompts that fit a slot, per cache file
+        self._unfit: set[tuple[Path, int]] = set()  # (cache file, slot tokens) where no prompt fits: said once
+        self._need: int | None = None  # the prompts the measured phases take (harness/prompts/lengths.py)
 
     def run(self, cfg: Configuration, session: EngineSession, spec: PhaseSpec, out: PhaseWriter | None) -> PhaseOutcome:
         """One phase on ``session``'s engine; its record is written to ``out`` (None: returned only)."""
@@ -211,7 +219,7 @@ class PhaseExecutor:
         sc = self.ctx.sc
         lengths = sc.measurement.lengths
         if lengths is None:
-            return self.prompts
+            return self.fitting(cfg, session)
         model = cfg.model or sc.server.model
         count = lengths.prompts or measurement_requests(sc.measurement)
         path = lengths_cache_path(self.ctx.run_dir, "measurement", model, lengths, sc.measurement.prompts, count)
@@ -223,3 +231,52 @@ class PhaseExecutor:
             )
         except PromptError as exc:
             raise ScenarioError(f"{self.ctx.loaded.path}: measurement.lengths: {exc}") from None
+
+    def fitting(self, cfg: Configuration, session: EngineSession) -> list[Prompt]:
+        """The set's prompts with those the measured phases would take but that do not fit one slot left out
+        (harness/prompts/fit.py): decided on the first engine that can count tokens, kept in the run folder."""
+        sc = self.ctx.sc
+        if self._need is None:
+            self._need = measurement_requests(sc.measurement)
+        need = self._need
+        max_tokens = self.ctx.params.max_tokens
+        path = fit_cache_path(self.ctx.run_dir, cfg.model or sc.server.model, sc.measurement.prompts, max_tokens, need)
+        if path in self._fitted:
+            return self._fitted[path]
+        if path.exists():
+            self._fitted[path] = read_fitted(path)
+            return self._fitted[path]
+        engine = session.engine
+        if engine.tokenize_path is None:
+            return self.prompts
+        try:
+            slot = session.capacity().ctx_per_slot
+            if slot is None:
+                return self.prompts
+            fitted = fit(self.prompts, engine, slot, max_tokens, need)
+        except EngineError as exc:
+            self.ctx.console.print(f"  measurement prompts not checked against the slot: {exc}")
+            return self.prompts
+        if not fitted.prompts:  # this engine's slot fits none: not decided here (a configuration with a bigger one may)
+            if (path, slot) not in self._unfit:
+                self._unfit.add((path, slot))
+                self.ctx.console.print(
+                    f"  measurement: none of the prompts fits one slot's {slot:,} tokens with the answer"
+                )
+            return self.prompts
+        if sc.measurement.prompt_reuse == "forbid" and fitted.kept < need:
+            raise ScenarioError(
+                f"{self.ctx.loaded.path}: measurement.prompts: {fitted.kept} of the set's prompts fit one slot's "
+                f"{slot:,} tokens with the answer, and the measured phases send {need} different ones "
+                f"(prompt_reuse: forbid); {len(fitted.left_out)} are longer"
+            )
+        write_fitted(path, fitted)
+        if fitted.left_out:
+            ids = ", ".join(f"{i} ({n:,} tokens)" for i, n in fitted.left_out[:5])
+            more = f" and {len(fitted.left_out) - 5} more" if len(fitted.left_out) > 5 else ""
+            self.ctx.console.print(
+                f"  measurement: {len(fitted.left_out)} prompt(s) left out, longer than one slot's {slot:,} tokens "
+                f"with the answer: {ids}{more} ({path})"
+            )
+        self._fitted[path] = fitted.prompts
+        return fitted.prompts

@@ -227,7 +227,9 @@ def test_engines_that_fail_at_start_or_refuse_every_request_are_exit_3_and_earli
     broken.write_bytes(smollm2.read_bytes()[: 4 * 2**20])  # a GGUF cut short
     # about 330 tokens: 2,048 a slot fits it, 256 (llama-server's smallest slot) does not
     long = {"id": "long", "messages": [{"role": "user", "content": "Repeat after me: " + "hello world " * 150}]}
-    (tmp_path / "long.jsonl").write_text(json.dumps(long) + "\n")
+    # and one no slot of this run fits (about 2,500 tokens): the measurement leaves it out (harness/prompts/fit.py)
+    huge = {"id": "huge", "messages": [{"role": "user", "content": "word " * 2500}]}
+    (tmp_path / "long.jsonl").write_text(json.dumps(long) + "\n" + json.dumps(huge) + "\n")  # verify takes the first
     scenario = _scenario(
         tmp_path,
         [
@@ -261,7 +263,12 @@ def test_engines_that_fail_at_start_or_refuse_every_request_are_exit_3_and_earli
     synth = [r for r in read_jsonl(run_dir / "verify.jsonl") if r["config"] == "synth"]
     assert synth and all(r["method"] == "skipped" for r in synth), synth
     base = [r for r in records if r["config"] == "baseline"]
-    assert len(base) == 4 and all(r["status"] == "ok" for r in base)
+    assert len(base) == 4 and all(r["status"] == "ok" for r in base), base
+    (fitted,) = (run_dir / "prompts").glob("fit-*.jsonl")
+    meta = json.loads(fitted.read_text().splitlines()[0])["_meta"]
+    assert meta["slot_tokens"] == 2048 and [x["id"] for x in meta["left_out"]] == ["huge"], meta
+    # the tight engine's slot fits neither prompt: it does not decide, and where it went first it sent both
+    assert {r["prompt_id"] for r in records if r["config"] != "tight"} == {"long"}
     tight = [r for r in records if r["config"] == "tight"]
     assert tight and all(r["error_kind"] == "context_overflow" for r in tight), tight
     manifest = json.loads((run_dir / "manifest.json").read_text())
