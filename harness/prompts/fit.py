@@ -17,7 +17,7 @@ from harness.prompts import Prompt, load_prompts
 from harness.prompts.lengths import Tokenizer
 
 # what a chat template adds around the messages (SmolLM2's default system turn is about 20 tokens; <|im_start|>role
-# and <|im_end|> a few per message): counted on top of the contents' own tokens, so a prompt kept is never refused
+# and <|im_end|> a few per message): counted on top of the contents' own tokens, an allowance from above
 TEMPLATE_TOKENS = 48
 TEMPLATE_TOKENS_PER_MESSAGE = 8
 
