@@ -76,6 +76,14 @@ def share_index(start: int, seq: int, index: int, total: int, count: int, reuse:
     return i % count
 
 
+def write_prompt_lines(path: Path, lines: list[str]) -> None:
+    """A prompt file the run builds (harness/prompts/lengths.py, fit.py), written whole or not at all."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
 def builtin_names() -> list[str]:
     return sorted(_builtin_files())
 

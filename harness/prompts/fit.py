@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.prompts import Prompt, load_prompts
+from harness.prompts import Prompt, load_prompts, write_prompt_lines
 from harness.prompts.lengths import Tokenizer
 
 # what a chat template adds around the messages (SmolLM2's default system turn is about 20 tokens; <|im_start|>role
@@ -71,11 +71,7 @@ def write(path: Path, fitted: Fitted) -> None:
             "template_tokens": [TEMPLATE_TOKENS, TEMPLATE_TOKENS_PER_MESSAGE],
         }
     }
-    lines = [json.dumps(meta)] + [json.dumps(p.to_dict(), ensure_ascii=False) for p in fitted.prompts]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_prompt_lines(path, [json.dumps(meta)] + [json.dumps(p.to_dict(), ensure_ascii=False) for p in fitted.prompts])
 
 
 def read(path: Path) -> list[Prompt]:

@@ -219,15 +219,12 @@ def built_or_cached(
 ) -> list[Prompt]:
     """The prompts built once per run (kept at ``path``) and read back on later calls: every configuration, slice and
     resume sends the same ones."""
-    from harness.prompts import load_prompts
+    from harness.prompts import load_prompts, write_prompt_lines
 
     if path.exists():
         return load_prompts(str(path), path.parent)
     built = build(source, lengths, count, tokenizer)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("\n".join(built.to_lines()) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_prompt_lines(path, built.to_lines())
     if say is not None:
         what = f"{count} prompts" + (f", input drawn in {built.counted_in}" if built.input_drawn else "")
         say(

@@ -70,7 +70,7 @@ class PhaseExecutor:
         self.interruption = interruption
         self._fitted: dict[Path, list[Prompt]] = {}  # the measurement's prompts that fit a slot, per cache file
         self._unfit: set[tuple[Path, int]] = set()  # (cache file, slot tokens) where no prompt fits: said once
-        self._need: int | None = None  # the prompts the measured phases take (harness/prompts/lengths.py)
+        self._need = measurement_requests(ctx.sc.measurement)  # the prompts the measured phases take
 
     def run(self, cfg: Configuration, session: EngineSession, spec: PhaseSpec, out: PhaseWriter | None) -> PhaseOutcome:
         """One phase on ``session``'s engine; its record is written to ``out`` (None: returned only)."""
@@ -236,8 +236,6 @@ class PhaseExecutor:
         """The set's prompts with those the measured phases would take but that do not fit one slot left out
         (harness/prompts/fit.py): decided on the first engine that can count tokens, kept in the run folder."""
         sc = self.ctx.sc
-        if self._need is None:
-            self._need = measurement_requests(sc.measurement)
         need = self._need
         max_tokens = self.ctx.params.max_tokens
         path = fit_cache_path(self.ctx.run_dir, cfg.model or sc.server.model, sc.measurement.prompts, max_tokens, need)
