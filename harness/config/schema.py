@@ -307,7 +307,11 @@ class Saturation(_Strict):
         "were scheduled at (completion rate over the first-to-last completion against scheduled rate over the first-to-last send)",
     )
     late_share_max: float = Field(
-        0.1, ge=0, le=1, description="saturated when more than this share of the requests was sent late"
+        0.1,
+        ge=0,
+        le=1,
+        description="saturated when more than this share of the requests was sent late because every "
+        "`max_in_flight` slot was taken (a send the client made late with a slot free does not count)",
     )
     goodput_ratio_min: float = Field(
         0.9,

@@ -5,7 +5,9 @@ A rate is **saturated** for a configuration when what it serves stops following 
 - its responses complete at less than ``completion_ratio_min`` of the rate the requests were scheduled at
   (``completion_rps`` over ``schedule_rps``, both first-to-last, so the last answers' tail does not count;
   records without them fall back to achieved over offered);
-- more than ``late_share_max`` of its requests were sent late (``max_in_flight`` in flight at their time);
+- more than ``late_share_max`` of its requests were sent late because they waited for a slot (``max_in_flight``
+  in flight at their time: ``queued``). A send the client itself made a few ms late is recorded late but is not
+  the engine falling behind; records from before ``queued`` count every late send;
 - with an SLO, fewer than ``goodput_ratio_min`` of its requests met it (the SLO broke before the throughput did).
 
 The **saturation point** of a configuration is the first rate, ascending, judged saturated; the highest rate
@@ -72,7 +74,8 @@ def ratios(phase: Mapping[str, Any]) -> tuple[float | None, float | None, float 
         ach, off = _num(phase.get("achieved_rps")), _num(phase.get("offered_rps"))
         completion = ach / off if ach is not None and off else (0.0 if sched and not _num(phase.get("ok")) else None)
     n = _num(phase.get("scheduled")) or _num(phase.get("requests"))
-    late = _num(phase.get("late"))
+    queued = _num(phase.get("queued"))
+    late = queued if queued is not None else _num(phase.get("late"))
     late_share = late / n if late is not None and n else None
     met = _num(phase.get("slo_met"))
     goodput = met / n if met is not None and n else None
@@ -84,7 +87,7 @@ def judge_ratios(completion: float | None, late_share: float | None, goodput: fl
     if completion is not None and completion < rule.completion_ratio_min:
         why.append(f"completions {completion:.2f}× the scheduled rate (< {rule.completion_ratio_min:g})")
     if late_share is not None and late_share > rule.late_share_max:
-        why.append(f"{late_share:.0%} sent late (> {rule.late_share_max:.0%})")
+        why.append(f"{late_share:.0%} sent late, waiting for a slot (> {rule.late_share_max:.0%})")
     if goodput is not None and goodput < rule.goodput_ratio_min:
         why.append(f"{goodput:.0%} met the SLO (< {rule.goodput_ratio_min:.0%})")
     return Judgement(bool(why), "; ".join(why), completion, late_share, goodput)

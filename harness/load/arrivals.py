@@ -47,6 +47,7 @@ def arrival_figures(records: Sequence[RequestRecord], sched: Schedule, wall_s: f
         "schedule_rps": (len(sched) - 1) / send_span if send_span > 0 else None,
         "completion_rps": (len(ends) - 1) / (ends[-1] - ends[0]) if len(ends) > 1 and ends[-1] > ends[0] else None,
         "late": sum(1 for r in records if r.late),
+        "queued": sum(1 for r in records if r.queued),
         "max_send_delay_s": max(delays) if delays else None,
         "e2e_from_schedule_p50_s": float(np.median(from_schedule)) if from_schedule else None,
     }
@@ -118,6 +119,7 @@ async def run_arrivals(
                     scheduled_unix_s=scheduled,
                     send_delay_s=delay,
                     late=waited or delay > late_after_s,
+                    queued=waited,
                     id=f"{rec.attempt}/0/{i}" if rec.attempt else rec.id,
                 )
                 records.append(rec)

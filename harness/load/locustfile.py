@@ -293,6 +293,7 @@ class _RecordingUser(User):
                 scheduled_unix_s=round(_ANCHOR[0] + (due_ns - _ANCHOR[1]) / 1e9, 6),
                 send_delay_s=round(delay, 6),
                 late=waited or delay > LATE_AFTER_S,
+                queued=waited,
             )
         if not CONFIG.get("keep_text", False):
             rec["text"] = None

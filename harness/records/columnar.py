@@ -65,6 +65,7 @@ SCHEMA = pa.schema(
         ("scheduled_unix_s", pa.float64()),
         ("send_delay_s", pa.float64()),
         ("late", pa.bool_()),
+        ("queued", pa.bool_()),
     ]
 )
 

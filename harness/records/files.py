@@ -74,6 +74,7 @@ class RequestRecord:
     scheduled_unix_s: float | None = None  # when the schedule said to send it
     send_delay_s: float | None = None  # start_unix_s - scheduled_unix_s (0 when on time)
     late: bool | None = None  # it waited for a slot (max_in_flight in flight), or went out past LATE_AFTER_S
+    queued: bool | None = None  # it waited for a slot: the engine's fault, where a late client send is the harness's
 
     def to_dict(self) -> dict[str, Any]:
         # shallow (asdict deep-copies every ITL float, ~40 % of a record's cost): the fields are

@@ -110,7 +110,8 @@ def test_an_overloaded_sweep_reports_late_sends_and_saturates_below_the_highest_
     run = run_scenario(data, tmp_path, timeout=600)
     phases = {p["load"]: p for p in read_jsonl(run / "phases.jsonl")}
     assert set(phases) == {"0.5rps", "6rps"}  # 12 rps skipped: past saturation
-    assert phases["6rps"]["late"] >= 4 and phases["0.5rps"]["late"] == 0
+    # the engine's queue, not the client's few-ms slips (a busy CI machine sends some 0.5 rps requests >10 ms late)
+    assert phases["6rps"]["queued"] >= 4 and phases["0.5rps"]["queued"] == 0
     sat = pd.read_csv(run / "saturation.csv").iloc[0]
     assert sat["saturation_kind"] == "saturated" and sat["saturation_rps"] == 6 < 12
     assert sat["sustained_rps"] == 0.5 and "sent late" in sat["decided_by"]

@@ -65,6 +65,16 @@ def test_a_phase_that_keeps_up_is_not_saturated() -> None:
     assert j.goodput_ratio == pytest.approx(0.9)  # exactly at each bound: still keeping up
 
 
+def test_only_sends_that_waited_for_a_slot_count_as_the_engine_falling_behind() -> None:
+    # the CI flake of 2026-12-07: at 0.5 rps one send of 8 went out >10 ms late with both slots free (a busy
+    # client, not a full engine), and 1/8 late saturated the lowest rate
+    slip = judge(_phase(0.5, n=8, late=1, queued=0), RULE)
+    assert not slip.saturated and slip.late_share == 0.0
+    full = judge(_phase(6.0, n=8, late=6, queued=5), RULE)
+    assert full.saturated and full.late_share == pytest.approx(5 / 8) and "waiting for a slot" in full.why
+    assert judge(_phase(0.5, n=8, late=1), RULE).saturated  # records from before `queued`: every late send counts
+
+
 @pytest.mark.parametrize(
     ("phase", "words"),
     [
