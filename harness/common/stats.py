@@ -65,23 +65,25 @@ def ratio_interval(ratios: Sequence[float], level: float = CI_LEVEL) -> tuple[fl
 def unpaired_ratio_interval(
     before: Sequence[float], after: Sequence[float], level: float = CI_LEVEL
 ) -> tuple[float | None, float | None, float | None]:
-    """(ratio, low, high) of after over before from two unpaired samples: the pooled-variance two-sample Student-t
-    interval of the difference of their mean logarithms, back-transformed. One value on one side is enough when the
-    other has two (the spread is then the other side's); (ratio, None, None) with fewer than three values in all or no
-    spread, (None, None, None) with an empty side."""
+    """(ratio, low, high) of after over before from two unpaired samples: Welch's two-sample Student-t interval of the
+    difference of their mean logarithms (each side's own spread), back-transformed. Each side needs two values: one
+    value has no spread of its own, and lending it the other side's calls machine drift a change (docs/soak.md#coverage);
+    (ratio, None, None) with fewer or no spread, (None, None, None) with an empty side."""
     b = [math.log(float(x)) for x in before if isnum(x) and float(x) > 0]
     a = [math.log(float(x)) for x in after if isnum(x) and float(x) > 0]
     if not a or not b:
         return None, None, None
     mb, ma = sum(b) / len(b), sum(a) / len(a)
     centre = math.exp(ma - mb)
-    df = len(a) + len(b) - 2
-    if df < 1:
+    if len(a) < 2 or len(b) < 2:
         return centre, None, None
-    pooled = (sum((x - mb) ** 2 for x in b) + sum((x - ma) ** 2 for x in a)) / df
-    if pooled <= 0:
+    va = sum((x - ma) ** 2 for x in a) / (len(a) - 1) / len(a)
+    vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1) / len(b)
+    se2 = va + vb
+    if se2 <= 0:
         return centre, None, None
-    half = float(stats.t.ppf(0.5 + level / 2, df)) * math.sqrt(pooled * (1 / len(a) + 1 / len(b)))
+    df = se2**2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))  # Welch-Satterthwaite
+    half = float(stats.t.ppf(0.5 + level / 2, df)) * math.sqrt(se2)
     return centre, math.exp(ma - mb - half), math.exp(ma - mb + half)
 
 

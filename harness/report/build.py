@@ -626,8 +626,8 @@ def _blocks(
                 p(
                     "Before: the measurement phases on a fresh engine. After: the same phases on the engine that lived through",
                     "the soak, soak.after_repetitions times over with the prompts of the repetitions before. The ratio after to",
-                    "before of the phases' median decode t/s (total t/s in open loop) has a 95% interval (two-sample t on",
-                    "the logarithms); 'degraded' means",
+                    "before of the phases' median decode t/s (total t/s in open loop) has a 95% interval (Welch's two-sample t",
+                    "on the logarithms, two repetitions or more on each side); 'degraded' means",
                     "the whole interval lies under 1: the engine aged, or the machine slowed (the soak windows and the",
                     "baseline's own row tell which). An open-loop phase is run again with its own schedule and prompts: the",
                     "same offered load, so achieved rps, goodput and late sends compare too.",

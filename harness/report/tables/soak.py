@@ -246,9 +246,9 @@ def _uptime_text(v: dict[str, Any]) -> str:
 
 def after_soak_table(runs: list[RunData]) -> pd.DataFrame:
     """The measurement before the soak (fresh engine) and after it (the soaked engine), per configuration and
-    stream count: total t/s, solo decode, acceptance, TTFT, and the ratio after / before with its 95% interval (the
-    two-sample t interval of the phases' log median decode t/s, or log total t/s in open loop, soak.after_repetitions
-    after against the repetitions before):
+    stream count: total t/s, solo decode, acceptance, TTFT, and the ratio after / before with its 95% interval
+    (Welch's two-sample t interval of the phases' log median decode t/s, or log total t/s in open loop,
+    soak.after_repetitions after against measurement.repetitions before; two or more on each side):
     'degraded' when the interval lies under 1, 'better' when it lies over 1."""
     rows: list[dict[str, Any]] = []
     for run in runs:
@@ -315,8 +315,14 @@ def after_soak_table(runs: list[RunData]) -> pd.DataFrame:
                     row[f"{label}_ttft_p50_s"] = float(r["ttft_s"].median()) if not r.empty else None
             if r_lo is not None and r_hi is not None:
                 row["verdict"] = "degraded" if r_hi < 1.0 else ("better" if r_lo > 1.0 else "same within the interval")
-            else:
+            elif len(b_tps) < 2 and len(a_tps) < 2:
                 row["verdict"] = "n/a (one repetition each side: no interval)"
+            elif len(b_tps) < 2:  # a single value has no spread of its own
+                row["verdict"] = "n/a (one repetition before (measurement.repetitions): no interval)"
+            elif len(a_tps) < 2:
+                row["verdict"] = "n/a (one repetition after (soak.after_repetitions): no interval)"
+            else:
+                row["verdict"] = "n/a (no spread on either side: no interval)"
             rows.append(row)
     return pd.DataFrame(rows)
 
