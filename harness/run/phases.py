@@ -221,7 +221,7 @@ class PhaseExecutor:
         if lengths is None:
             return self.fitting(cfg, session)
         model = cfg.model or sc.server.model
-        count = lengths.prompts or measurement_requests(sc.measurement)
+        count = lengths.prompts or self._need
         path = lengths_cache_path(self.ctx.run_dir, "measurement", model, lengths, sc.measurement.prompts, count)
         engine = session.engine
         tokenizer = engine if engine.tokenize_path is not None else None
