@@ -92,6 +92,20 @@ def soak_warnings(sc: Scenario) -> list[str]:
             f"soak.watchdog.stall_warn_s ({wd.stall_warn_s:g} s) is not below soak.stall_s ({sc.soak.stall_s:g} s): a pause "
             f"fails its requests before the watchdog can warn of it"
         )
+    # the before/after comparison is Welch's interval, a spread on each side (harness/common/stats.py)
+    short = [
+        f"{field} is {n}"
+        for field, n in (
+            ("measurement.repetitions", sc.measurement.repetitions),
+            ("soak.after_repetitions", sc.soak.after_repetitions),
+        )
+        if n < 2
+    ]
+    if short:
+        out.append(
+            f"{' and '.join(short)}: the after-soak comparison needs two repetitions on each side for an interval, so it "
+            f"will say 'n/a' and never 'degraded'; set 3 (docs/soak.md#after-the-soak)"
+        )
     canary = sc.soak.canary
     if (
         canary.enabled is not False

@@ -230,6 +230,30 @@ def test_validate_warns_of_a_prompt_cache_cap_over_the_memory_limit(tmp_path: Pa
     assert any("stall_warn_s" in w for w in soak_warnings(sc))
 
 
+def test_validate_warns_when_a_side_of_the_after_soak_comparison_has_one_repetition(tmp_path: Path) -> None:
+    # Welch's interval needs a spread on each side (harness/common/stats.py): one repetition gives 'n/a', never
+    # 'degraded', and the ramp's one fresh repetition once made a healthy soak look slower (docs/soak.md#coverage)
+    import yaml
+
+    from harness.config.checks import soak_warnings
+    from harness.config.loader import load_scenario
+
+    def warned(measurement: dict[str, object], soak: dict[str, object]) -> list[str]:
+        path = _soak_scenario(tmp_path, {"duration_s": 600, **soak})
+        data = yaml.safe_load(path.read_text())
+        data["measurement"].update(measurement)
+        path.write_text(yaml.safe_dump(data))
+        return [w for w in soak_warnings(load_scenario(path).scenario) if "after-soak comparison" in w]
+
+    (one,) = warned({}, {})  # measurement.repetitions defaults to 1
+    assert one.startswith("measurement.repetitions is 1: ") and "'n/a'" in one
+    (both,) = warned({}, {"after_repetitions": 1})
+    assert both.startswith("measurement.repetitions is 1 and soak.after_repetitions is 1: ")
+    (after,) = warned({"repetitions": 3}, {"after_repetitions": 1})
+    assert after.startswith("soak.after_repetitions is 1: ")
+    assert warned({"repetitions": 2}, {}) == []
+
+
 def test_sglang_kv_usage_and_retractions_from_its_metrics() -> None:
     from engines.sglang import SGLang
 
