@@ -152,12 +152,13 @@ def change_finding(ev: ChangeEvent, history: Sequence[Window], wd: Watchdog, ope
         busy = [w for w in history[-wd.confirm_windows :] if w.get("contaminated")]
         other = max((float((w.get("cpu") or {}).get("other_cores") or 0.0) for w in busy), default=0.0)
         steal = max((float((w.get("cpu") or {}).get("steal_cores") or 0.0) for w in busy), default=0.0)
+        # a rule judged at any load (the speed index) has no level: "None users" was the closed loop's message
         at = (
-            f"{ev.level} users"
-            if not open_loop
-            else "any load level"
+            "any load level"
             if ev.level is None
-            else f"load level {ev.level} (about {LEVEL_STEP ** (ev.level or 0):.3g} rps)"
+            else f"{ev.level} users"
+            if not open_loop
+            else f"load level {ev.level} (about {LEVEL_STEP**ev.level:.3g} rps)"
         )
         # judged against its prior (1 on the engine's curve) before the soak had its own reference: the soak's requests
         # may decode slower than those the curve learned (longer contexts, other prompts), so it is said and recorded

@@ -434,7 +434,18 @@ SCORE_BEFORE_CAP = {"gauntlet", "alone_2h"}
 
 @pytest.mark.parametrize(
     "name",
-    ["cache", "stalls", "drift", "faults", "staged_2h", "alone_2h", "gauntlet", "alone_planted", "overload_planted"],
+    [
+        "cache",
+        "stalls",
+        "drift",
+        "faults",
+        "staged_2h",
+        "alone_2h",
+        "gauntlet",
+        "alone_planted",
+        "overload_planted",
+        "busy_staged",
+    ],
 )
 def test_rules_replayed_over_a_real_soaks_windows_give_the_verdicts_it_wrote(name: str) -> None:
     wd, open_loop, windows, verdicts = _folder(name)
@@ -456,6 +467,49 @@ def test_rules_replayed_over_a_real_soaks_windows_give_the_verdicts_it_wrote(nam
         assert written == replayed
         if name != "stalls":  # that soak ran before the stall message took its present wording
             assert v["message"].removeprefix("attached server: ").startswith(f.message)
+
+
+def test_a_soak_with_a_third_of_a_core_taken_is_judged_by_its_speed_index_and_a_slowdown_in_it_is_recorded() -> None:
+    # the live staged soak with bench/cpu_taker.py taking 0.33 cores the whole run (fixture busy_staged): every window
+    # contaminated, so the per-level figures learn nothing, and the speed index, judged at any load, still looks
+    wd, open_loop, windows, written = _folder("busy_staged")
+    assert all(w["contaminated"] and w["cpu"]["other_cores"] >= 0.3 for w in windows)
+    det = ChangeDetector(detector_settings(wd))
+    judged = []
+    for w in windows:
+        det.update(w)
+        judged.append(det.judged())
+    assert judged[: wd.warmup_windows] == [(False, "warm-up")] * wd.warmup_windows
+    assert all(ok for ok, _ in judged[wd.warmup_windows :])  # 28 of 31: all but the warm-up
+    # its one verdict: the engine slowed by the taker did not serve the 0.5-rps level, a finding recorded
+    got = _replay(wd, open_loop, windows)
+    assert [(f.kind, f.metric, f.action) for _, f in got] == [("overload", "served_rps", None)]
+    assert "other processes took the CPU in 3 of these windows" in got[0][1].message
+    assert [v["kind"] for v in written] == ["overload"] and written[0]["action"] == "record"
+    # the same soak halved from its 20th window: a collapse of the speed index, named as contaminated and recorded
+    half = [
+        {**w, "speed_index": w["speed_index"] * 0.5} if i >= 20 and w.get("speed_index") is not None else w
+        for i, w in enumerate(windows)
+    ]
+    collapses = [f for _, f in _replay(wd, open_loop, half) if f.kind == "collapse"]
+    assert [(f.metric, f.action) for f in collapses] == [("speed_index", "record")]
+    onset = collapses[0].evidence["onset_unix"]
+    assert windows[20]["t_start_unix"] <= onset <= windows[22]["t_end_unix"]
+    assert (
+        "other processes took up to 0.3" in collapses[0].message
+        and "in 2 of its last 2 windows" in collapses[0].message
+    )
+    # the closed-loop ramp under the same taker (fixture busy_ramp): a dip of the index, recorded, then its recovery
+    wd, open_loop, windows, written = _folder("busy_ramp")
+    got = _replay(wd, open_loop, windows)
+    assert [(f.kind, f.metric, f.action) for _, f in got] == [
+        ("collapse", "speed_index", "record"),
+        ("recovered", "speed_index", "record"),
+    ]
+    assert [(v["kind"], v["action"]) for v in written] == [("collapse", "record"), ("recovered", "record")]
+    msg = got[0][1].message
+    assert msg.startswith("speed_index -24% against its reference 1 at any load level (now 0.762)"), msg
+    assert "other processes took up to 0.34 cores" in msg and "recorded, not acted on" in msg
 
 
 def test_a_stall_long_past_does_not_make_two_windows_one_request_short_a_collapse() -> None:
