@@ -16,6 +16,8 @@ import numpy as np
 from scipy import stats
 
 CI_LEVEL = 0.95
+# values each side of an unpaired ratio needs for an interval: each side's own spread (Welch)
+UNPAIRED_MIN_PER_SIDE = 2
 
 
 def isnum(v: object) -> bool:
@@ -75,7 +77,7 @@ def unpaired_ratio_interval(
         return None, None, None
     mb, ma = sum(b) / len(b), sum(a) / len(a)
     centre = math.exp(ma - mb)
-    if len(a) < 2 or len(b) < 2:
+    if len(a) < UNPAIRED_MIN_PER_SIDE or len(b) < UNPAIRED_MIN_PER_SIDE:
         return centre, None, None
     va = sum((x - ma) ** 2 for x in a) / (len(a) - 1) / len(a)
     vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1) / len(b)

@@ -92,14 +92,16 @@ def soak_warnings(sc: Scenario) -> list[str]:
             f"soak.watchdog.stall_warn_s ({wd.stall_warn_s:g} s) is not below soak.stall_s ({sc.soak.stall_s:g} s): a pause "
             f"fails its requests before the watchdog can warn of it"
         )
-    # the before/after comparison is Welch's interval, a spread on each side (harness/common/stats.py)
+    # the before/after comparison is Welch's interval, a spread on each side (scipy: imported only when validating)
+    from harness.common.stats import UNPAIRED_MIN_PER_SIDE
+
     short = [
         f"{field} is {n}"
         for field, n in (
             ("measurement.repetitions", sc.measurement.repetitions),
             ("soak.after_repetitions", sc.soak.after_repetitions),
         )
-        if n < 2
+        if n < UNPAIRED_MIN_PER_SIDE
     ]
     if short:
         out.append(

@@ -152,7 +152,7 @@ def change_finding(ev: ChangeEvent, history: Sequence[Window], wd: Watchdog, ope
         busy = [w for w in history[-wd.confirm_windows :] if w.get("contaminated")]
         other = max((float((w.get("cpu") or {}).get("other_cores") or 0.0) for w in busy), default=0.0)
         steal = max((float((w.get("cpu") or {}).get("steal_cores") or 0.0) for w in busy), default=0.0)
-        # a rule judged at any load (the speed index) has no level: "None users" was the closed loop's message
+        # a rule judged at any load (the speed index) has no level, in either loop
         at = (
             "any load level"
             if ev.level is None

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from engines.types import EngineCounters, acceptance_figures
-from harness.common.stats import t_interval, unpaired_ratio_interval
+from harness.common.stats import UNPAIRED_MIN_PER_SIDE, t_interval, unpaired_ratio_interval
 from harness.config.policy import ENGINE_FAILURES, verdict_fails
 from harness.report.load import RunData
 from harness.soak.canary import canary_cell
@@ -315,11 +315,11 @@ def after_soak_table(runs: list[RunData]) -> pd.DataFrame:
                     row[f"{label}_ttft_p50_s"] = float(r["ttft_s"].median()) if not r.empty else None
             if r_lo is not None and r_hi is not None:
                 row["verdict"] = "degraded" if r_hi < 1.0 else ("better" if r_lo > 1.0 else "same within the interval")
-            elif len(b_tps) < 2 and len(a_tps) < 2:
+            elif len(b_tps) < UNPAIRED_MIN_PER_SIDE and len(a_tps) < UNPAIRED_MIN_PER_SIDE:
                 row["verdict"] = "n/a (one repetition each side: no interval)"
-            elif len(b_tps) < 2:  # a single value has no spread of its own
+            elif len(b_tps) < UNPAIRED_MIN_PER_SIDE:  # a single value has no spread of its own
                 row["verdict"] = "n/a (one repetition before (measurement.repetitions): no interval)"
-            elif len(a_tps) < 2:
+            elif len(a_tps) < UNPAIRED_MIN_PER_SIDE:
                 row["verdict"] = "n/a (one repetition after (soak.after_repetitions): no interval)"
             else:
                 row["verdict"] = "n/a (no spread on either side: no interval)"
