@@ -24,6 +24,10 @@ from harness.records.types import SoakWindow
 from harness.soak.figures import cache_outlook, stall_to_flag
 from harness.soak.windows import load_key
 
+# what another process's CPU can cost a CPU engine: the share of its speed lost over the share of the CPU in use the
+# other process took (threads that wait on each other lose more than it takes): llama-server's solo decode lost 37% to
+# a third of a core taken and 76% to two thirds on this 2-core VM, 2.23 and 2.29 (bench/cpu_cost.py, 2026-12-07)
+CPU_AMPLIFICATION = 2.25
 RSS_TREND_AFTER_S = 600.0  # the slow RSS trend ignores the engine's first 10 minutes (warm-up growth is not a leak)
 # figures a window carries only in some soaks: in its evidence where it has one (open loop: harness/soak/windows.py)
 BRIEF_IF_SET = ("alone_decode_tps", "speed_index")
@@ -152,6 +156,7 @@ def change_finding(ev: ChangeEvent, history: Sequence[Window], wd: Watchdog, ope
         busy = [w for w in history[-wd.confirm_windows :] if w.get("contaminated")]
         other = max((float((w.get("cpu") or {}).get("other_cores") or 0.0) for w in busy), default=0.0)
         steal = max((float((w.get("cpu") or {}).get("steal_cores") or 0.0) for w in busy), default=0.0)
+        beyond = beyond_lost_cpu(ev, history, wd.confirm_windows, busy)
         # a rule judged at any load (the speed index) has no level, in either loop
         at = (
             "any load level"
@@ -173,7 +178,13 @@ def change_finding(ev: ChangeEvent, history: Sequence[Window], wd: Watchdog, ope
             + (
                 f"; other processes took up to {other:.2f} cores"
                 + (f" and the hypervisor up to {steal:.2f} (steal)" if steal >= 0.005 else "")
-                + f" in {len(busy)} of its last {wd.confirm_windows} windows, so it is recorded, not acted on"
+                + f" in {len(busy)} of its last {wd.confirm_windows} windows"
+                + (
+                    f", which explains at most {beyond[1]:.0%} of a slowdown, not this one ({beyond[0]:.3g} of its "
+                    "reference in those windows)"
+                    if beyond is not None and beyond[2]
+                    else ", so it is recorded, not acted on"
+                )
                 if busy
                 else ""
             )
@@ -184,9 +195,15 @@ def change_finding(ev: ChangeEvent, history: Sequence[Window], wd: Watchdog, ope
                 if early
                 else ""
             ),
-            {**evidence, "contaminated_windows": len(busy)} if busy else evidence,
+            {
+                **evidence,
+                "contaminated_windows": len(busy),
+                **({"lost_cpu": {"ratio": beyond[0], "explained": beyond[1]}} if beyond is not None else {}),
+            }
+            if busy
+            else evidence,
             metric=ev.metric,
-            action="record" if busy or early else None,
+            action="record" if (busy and not (beyond is not None and beyond[2])) or early else None,
         )
     return Finding(
         "recovered",
@@ -196,6 +213,37 @@ def change_finding(ev: ChangeEvent, history: Sequence[Window], wd: Watchdog, ope
         metric=ev.metric,
         action="record",
     )
+
+
+def _cpu_used(w: Window) -> tuple[float, float]:
+    """(cores other processes and the hypervisor took, cores in use in all) in a window's CPU split."""
+    cpu = w.get("cpu") or {}
+    lost = float(cpu.get("other_cores") or 0.0) + float(cpu.get("steal_cores") or 0.0)
+    return lost, lost + float(cpu.get("engine_cores") or 0.0) + float(cpu.get("harness_cores") or 0.0)
+
+
+def beyond_lost_cpu(
+    ev: ChangeEvent, history: Sequence[Window], confirm_windows: int, busy: Sequence[Window]
+) -> tuple[float, float, bool] | None:
+    """A slowdown of the speed index confirmed in contaminated windows, against what the CPU other processes (and the
+    hypervisor) took can explain: (the confirm windows' median index over its reference, the largest share of speed
+    that CPU explains, whether the slowdown is larger than that and still clears the rule's own gate beside it). A
+    slowdown the lost CPU cannot explain is acted on; one it can is recorded. None for another metric or no CPU split.
+    The share: the cores taken over the most cores in use in any window of the soak so far (the machine a CPU engine
+    fills; not the window's own total, which a slowed engine lowers), times CPU_AMPLIFICATION, measured against a
+    quiet machine, so it is an upper bound where the curve was drawn on an equally busy one."""
+    if ev.metric != "speed_index" or not busy or ev.reference <= 0:
+        return None
+    capacity = max((_cpu_used(w)[1] for w in history), default=0.0)
+    if capacity <= 0:
+        return None
+    confirm = history[-confirm_windows:]
+    values = sorted(float(w[ev.metric]) for w in confirm if w.get(ev.metric) is not None) or [ev.value]
+    mid = len(values) // 2
+    ratio = (values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2) / ev.reference
+    explained = min(1.0, CPU_AMPLIFICATION * max(_cpu_used(w)[0] for w in busy) / capacity)
+    gate = WATCHED_CHANGES[ev.metric].min_change
+    return round(ratio, 4), round(explained, 4), ratio < (1.0 - explained) * (1.0 - gate)
 
 
 def stall_rule(win: SoakWindow, wd: Watchdog, state: WatchState) -> Finding | None:
