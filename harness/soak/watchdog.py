@@ -11,10 +11,11 @@ engine served earlier in the soak and no longer does), judged on every window wh
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from harness.config.schema import Watchdog
 from harness.detect.changepoint import WATCHED_CHANGES, ChangeEvent, memory_forecast
@@ -156,7 +157,8 @@ def change_finding(ev: ChangeEvent, history: Sequence[Window], wd: Watchdog, ope
         busy = [w for w in history[-wd.confirm_windows :] if w.get("contaminated")]
         other = max((float((w.get("cpu") or {}).get("other_cores") or 0.0) for w in busy), default=0.0)
         steal = max((float((w.get("cpu") or {}).get("steal_cores") or 0.0) for w in busy), default=0.0)
-        beyond = beyond_lost_cpu(ev, history, wd.confirm_windows, busy)
+        lost = lost_cpu(ev, history, wd.confirm_windows, busy)
+        unexplained = lost is not None and lost.unexplained
         # a rule judged at any load (the speed index) has no level, in either loop
         at = (
             "any load level"
@@ -180,9 +182,9 @@ def change_finding(ev: ChangeEvent, history: Sequence[Window], wd: Watchdog, ope
                 + (f" and the hypervisor up to {steal:.2f} (steal)" if steal >= 0.005 else "")
                 + f" in {len(busy)} of its last {wd.confirm_windows} windows"
                 + (
-                    f", which explains at most {beyond[1]:.0%} of a slowdown, not this one ({beyond[0]:.3g} of its "
-                    "reference in those windows)"
-                    if beyond is not None and beyond[2]
+                    f", which explains at most {lost.explained:.0%} of a slowdown, not this one ({lost.ratio:.3g} of "
+                    "its reference in those windows)"
+                    if lost is not None and lost.unexplained
                     else ", so it is recorded, not acted on"
                 )
                 if busy
@@ -198,12 +200,12 @@ def change_finding(ev: ChangeEvent, history: Sequence[Window], wd: Watchdog, ope
             {
                 **evidence,
                 "contaminated_windows": len(busy),
-                **({"lost_cpu": {"ratio": beyond[0], "explained": beyond[1]}} if beyond is not None else {}),
+                **({"lost_cpu": {"ratio": lost.ratio, "explained": lost.explained}} if lost is not None else {}),
             }
             if busy
             else evidence,
             metric=ev.metric,
-            action="record" if (busy and not (beyond is not None and beyond[2])) or early else None,
+            action="record" if (busy and not unexplained) or early else None,
         )
     return Finding(
         "recovered",
@@ -222,13 +224,18 @@ def _cpu_used(w: Window) -> tuple[float, float]:
     return lost, lost + float(cpu.get("engine_cores") or 0.0) + float(cpu.get("harness_cores") or 0.0)
 
 
-def beyond_lost_cpu(
+class LostCpu(NamedTuple):
+    ratio: float  # the confirm windows' median index over its reference
+    explained: float  # the largest share of speed the CPU taken explains
+    unexplained: bool  # the slowdown is larger than that and still clears the rule's own gate beside it
+
+
+def lost_cpu(
     ev: ChangeEvent, history: Sequence[Window], confirm_windows: int, busy: Sequence[Window]
-) -> tuple[float, float, bool] | None:
+) -> LostCpu | None:
     """A slowdown of the speed index confirmed in contaminated windows, against what the CPU other processes (and the
-    hypervisor) took can explain: (the confirm windows' median index over its reference, the largest share of speed
-    that CPU explains, whether the slowdown is larger than that and still clears the rule's own gate beside it). A
-    slowdown the lost CPU cannot explain is acted on; one it can is recorded. None for another metric or no CPU split.
+    hypervisor) took can explain. A slowdown the lost CPU cannot explain is acted on; one it can is recorded. None for
+    another metric or no CPU split.
     The share: the cores taken over the most cores in use in any window of the soak so far (the machine a CPU engine
     fills; not the window's own total, which a slowed engine lowers), times CPU_AMPLIFICATION, measured against a
     quiet machine, so it is an upper bound where the curve was drawn on an equally busy one."""
@@ -237,13 +244,11 @@ def beyond_lost_cpu(
     capacity = max((_cpu_used(w)[1] for w in history), default=0.0)
     if capacity <= 0:
         return None
-    confirm = history[-confirm_windows:]
-    values = sorted(float(w[ev.metric]) for w in confirm if w.get(ev.metric) is not None) or [ev.value]
-    mid = len(values) // 2
-    ratio = (values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2) / ev.reference
+    values = [float(w[ev.metric]) for w in history[-confirm_windows:] if w.get(ev.metric) is not None] or [ev.value]
+    ratio = statistics.median(values) / ev.reference
     explained = min(1.0, CPU_AMPLIFICATION * max(_cpu_used(w)[0] for w in busy) / capacity)
     gate = WATCHED_CHANGES[ev.metric].min_change
-    return round(ratio, 4), round(explained, 4), ratio < (1.0 - explained) * (1.0 - gate)
+    return LostCpu(round(ratio, 4), round(explained, 4), ratio < (1.0 - explained) * (1.0 - gate))
 
 
 def stall_rule(win: SoakWindow, wd: Watchdog, state: WatchState) -> Finding | None:
