@@ -184,7 +184,7 @@ def change_finding(ev: ChangeEvent, history: Sequence[Window], wd: Watchdog, ope
                 + (
                     f", which explains at most {lost.explained:.0%} of a slowdown, not this one ({lost.ratio:.3g} of "
                     "its reference in those windows)"
-                    if lost is not None and lost.unexplained
+                    if lost is not None and unexplained
                     else ", so it is recorded, not acted on"
                 )
                 if busy
