@@ -18,7 +18,17 @@ from pathlib import Path
 from harness.records.files import SOAK_DIR, VERDICTS, WINDOWS, read_jsonl
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "soak_records"
-REQUEST_FIELDS = ("config", "status", "start_unix_s", "ttft_s", "e2e_s", "output_tokens", "decode_tps")
+REQUEST_FIELDS = (
+    "config",
+    "status",
+    "start_unix_s",
+    "ttft_s",
+    "e2e_s",
+    "output_tokens",
+    "decode_tps",
+    "prompt_tokens",  # with cached_tokens: the prefill index's prompt term (harness/soak/prefill.py)
+    "cached_tokens",
+)
 
 
 def make_fixture(run_dir: Path, out: Path) -> dict[str, int]:

@@ -131,6 +131,18 @@ WATCHED_CHANGES: dict[str, MetricRule] = {
         weigh_window=True,
         refine_within=0.5,
     ),
+    # the first tokens' service (TTFT less the wait for a slot) predicted by this engine's prefill model over the
+    # measured one (harness/soak/prefill.py): about 1 at any load. One request strays far more from it than from the
+    # speed curve (spread 0.4-0.6 in the committed soaks, whose records lack the prompt's size), so a larger step
+    "prefill_index": MetricRule(
+        bad_direction=-1,
+        min_change=0.4,
+        noise_floor=0.02,
+        per_level=False,
+        any_load=True,
+        weigh_window=True,
+        refine_within=0.5,
+    ),
     # the engine's memory net of its prompt cache (a cache growing to its cap by design is not a collapse)
     "engine_memory_mib": MetricRule(bad_direction=+1, min_change=0.3, noise_floor=0.01),  # above warm-up growth (+15%)
 }

@@ -292,6 +292,7 @@ class StreamParser:
             output_tokens=n_tokens if ct else None,
             chunks=len(ct),
             prompt_tokens=_count(self.usage.get("prompt_tokens")),
+            cached_tokens=_count((self.usage.get("prompt_tokens_details") or {}).get("cached_tokens")),
             decode_tps=after_first / decode_s if decode_s else None,
             e2e_tps=n_tokens / e2e if ok and e2e > 0 else None,
             itl_s=[round(g / 1e9, 7) for g in gaps_ns],

@@ -158,9 +158,14 @@ SOAK = DashboardSpec(
             (_win("specsoak_soak_decode_tokens_per_second"), _ref("decode_tps")),
         ),
         PanelSpec(
-            "Speed index: tokens streamed / what the engine streams at that concurrency (1 = its own speed, any load)",
+            "Speed and prefill index: tokens streamed / what the engine streams at that concurrency, first-token service"
+            " predicted / taken (1 = its own speed, any load)",
             "timeseries",
-            (_win("specsoak_soak_speed_index"), _ref("speed_index")),
+            (
+                _win("specsoak_soak_speed_index"),
+                _ref("speed_index"),
+                _win("specsoak_soak_prefill_index", "{{config}} prefill index"),
+            ),
         ),
         PanelSpec(
             "TTFT p50 / p99 (soak requests), window p95",

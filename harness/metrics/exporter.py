@@ -106,6 +106,12 @@ WINDOW_GAUGES: tuple[WindowGauge, ...] = (
         _field("speed_index"),
     ),
     WindowGauge(
+        "specsoak_soak_prefill_index",
+        "the last soak window's first-token service (TTFT less the wait for a slot) the engine's prefill model "
+        "predicts / what it took",
+        _field("prefill_index"),
+    ),
+    WindowGauge(
         "specsoak_soak_ttft_p95_seconds",
         "p95 TTFT of the last soak window",
         _field("ttft_p95_s"),

@@ -55,6 +55,9 @@ class RequestRecord:
     output_tokens: int | None = None
     chunks: int = 0
     prompt_tokens: int | None = None
+    # of them, those the engine took from its prompt cache (the final chunk's usage.prompt_tokens_details.cached_tokens,
+    # as llama-server sends it: ../shared/fixtures/llamacpp/base.chat.stream.sse.txt)
+    cached_tokens: int | None = None
     decode_tps: float | None = None
     e2e_tps: float | None = None
     itl_s: list[float] = field(default_factory=list)  # per chunk, after the first

@@ -142,6 +142,10 @@ class SoakWindow(JsonRecord):
     speed_index: float | None = None  # tokens streamed over what the engine streams at the concurrency they had
     # the change detector's reference for the index until it has its own (1 once the curve is known, else None)
     speed_index_prior: float | None = None
+    # the first tokens' service (TTFT less the wait for a slot) predicted over measured (harness/soak/prefill.py), and
+    # its prior reference
+    prefill_index: float | None = None
+    prefill_index_prior: float | None = None
     engine_rss_mib: float | None = None
     engine_anon_mib: float | None = None
     engine_memory_mib: float | None = None

@@ -34,6 +34,7 @@ def soak_campaign(
     Default: one engine process per configuration for its whole soak, then the measurement phases
     again on that aged engine (``after_soak``, into ``after_soak.jsonl``: the report's before/after). With ``slice_s``
     the configurations alternate, each slice on a fresh engine."""
+    from harness.soak.prefill import PrefillModel
     from harness.soak.slice import SoakSlice, load_history, replay_detector, soak_elapsed
     from harness.soak.speed import SpeedModel
 
@@ -48,6 +49,11 @@ def soak_campaign(
     # this process (a resumed soak too)
     measured = [r for r in read_jsonl(run_dir / REQUESTS) if r.get("config") in {c.name for c in cfgs}]
     speeds = {c.name: SpeedModel.from_phases(r for r in measured if r["config"] == c.name) for c in cfgs}
+    # and its prefill model (harness/soak/prefill.py): the service its first tokens take once a slot is theirs
+    prefills = {
+        c.name: PrefillModel.from_phases((r for r in measured if r["config"] == c.name), sc.server.parallel)
+        for c in cfgs
+    }
     soak_streams = min(sc.server.parallel, soak.peak_streams())  # the most streams the soak can have decoding
     for name, model in speeds.items():
         if model.t1 is not None:
@@ -98,7 +104,16 @@ def soak_campaign(
                 session.start()
                 before = elapsed.get(cfg.name, 0.0)
                 result = SoakSlice(
-                    ctx, cfg, session, slice_id, length, before, history, detectors[cfg.name], speeds[cfg.name]
+                    ctx,
+                    cfg,
+                    session,
+                    slice_id,
+                    length,
+                    before,
+                    history,
+                    detectors[cfg.name],
+                    speeds[cfg.name],
+                    prefills[cfg.name],
                 ).run()
                 elapsed[cfg.name] = before + max(result.elapsed_s, 1.0)
                 # a soak a verdict stopped will not use the rest of its time

@@ -21,6 +21,7 @@ from harness.detect.changepoint import ChangeDetector, DetectorSettings
 from harness.probe.cpu import CpuUse
 from harness.records.types import SoakWindow
 from harness.soak.figures import engine_view, paused_s, stall_figures, work_done
+from harness.soak.prefill import Ask, PrefillModel, ask_of, prefill_figures
 from harness.soak.speed import Span, SpeedModel, span_of, speed_figures
 from harness.soak.windows import Backlog, acceptance_sd, drafted_per_request, load_state, window_figures
 
@@ -108,6 +109,8 @@ def settle_window(
     speed: SpeedModel | None = None,
     learn_windows: int = 0,
     warming_up: bool = False,
+    asks: Sequence[Ask] = (),
+    prefill: PrefillModel | None = None,
 ) -> dict[str, Any]:
     """The window's request figures (step 2), added to ``win`` (returned). ``ended``: the records it takes (those that
     ended in it, or after an earlier window was judged); ``streaming``: the records not yet ended (they may have
@@ -119,7 +122,8 @@ def settle_window(
     by now (``paused_s``: how much of the window they cover, a pause that began in it and ended in the next included).
     ``spans``: the slice's recent requests' spans, ``speed``: the configuration's speed model (harness/soak/speed.py),
     learning from its first ``learn_windows`` clean windows; ``warming_up``: the change detector's warm-up (the model
-    learns nothing from a cold engine)."""
+    learns nothing from a cold engine); ``asks`` and ``prefill``: the same requests' first tokens, in order sent, and
+    the configuration's prefill model (harness/soak/prefill.py), learning as the speed model does."""
     chunks = stall_figures(ended, [])
     win["paused_s"] = paused_s(pauses, win["t_start_unix"], win["t_end_unix"])
     win["max_chunk_gap_s"], win["itl_p99_s"] = chunks["max_chunk_gap_s"], chunks["itl_p99_s"]
@@ -144,6 +148,10 @@ def settle_window(
     if speed is not None:
         figures = speed_figures(win, spans, speed, learn_windows, warming_up)
         win["count_sd"]["speed_index"] = figures.pop("speed_index_sd")
+        win.update(figures)
+    if prefill is not None:
+        figures = prefill_figures(win, asks, prefill, learn_windows, warming_up)
+        win["count_sd"]["prefill_index"] = figures.pop("prefill_index_sd")
         win.update(figures)
     win.update(traffic)
     if open_loop:
@@ -175,22 +183,34 @@ def replay_speed(
     settings: DetectorSettings,
     settle_s: float,
     phases: Sequence[dict[str, Any]] = (),
+    slots: int | None = None,
 ) -> list[dict[str, Any]]:
     """One configuration's windows (a finished soak's windows.jsonl) with their speed index rebuilt from its request
     records, as the slice builds it: a window sees the records that had ended ``settle_s`` after its end, learns when
     the slice would have (the detector's warm-up, fed the same windows), and the detector is fed the result; each
     window carries the detector's judgement as the slice writes it (``judged``, ``not_judged_why``, ``detectors``).
-    ``phases``: the configuration's measurement request records, where the curve starts as the campaign starts it."""
+    ``phases``: the configuration's measurement request records, where the curve starts as the campaign starts it.
+    ``slots`` (the engine's, ``server.parallel``): the prefill index is rebuilt too (None: left as the window has it)."""
     det = ChangeDetector(settings)
     model = SpeedModel.from_phases(phases)
-    spans = sorted(((end, s) for r in records if (s := span_of(r)) is not None for end in (s.end,)), key=lambda e: e[0])
+    pmodel = PrefillModel.from_phases(phases, slots) if slots is not None else None
+    spans = sorted(((s.end, s) for r in records if (s := span_of(r)) is not None), key=lambda e: e[0])
+    asks = sorted((a for r in records if (a := ask_of(r)) is not None), key=lambda a: a.start)
+    reach = 2 * max((a.end - a.start for a in asks), default=0.0)  # the slice keeps asks ending this long before t0
     out = []
     for w in windows:
         if w.get("engine_restart"):
             det.engine_restarted()
-        seen = [s for end, s in spans if end < float(w["t_end_unix"]) + settle_s]
-        figures = speed_figures(w, seen, model, settings.reference_windows, det.warming_up())
+        end = float(w["t_end_unix"]) + settle_s
+        seen = [s for e, s in spans if e < end]
+        warming_up = det.warming_up()
+        figures = speed_figures(w, seen, model, settings.reference_windows, warming_up)
         win = {**w, "count_sd": {**(w.get("count_sd") or {}), "speed_index": figures.pop("speed_index_sd")}, **figures}
+        if pmodel is not None:
+            lo = float(w["t_start_unix"]) - reach
+            pf = prefill_figures(w, [a for a in asks if lo <= a.end < end], pmodel, settings.reference_windows, warming_up)
+            win["count_sd"]["prefill_index"] = pf.pop("prefill_index_sd")
+            win.update(pf)
         det.update(win)
         judged, why = det.judged()
         out.append({**win, "judged": judged, "not_judged_why": why, "detectors": detector_states(det)})

@@ -31,6 +31,7 @@ SERIES: dict[str, Series] = {
     "decode_tps": Series("decode t/s", relative=0.15),
     "alone_decode_tps": Series("decode t/s of requests alone", relative=0.15),
     "speed_index": Series("speed index", absolute=0.15, fmt=".2f"),
+    "prefill_index": Series("prefill index", absolute=0.25, fmt=".2f"),
     "ttft_p95_s": Series("TTFT p95 s", relative=0.3, absolute=0.05),
     "error_ratio": Series("error share", absolute=0.05, fmt=".2f"),
     "acceptance": Series("acceptance", absolute=0.05, fmt=".2f"),

@@ -66,6 +66,7 @@ from harness.soak.disk import DiskWatch
 from harness.soak.explain import explain
 from harness.soak.figures import longest_stall, memory_figures
 from harness.soak.health import HealthProbe
+from harness.soak.prefill import Ask, PrefillModel, ask_of
 from harness.soak.speed import Span, SpeedModel, span_of
 from harness.soak.tail import LogFollower, RecordTail
 from harness.soak.watchdog import WatchState, headroom, judge
@@ -150,6 +151,7 @@ class SoakSlice:
         history: dict[str, list[dict[str, Any]]],
         detector: ChangeDetector,
         speed: SpeedModel | None = None,
+        prefill: PrefillModel | None = None,
     ):
         self.ctx = ctx
         self.cfg = cfg
@@ -165,6 +167,8 @@ class SoakSlice:
         self.detector = detector
         # the configuration's speed curve (harness/soak/speed.py), learned from its first windows; kept across slices
         self.speed = speed if speed is not None else SpeedModel()
+        # and its prefill model (harness/soak/prefill.py): TTFT less the wait for a slot, at any load
+        self.prefill = prefill if prefill is not None else PrefillModel(ctx.sc.server.parallel)
         self.restarts = 0
         self.verdict_count = 0
         self.outcome = SliceOutcome()
@@ -196,6 +200,7 @@ class SoakSlice:
         self.intervals: list[tuple[float, float]] = []
         self.longest_s = 0.0  # the longest of them
         self.spans: list[Span] = []  # the same records' decode spans: each window's speed index
+        self.asks: list[Ask] = []  # and their first tokens, in order sent: each window's prefill index
         self.backlog = Backlog()  # this slice's judged windows, as the open-loop backlog's state reads them
         self.window_t0 = 0.0
         self.window_counters: EngineCounters | None = None
@@ -594,6 +599,8 @@ class SoakSlice:
             self.longest_s = max(self.longest_s, end_unix(r) - start)
             if (span := span_of(r)) is not None:
                 self.spans.append(span)
+            if (ask := ask_of(r)) is not None:
+                bisect.insort(self.asks, ask, key=lambda a: a.start)
         self.window.extend(new)
         self.unassigned.extend(new)
         if now - self.window_t0 >= self.wd.window_s or (final and self.window):
@@ -684,6 +691,7 @@ class SoakSlice:
         # a request that ends in this window or later started after t0 - longest_s; what ended before it is not needed
         self.intervals = [iv for iv in self.intervals if iv[1] >= t0 - 2 * self.longest_s]
         self.spans = [sp for sp in self.spans if sp.end >= t0 - 2 * self.longest_s]
+        self.asks = [a for a in self.asks if a.end >= t0 - 2 * self.longest_s]
         earlier = self.history.get(self.cfg.name)
         previous = earlier[-1] if earlier else None
         backlog = None
@@ -706,6 +714,8 @@ class SoakSlice:
             self.speed,
             self.wd.reference_windows,
             self.detector.warming_up() or bool(win.get("engine_restart")),
+            asks=self.asks,
+            prefill=self.prefill,
         )
 
     def _judge(self, win: dict[str, Any]) -> None:

@@ -29,9 +29,11 @@ from harness.soak.windows import load_key
 # other process took (threads that wait on each other lose more than it takes): llama-server's solo decode lost 37% to
 # a third of a core taken and 76% to two thirds on this 2-core VM, 2.23 and 2.29 (bench/cpu_cost.py, 2026-12-07)
 CPU_AMPLIFICATION = 2.25
+# the figures judged against this engine's own model, at any load: what the lost CPU explains is weighed for them
+INDEX_METRICS = ("speed_index", "prefill_index")
 RSS_TREND_AFTER_S = 600.0  # the slow RSS trend ignores the engine's first 10 minutes (warm-up growth is not a leak)
 # figures a window carries only in some soaks: in its evidence where it has one (open loop: harness/soak/windows.py)
-BRIEF_IF_SET = ("alone_decode_tps", "speed_index")
+BRIEF_IF_SET = ("alone_decode_tps", "speed_index", "prefill_index")
 # the figures of a window that verdict evidence carries (not the detector state nor the CPU detail)
 BRIEF_KEYS = (
     "t_start_unix",
@@ -233,13 +235,13 @@ class LostCpu(NamedTuple):
 def lost_cpu(
     ev: ChangeEvent, history: Sequence[Window], confirm_windows: int, busy: Sequence[Window]
 ) -> LostCpu | None:
-    """A slowdown of the speed index confirmed in contaminated windows, against what the CPU other processes (and the
+    """A slowdown of the speed or prefill index confirmed in contaminated windows, against what the CPU other processes (and the
     hypervisor) took can explain. A slowdown the lost CPU cannot explain is acted on; one it can is recorded. None for
     another metric or no CPU split.
     The share: the cores taken over the most cores in use in any window of the soak so far (the machine a CPU engine
     fills; not the window's own total, which a slowed engine lowers), times CPU_AMPLIFICATION, measured against a
     quiet machine, so it is an upper bound where the curve was drawn on an equally busy one."""
-    if ev.metric != "speed_index" or not busy or ev.reference <= 0:
+    if ev.metric not in INDEX_METRICS or not busy or ev.reference <= 0:
         return None
     capacity = max((_cpu_used(w)[1] for w in history), default=0.0)
     if capacity <= 0:

@@ -68,6 +68,8 @@ def test_real_capture_one_token_per_chunk_even_when_drafts_are_accepted() -> Non
     rec = run([(line(c), (100 + 10 * i) * MS) for i, c in enumerate(chunks)] + [(b"data: [DONE]\n", 400 * MS)])
     assert rec.status == "ok" and rec.output_tokens == 12 and rec.chunks == 11 and rec.finish_reason == "stop"
     assert (rec.draft_tokens, rec.accepted_tokens) == (8, 8)
+    # the prompt's 34 tokens, 33 of them from the prompt cache (usage.prompt_tokens_details): 1 to prefill
+    assert (rec.prompt_tokens, rec.cached_tokens) == (34, 33)
     assert rec.chunk_tokens == [1] * 11  # 12 = 11 chunks + the end-of-sequence token: one token each
     assert rec.ttft_s == pytest.approx(0.110)
     assert rec.itl_s == [0.01] * 10
