@@ -208,7 +208,9 @@ def replay_speed(
         win = {**w, "count_sd": {**(w.get("count_sd") or {}), "speed_index": figures.pop("speed_index_sd")}, **figures}
         if pmodel is not None:
             lo = float(w["t_start_unix"]) - reach
-            pf = prefill_figures(w, [a for a in asks if lo <= a.end < end], pmodel, settings.reference_windows, warming_up)
+            pf = prefill_figures(
+                w, [a for a in asks if lo <= a.end < end], pmodel, settings.reference_windows, warming_up
+            )
             win["count_sd"]["prefill_index"] = pf.pop("prefill_index_sd")
             win.update(pf)
         det.update(win)
