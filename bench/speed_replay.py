@@ -1,11 +1,11 @@
-"""The speed index rebuilt over every committed real soak that kept its request records (tests/fixtures/soak_records),
+"""The speed and prefill indices rebuilt over every committed real soak that kept its request records (tests/fixtures/soak_records),
 through the path the live soak runs (harness.soak.assemble.replay_speed: the window assembly's speed figures, then the
 change detector), beside the windows as they were judged when the soak ran.
 
     .venv/bin/python -m bench.speed_replay
 
-Prints, per fixture and configuration: the index's range and median before any plant, the windows with traffic judged
-then and now, and the speed index's change events. Figures in docs/detector.md#speed-index.
+Prints, per fixture and configuration: each index's range and median, the windows with traffic judged then and now,
+and each index's change events. Figures in docs/detector.md#speed-index and #prefill-index.
 """
 
 from __future__ import annotations
@@ -43,30 +43,43 @@ def rejudged(wd: Watchdog, windows: list[dict[str, Any]]) -> list[dict[str, Any]
     return out
 
 
+def _spread(values: list[float]) -> str:
+    return f"{min(values):.2f} / {float(np.median(values)):.2f} / {max(values):.2f}" if values else "–"
+
+
 def main() -> None:
-    print("| fixture | config | windows | judged then | judged now | index min / median / max | speed index events |")
-    print("|---|---|---:|---:|---:|---|---|")
+    print(
+        "| fixture | config | windows | judged then | judged now | speed index min / median / max | speed index events"
+        " | prefill index min / median / max | prefill index events |"
+    )
+    print("|---|---|---:|---:|---:|---|---|---|---|")
     for folder in sorted(p for p in RECORDS.iterdir() if (p / "requests.jsonl").exists()):
-        wd = Watchdog(**yaml.safe_load((folder / "scenario.yaml").read_text())["soak"]["watchdog"])
+        sc = yaml.safe_load((folder / "scenario.yaml").read_text())
+        wd = Watchdog(**sc["soak"]["watchdog"])
         windows, recs = _read(folder / "windows.jsonl"), _read(folder / "requests.jsonl")
         settings = detector_settings(wd)
         for config in dict.fromkeys(w["config"] for w in windows):
             mine = [w for w in windows if w["config"] == config]
             rebuilt = replay_speed(
-                mine, [r for r in recs if r.get("config", config) == config], settings, SETTLE_WINDOWS * wd.window_s
+                mine,
+                [r for r in recs if r.get("config", config) == config],
+                settings,
+                SETTLE_WINDOWS * wd.window_s,
+                slots=int(sc["server"].get("parallel", 1)),
             )
-            values = [w["speed_index"] for w in rebuilt if w.get("speed_index") is not None]
-            spread = f"{min(values):.2f} / {float(np.median(values)):.2f} / {max(values):.2f}" if values else "–"
-            events = [
-                f"{e.kind} {e.relative_change:+.0%} at window {next(i for i, w in enumerate(mine) if w['t_unix'] == e.t_unix)}"
-                for e in detect_series(rebuilt, settings)
-                if e.metric == "speed_index"
-            ]
+            found = detect_series(rebuilt, settings)
+            cells = []
+            for metric in ("speed_index", "prefill_index"):
+                events = [
+                    f"{e.kind} {e.relative_change:+.0%} at window "
+                    f"{next(i for i, w in enumerate(mine) if w['t_unix'] == e.t_unix)}"
+                    for e in found
+                    if e.metric == metric
+                ]
+                values = [w[metric] for w in rebuilt if w.get(metric) is not None]
+                cells += [_spread(values), "; ".join(events) or "none"]
             then, now = coverage(mine), coverage(rebuilt)  # replay_speed judged them
-            print(
-                f"| {folder.name} | {config} | {len(mine)} | {then.cell()} | {now.cell()} | {spread} | "
-                f"{'; '.join(events) or 'none'} |"
-            )
+            print(f"| {folder.name} | {config} | {len(mine)} | {then.cell()} | {now.cell()} | {' | '.join(cells)} |")
 
 
 if __name__ == "__main__":

@@ -8,8 +8,9 @@ the wait follows from the other requests' ends, which the speed index judges (ha
 offered rate, which the overload rule judges (harness/soak/watchdog.py). What is left, the request's **service** (its
 first token less its slot), is the engine's own work:
 
-- **The model**: ``service = a + b x prompt tokens it had to process + c x streams decoding meanwhile + d x other
-  prompts processed meanwhile``, fitted by non-negative least squares (scipy ``nnls``) over this engine's requests:
+- **The model**: ``service = a x prompts + b x their tokens to process + c x streams decoding meanwhile``, where the
+  prompts are its own and the share of every other prompt's service spent beside it (prompts served together share
+  the engine), fitted by non-negative least squares (scipy ``nnls``) over this engine's requests:
   first the configuration's measurement phases on its fresh engine, then the soak's first ``learn_windows`` clean
   windows (those not far below the curve, as the speed model learns). The prompt tokens are the record's
   ``prompt_tokens`` less its ``cached_tokens`` (llama-server and vLLM report both in the final chunk's ``usage``);
@@ -84,9 +85,13 @@ def _overlap(lo: float, hi: float, intervals: Iterable[tuple[float, float]]) -> 
 def services(
     asks: Sequence[Ask], slots: int, t0: float = -math.inf, t1: float = math.inf
 ) -> list[tuple[Ask, float, float, np.ndarray]]:
-    """Each ask whose first token came in ``[t0, t1)`` with its slot's time, its service seconds and its features (1,
-    prompt tokens / 100, mean streams decoding during its service, mean other prompts in service meanwhile); asks
-    whose service is under MIN_SERVICE_S are left out."""
+    """Each ask whose first token came in ``[t0, t1)`` with its slot's time, its service seconds and its features, as
+    ``a``, ``b`` and ``c`` multiply them: (1, prompt tokens / 100) for its own prompt plus, for every other prompt in
+    service meanwhile, the share of that one's service spent beside it times the same (1, its tokens / 100), and the
+    mean streams decoding during its service. Prompts served together share the engine: their work is counted with
+    the same cost per prompt and per token, so a concurrency of prompts never learned is predicted, not read as a
+    slowdown (a coefficient of its own, learned at a light rate as 0, read a busier stage's first window at 0.53).
+    Asks whose service is under MIN_SERVICE_S are left out."""
     mine = [a for a in asks if t0 <= a.first < t1]
     if not mine:
         return []
@@ -101,15 +106,16 @@ def services(
         s = a.first - g
         if s < MIN_SERVICE_S:
             continue
-        others = [(slot[id(b)], b.first) for b in near if b is not a]
-        x = np.asarray(
-            [
-                1.0,
-                (a.prompt or 0.0) / TOKENS_UNIT,
-                _overlap(g, a.first, decoding) / s,
-                _overlap(g, a.first, others) / s,
-            ]
-        )
+        shared, tokens = 1.0, (a.prompt or 0.0)
+        for b in near:
+            sb = b.first - slot[id(b)]
+            if b is a or sb < MIN_SERVICE_S:
+                continue
+            w = _overlap(g, a.first, [(slot[id(b)], b.first)]) / sb
+            if w > 0:
+                shared += w
+                tokens += w * (b.prompt or 0.0)
+        x = np.asarray([shared, tokens / TOKENS_UNIT, _overlap(g, a.first, decoding) / s])
         out.append((a, g, s, x))
     return out
 
@@ -160,7 +166,7 @@ class PrefillModel:
             self.spread = float(np.std(ratios, ddof=1)) if len(ratios) >= MIN_SPREAD_ROWS else None
 
     def to_dict(self) -> dict[str, Any]:
-        names = ("base_s", "per_100_tokens_s", "per_decoding_stream_s", "per_other_prompt_s")
+        names = ("per_prompt_s", "per_100_tokens_s", "per_decoding_stream_s")
         return {
             **({n: round(float(c), 5) for n, c in zip(names, self.coef, strict=True)} if self.coef is not None else {}),
             "slots": self.slots,

@@ -2,10 +2,12 @@
 its speed (SIGSTOP for half of every 0.2 s) once three windows of the busier stage were judged. Before the speed index the
 detector judged no window of that soak: warm-up, building reference, then "load level changed" and "load settling" to the end,
 since the slowed engine's queue never settles. Now the windows of the busier stage are judged whatever their backlog
-does, and the slowdown is a ``collapse`` of ``speed_index`` within 5 minutes of the plant, none before it.
+does, and the slowdown is a ``collapse`` of ``speed_index`` within 5 minutes of the plant, none before it, and one of
+``prefill_index`` (the first tokens' service, TTFT less the wait for a slot) within 5 minutes too.
 
 ``make live-checks`` runs it (about 6 minutes, alone on the machine); its run's records, trimmed by ``python -m
-bench.soak_fixture RUN speed_planted``, are replayed by ``make test`` (tests/unit/test_speed.py)."""
+bench.soak_fixture RUN speed_planted``, are replayed by ``make test`` (tests/unit/test_speed.py; the 2026-12-08 run
+with prompt sizes, fixture ``prefill_planted``, by tests/unit/test_prefill.py)."""
 
 from __future__ import annotations
 
@@ -53,9 +55,10 @@ def test_a_slowdown_at_the_busier_level_is_a_collapse_of_the_speed_index_within_
         soak.plant_once(lambda: len(busy_judged()) >= BUSY_WINDOWS_BEFORE_PLANT, SOAK_S / 2, "busy windows")
 
         def collapsed() -> bool:
-            return any(v.get("metric") == "speed_index" for v in read_jsonl(run_dir / VERDICTS))
+            metrics = {v.get("metric") for v in read_jsonl(run_dir / VERDICTS)}
+            return {"speed_index", "prefill_index"} <= metrics
 
-        soak.wait(collapsed, WITHIN_S + 2 * WINDOW_S, "a speed index collapse")
+        soak.wait(collapsed, WITHIN_S + 2 * WINDOW_S, "a speed and a prefill index collapse")
         soak.interrupt()
     out = soak.out_file.read_text()
     assert plant.onset_unix is not None, out[-3000:]
@@ -69,6 +72,14 @@ def test_a_slowdown_at_the_busier_level_is_a_collapse_of_the_speed_index_within_
     before = [w["speed_index"] for w in windows if w["t_end_unix"] <= plant.onset_unix and w.get("speed_index")]
     after = [w["speed_index"] for w in windows if w["t_start_unix"] >= plant.onset_unix and w.get("speed_index")]
     assert max(after) < 0.75 * min(before[-BUSY_WINDOWS_BEFORE_PLANT:]), (before, after)
+    # the first tokens too: their service (TTFT less the wait for a slot) against the engine's prefill model, judged
+    # while the queue the slowed engine builds multiplies TTFT (harness/soak/prefill.py)
+    prefill = [v for v in verdicts if v["kind"] == "collapse" and v["metric"] == "prefill_index"]
+    assert prefill, [(v["kind"], v["metric"]) for v in verdicts]
+    ev = prefill[0]["evidence"]
+    assert ev["onset_unix"] >= plant.onset_unix - WINDOW_S and ev["t_unix"] <= plant.onset_unix + WITHIN_S, ev
+    before = [w["prefill_index"] for w in windows if w["t_end_unix"] <= plant.onset_unix and w.get("prefill_index")]
+    assert before and min(before) > 0.6, before
     # every window after the plant was judged, whatever its backlog did
     busy = coverage([w for w in windows if w["t_start_unix"] >= plant.onset_unix])
     assert busy.judged == busy.windows, busy.sentence("baseline")
