@@ -56,7 +56,7 @@ class RequestRecord:
     chunks: int = 0
     prompt_tokens: int | None = None
     # of them, those the engine took from its prompt cache (the final chunk's usage.prompt_tokens_details.cached_tokens,
-    # as llama-server sends it: ../shared/fixtures/llamacpp/base.chat.stream.sse.txt)
+    # as llama-server sends it: tests/fixtures/llamacpp/spec_self_draft.chat.stream_usage.sse.txt)
     cached_tokens: int | None = None
     decode_tps: float | None = None
     e2e_tps: float | None = None

@@ -14,8 +14,8 @@ first token less its slot), is the engine's own work:
   first the configuration's measurement phases on its fresh engine, then the soak's first ``learn_windows`` clean
   windows (those not far below the curve, as the speed model learns). The prompt tokens are the record's
   ``prompt_tokens`` less its ``cached_tokens`` (llama-server reports both in the final chunk's ``usage``:
-  ../shared/fixtures/llamacpp/base.chat.stream.sse.txt; a record without the cached count is taken as caching
-  nothing); a record without either (the older committed fixtures) fits on the other terms.
+  tests/fixtures/llamacpp/spec_self_draft.chat.stream_usage.sse.txt; a record without the cached count is taken as
+  caching nothing); a record without either (the older committed fixtures) fits on the other terms.
 - **The index** of a window: the services predicted over the services measured, summed over the requests whose first
   token came in it: about 1 at any load, backlog or level, 0.5 when prefill takes twice as long. Its sd is the ratio
   estimator's over those requests (Student-widened for few), never under one request's spread around the model over

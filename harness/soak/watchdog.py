@@ -235,9 +235,10 @@ class LostCpu(NamedTuple):
 def lost_cpu(
     ev: ChangeEvent, history: Sequence[Window], confirm_windows: int, busy: Sequence[Window]
 ) -> LostCpu | None:
-    """A slowdown of the speed or prefill index confirmed in contaminated windows, against what the CPU other processes (and the
-    hypervisor) took can explain. A slowdown the lost CPU cannot explain is acted on; one it can is recorded. None for
-    another metric or no CPU split.
+    """A slowdown of the speed or prefill index confirmed in contaminated windows, against what the CPU other processes
+    (and the hypervisor) took can explain. A slowdown the lost CPU cannot explain is acted on; one it can is recorded.
+    None for another metric or no CPU split. (The amplification was measured on decode; prefill is taken to lose as
+    much.)
     The share: the cores taken over the most cores in use in any window of the soak so far (the machine a CPU engine
     fills; not the window's own total, which a slowed engine lowers), times CPU_AMPLIFICATION, measured against a
     quiet machine, so it is an upper bound where the curve was drawn on an equally busy one."""
