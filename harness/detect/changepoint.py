@@ -59,7 +59,7 @@ The memory headroom forecast is a Theil-Sen slope over recent RSS samples, like 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -103,6 +103,18 @@ class MetricRule:
             raise ValueError("a figure judged at any load has one reference for every level (per_level=False)")
 
 
+# the speed index's rule (harness/soak/speed.py), which the prefill index's takes with a larger step
+SPEED_INDEX_RULE = MetricRule(
+    bad_direction=-1,
+    min_change=0.2,
+    noise_floor=0.02,
+    per_level=False,
+    any_load=True,
+    weigh_window=True,
+    refine_within=0.5,
+)
+
+
 # The window fields the collapse detector watches (docs/detector.md says why these numbers).
 WATCHED_CHANGES: dict[str, MetricRule] = {
     "output_tps": MetricRule(bad_direction=-1, min_change=0.2, noise_floor=0.02),  # total output tokens/s of the window
@@ -122,27 +134,11 @@ WATCHED_CHANGES: dict[str, MetricRule] = {
     # the tokens streamed against what this engine streams at the concurrency each request had (harness/soak/speed.py):
     # about 1 at any load, so judged in every window whatever its load does; the two-hour soak's healthy windows went
     # down to 0.83 (median 1.06), a 30% slower engine gives 0.7 and a halved one 0.5
-    "speed_index": MetricRule(
-        bad_direction=-1,
-        min_change=0.2,
-        noise_floor=0.02,
-        per_level=False,
-        any_load=True,
-        weigh_window=True,
-        refine_within=0.5,
-    ),
+    "speed_index": SPEED_INDEX_RULE,
     # the first tokens' service (TTFT less the wait for a slot) predicted by this engine's prefill model over the
     # measured one (harness/soak/prefill.py): about 1 at any load. One request strays further from it than from the
     # speed curve (spread 0.22 with prompt sizes, 0.37-0.59 in the older fixtures without them), so a larger step
-    "prefill_index": MetricRule(
-        bad_direction=-1,
-        min_change=0.4,
-        noise_floor=0.02,
-        per_level=False,
-        any_load=True,
-        weigh_window=True,
-        refine_within=0.5,
-    ),
+    "prefill_index": replace(SPEED_INDEX_RULE, min_change=0.4),
     # the engine's memory net of its prompt cache (a cache growing to its cap by design is not a collapse)
     "engine_memory_mib": MetricRule(bad_direction=+1, min_change=0.3, noise_floor=0.01),  # above warm-up growth (+15%)
 }

@@ -33,10 +33,8 @@ from typing import Any
 
 import numpy as np
 from scipy.optimize import nnls
-from scipy.stats import norm
-from scipy.stats import t as t_dist
 
-from harness.soak.speed import LEARN_PHASES, MIN_SPREAD_ROWS, PRIOR, SEEDED_LEARN_ABOVE
+from harness.soak.speed import LEARN_PHASES, MIN_SPREAD_ROWS, PRIOR, SEEDED_LEARN_ABOVE, ratio_and_sd
 
 MIN_SERVICE_S = 0.002  # a service shorter than this is the FIFO estimate's error, not a prefill: not counted
 MAX_ROWS = 20_000
@@ -198,11 +196,7 @@ def prefill_index(asks: Sequence[Ask], t0: float, t1: float, model: PrefillModel
         return None
     pred = np.asarray([float(x @ model.coef) for *_, x in mine])
     obs = np.asarray([s for _, _, s, _ in mine])
-    ratio = float(pred.sum() / obs.sum())
-    sd = math.sqrt(float(((pred - ratio * obs) ** 2).sum()) / (n * (n - 1))) / float(obs.mean()) if n >= 2 else 0.0
-    sd *= float(t_dist.ppf(0.975, max(n - 1, 1)) / norm.ppf(0.975))
-    if model.spread is not None:
-        sd = max(sd, model.spread * ratio / math.sqrt(n))
+    ratio, sd = ratio_and_sd(pred, obs, model.spread)
     wait = sum(g - a.start for a, g, _, _ in mine)
     return PrefillIndex(ratio, sd, n, float(obs.sum()), float(wait))
 

@@ -261,16 +261,24 @@ def speed_index(spans: Sequence[Span], t0: float, t1: float, model: SpeedModel) 
     w = np.asarray([float((d * model.rate(kk, pp)).sum()) for d, kk, pp in rows])
     if w.sum() <= 0:
         return None
-    ratio = float(g.sum() / w.sum())
-    sd = math.sqrt(float(((g - ratio * w) ** 2).sum()) / (n * (n - 1))) / float(w.mean()) if n >= 2 else 0.0
+    ratio, sd = ratio_and_sd(g, w, model.spread)
+    return SpeedIndex(ratio, sd, busy, n, int(k.max()))
+
+
+def ratio_and_sd(got: np.ndarray, want: np.ndarray, spread: float | None) -> tuple[float, float]:
+    """``sum(got) / sum(want)`` over a window's requests and its sd: the ratio estimator's standard error, widened as
+    Student's t widens a mean of n, never under ``spread * ratio / sqrt(n)`` (one request's learned spread)."""
+    n = len(got)
+    ratio = float(got.sum() / want.sum())
+    sd = math.sqrt(float(((got - ratio * want) ** 2).sum()) / (n * (n - 1))) / float(want.mean()) if n >= 2 else 0.0
     # an sd taken from the window's own few requests is itself uncertain: widened as Student's t widens a mean of n,
     # so two requests that disagree weigh little (bench/real_path.py: a healthy diurnal trough's 2-request window read
     # 0.56 against 1.11 and, beside the window before it, made a false collapse); the learned spread is no estimate
     # from this window, so its bound is not widened
     sd *= float(t_dist.ppf(0.975, max(n - 1, 1)) / norm.ppf(0.975))
-    if model.spread is not None:
-        sd = max(sd, model.spread * ratio / math.sqrt(n))
-    return SpeedIndex(ratio, sd, busy, n, int(k.max()))
+    if spread is not None:
+        sd = max(sd, spread * ratio / math.sqrt(n))
+    return ratio, sd
 
 
 PRIOR = 1.0  # a window's index against a curve that holds: the change detector's reference until it has its own
